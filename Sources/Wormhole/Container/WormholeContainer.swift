@@ -1,0 +1,147 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SystemPackage
+
+/// Finds and secures the shared directory that processes of one application group use,
+/// the Linux analogue of an iOS App Group container.
+///
+/// The directory for a group is resolved in this order:
+/// 1. an explicit directory, when the caller gives one (``Wormhole/init(directory:configuration:)``);
+/// 2. `$WORMHOLE_APP_GROUPS_DIRECTORY/<group>` when that environment variable is set
+///    (sandboxes and tests point every group somewhere else with it);
+/// 3. `$XDG_RUNTIME_DIR/app-groups/<group>`: tmpfs, private to the user, fast;
+/// 4. `/dev/shm/app-groups-<uid>/<group>` (or `/tmp/app-groups-<uid>/<group>` where
+///    `/dev/shm` is missing) when `XDG_RUNTIME_DIR` is unset.
+///
+/// Directories it creates are mode 0700. Before it uses one, it checks it with `lstat`:
+/// a symbolic link, something that is not a directory, a directory owned by another
+/// user, or one that other users may write to is refused with
+/// ``WormholeError/Code/containerInsecure`` and a message that says what to do.
+///
+/// ```swift
+/// let path = try WormholeContainer.directory(forApplicationGroupIdentifier: "group.com.example.notes")
+/// ```
+public enum WormholeContainer {
+    /// The environment variable that moves every application group's container under
+    /// one directory.
+    public static let environmentOverride = "WORMHOLE_APP_GROUPS_DIRECTORY"
+
+    /// Resolves, creates if needed and checks the container of an application group.
+    ///
+    /// - Parameters:
+    ///   - applicationGroupIdentifier: The group, such as `group.com.example.notes`. It is
+    ///     one path component: the rules of identifiers apply.
+    ///   - environment: The environment to read; the process's own by default.
+    /// - Returns: The absolute path of the container directory.
+    /// - Throws: ``WormholeError`` with ``WormholeError/Code/invalidIdentifier``,
+    ///   ``WormholeError/Code/containerInsecure`` or ``WormholeError/Code/containerUnavailable``.
+    public static func directory(
+        forApplicationGroupIdentifier applicationGroupIdentifier: String,
+        environment: [String: String] = currentEnvironment()
+    ) throws(WormholeError) -> String {
+        try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
+        let base = try groupsDirectory(environment: environment)
+        let path = base + "/" + applicationGroupIdentifier
+        try prepare(path, createParents: false)
+        return path
+    }
+
+    /// The directory under which application group containers live, created and checked.
+    public static func groupsDirectory(environment: [String: String] = currentEnvironment()) throws(WormholeError) -> String {
+        if let override = environment[environmentOverride], !override.isEmpty {
+            guard override.hasPrefix("/") else {
+                throw WormholeError(.containerUnavailable, "\(environmentOverride)='\(override)' must be an absolute path")
+            }
+            try prepare(override, createParents: true)
+            return normalized(override)
+        }
+        if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/"),
+           case .success(let status) = Syscalls.linkStatus(runtime), status.isDirectory {
+            let path = normalized(runtime) + "/app-groups"
+            try prepare(path, createParents: false)
+            return path
+        }
+        let shared = Syscalls.linkStatus("/dev/shm").map(\.isDirectory)
+        let parent = (try? shared.get()) == true ? "/dev/shm" : "/tmp"
+        // A world-writable parent: the directory is created 0700 and must then be ours,
+        // not a symlink or a directory someone else put there first.
+        let path = "\(parent)/app-groups-\(Syscalls.effectiveUserID)"
+        try prepare(path, createParents: false)
+        return path
+    }
+
+    /// Creates `path` (0700) if it is missing and checks that it is safe to use.
+    static func prepare(_ path: String, createParents: Bool) throws(WormholeError) {
+        switch Syscalls.makeDirectory(path) {
+        case .success, .failure(.fileExists):
+            break
+        case .failure(.noSuchFileOrDirectory) where createParents:
+            try createAncestors(of: path)
+            switch Syscalls.makeDirectory(path) {
+            case .success, .failure(.fileExists): break
+            case .failure(let errno): throw unavailable(path, errno)
+            }
+        case .failure(let errno):
+            throw unavailable(path, errno)
+        }
+        try check(path)
+    }
+
+    /// Checks with `lstat` that `path` is a real directory owned by this user that no
+    /// other user can write to.
+    static func check(_ path: String) throws(WormholeError) {
+        let status: stat
+        switch Syscalls.linkStatus(path) {
+        case .success(let value): status = value
+        case .failure(let errno): throw unavailable(path, errno)
+        }
+        if status.isSymbolicLink {
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' is a symbolic link; Wormhole refuses it so that no one can redirect messages. Remove the link or pass the real directory",
+                path: path)
+        }
+        guard status.isDirectory else {
+            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
+        }
+        let me = Syscalls.effectiveUserID
+        if status.st_uid != me {
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' belongs to user \(status.st_uid), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
+                path: path)
+        }
+        if status.permissions & 0o022 != 0 {
+            let mode = String(status.permissions, radix: 8)
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' has mode \(mode): other users may write to it. Run 'chmod go-w \(path)' or choose another directory",
+                path: path)
+        }
+    }
+
+    private static func createAncestors(of path: String) throws(WormholeError) {
+        var prefix = ""
+        for component in path.split(separator: "/").dropLast() {
+            prefix += "/" + component
+            switch Syscalls.makeDirectory(prefix) {
+            case .success, .failure(.fileExists): continue
+            case .failure(let errno): throw unavailable(prefix, errno)
+            }
+        }
+    }
+
+    private static func unavailable(_ path: String, _ errno: Errno) -> WormholeError {
+        WormholeError(.containerUnavailable, "cannot create or open container '\(path)': \(errno.description)", path: path, errno: errno)
+    }
+
+    static func normalized(_ path: String) -> String {
+        var result = path
+        while result.count > 1 && result.hasSuffix("/") { result.removeLast() }
+        return result
+    }
+
+    /// The environment of this process.
+    public static func currentEnvironment() -> [String: String] {
+        ProcessInfo.processInfo.environment
+    }
+}

@@ -1,0 +1,86 @@
+import SystemPackage
+
+/// The one error type of the Wormhole library.
+///
+/// Switch on ``code`` to decide what to do; show ``description`` to a person. It names
+/// the problem and, where there is one, the fix:
+///
+/// ```swift
+/// do {
+///     try wormhole.passMessage("hi", identifier: "../notes")
+/// } catch let error as WormholeError where error.code == .invalidIdentifier {
+///     print(error)   // identifier '../notes' may not contain '/' ...
+/// }
+/// ```
+public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What kind of problem occurred.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        public var description: String { name }
+
+        /// An identifier, notification name or group identifier that cannot name a file
+        /// inside the container (empty, too long, `/`, NUL, control characters, `.`, `..`,
+        /// or a leading `.`).
+        public static let invalidIdentifier = Code("invalidIdentifier")
+        /// A message larger than the configured ``Wormhole/Configuration/maximumMessageSize``.
+        public static let messageTooLarge = Code("messageTooLarge")
+        /// A record in a message log failed its checksum or framing. The listener that met
+        /// it reports it and goes on with the next record.
+        public static let corruptRecord = Code("corruptRecord")
+        /// A file where a message log should be is not one (wrong magic number) or has a
+        /// format version this library does not read.
+        public static let unsupportedFormat = Code("unsupportedFormat")
+        /// A message's bytes could not be decoded as the type asked for.
+        public static let decodingFailed = Code("decodingFailed")
+        /// A message could not be encoded.
+        public static let encodingFailed = Code("encodingFailed")
+        /// The container directory is unsafe to use: a symbolic link, not a directory,
+        /// owned by another user, or writable by other users.
+        public static let containerInsecure = Code("containerInsecure")
+        /// The container directory could not be found or created.
+        public static let containerUnavailable = Code("containerUnavailable")
+        /// The kernel's inotify limits (instances or watches per user) are exhausted.
+        public static let notificationLimitReached = Code("notificationLimitReached")
+        /// A configuration value is out of range.
+        public static let invalidConfiguration = Code("invalidConfiguration")
+        /// A system call failed; ``WormholeError/errno`` holds the reason.
+        public static let systemError = Code("systemError")
+    }
+
+    /// What kind of problem occurred.
+    public let code: Code
+    /// A sentence a person can act on.
+    public let message: String
+    /// The file or directory involved, when there is one.
+    public let path: String?
+    /// The underlying system error, when a system call failed.
+    public let errno: Errno?
+
+    public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil) {
+        self.code = code
+        self.message = message
+        self.path = path
+        self.errno = errno
+    }
+
+    public var description: String {
+        var text = message
+        if let errno, !message.contains(errno.description) {
+            text += " (\(errno.description))"
+        }
+        return text
+    }
+}
+
+extension WormholeError {
+    /// A failed system call, worded as "cannot <operation> '<path>': <reason>".
+    static func system(_ operation: String, _ errno: Errno, path: String? = nil) -> WormholeError {
+        let subject = path.map { " '\($0)'" } ?? ""
+        return WormholeError(.systemError, "cannot \(operation)\(subject): \(errno.description)", path: path, errno: errno)
+    }
+
+    static func corrupt(_ detail: String, path: String) -> WormholeError {
+        WormholeError(.corruptRecord, "corrupt record in '\(path)': \(detail)", path: path)
+    }
+}

@@ -1,0 +1,109 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import SystemPackage
+
+/// Thin EINTR-safe wrappers over the Linux calls that swift-system does not cover.
+/// Each reads `errno` immediately after the failing call.
+enum Syscalls {
+    /// Runs `body` until it does not fail with EINTR; returns its result or the errno.
+    @inline(__always)
+    static func retrying<T: BinaryInteger>(_ body: () -> T) -> Result<T, Errno> {
+        while true {
+            let result = body()
+            if result >= 0 { return .success(result) }
+            let code = Glibc.errno
+            if code == EINTR { continue }
+            return .failure(Errno(rawValue: code))
+        }
+    }
+
+    /// The corresponding C function is `flock`.
+    static func lock(_ fd: FileDescriptor, exclusive: Bool = true, wait: Bool = true) -> Result<Void, Errno> {
+        var operation = exclusive ? LOCK_EX : LOCK_SH
+        if !wait { operation |= LOCK_NB }
+        return retrying { flock(fd.rawValue, operation) }.map { _ in () }
+    }
+
+    /// The corresponding C function is `flock(fd, LOCK_UN)`.
+    static func unlock(_ fd: FileDescriptor) {
+        _ = retrying { flock(fd.rawValue, LOCK_UN) }
+    }
+
+    /// The corresponding C function is `fstat`.
+    static func fileStatus(_ fd: FileDescriptor) -> Result<stat, Errno> {
+        var status = stat()
+        return retrying { fstat(fd.rawValue, &status) }.map { _ in status }
+    }
+
+    /// The corresponding C function is `lstat`: the status of the path itself, not of
+    /// what a symbolic link there points to.
+    static func linkStatus(_ path: String) -> Result<stat, Errno> {
+        var status = stat()
+        return retrying { lstat(path, &status) }.map { _ in status }
+    }
+
+    /// The corresponding C function is `mkdir`.
+    static func makeDirectory(_ path: String, mode: mode_t = 0o700) -> Result<Void, Errno> {
+        retrying { mkdir(path, mode) }.map { _ in () }
+    }
+
+    /// Sets a file's access and modification times to now. The corresponding C function
+    /// is `utimensat`; it produces inotify's IN_ATTRIB on the file.
+    static func touch(_ path: String) -> Result<Void, Errno> {
+        retrying { utimensat(AT_FDCWD, path, nil, 0) }.map { _ in () }
+    }
+
+    /// The corresponding C function is `ftruncate`.
+    static func truncate(_ fd: FileDescriptor, to size: Int64) -> Result<Void, Errno> {
+        retrying { ftruncate(fd.rawValue, off_t(size)) }.map { _ in () }
+    }
+
+    /// The corresponding C function is `rename`.
+    static func rename(_ from: String, _ to: String) -> Result<Void, Errno> {
+        retrying { Glibc.rename(from, to) }.map { _ in () }
+    }
+
+    /// The corresponding C function is `unlink`.
+    static func unlink(_ path: String) -> Result<Void, Errno> {
+        retrying { Glibc.unlink(path) }.map { _ in () }
+    }
+
+    /// Names in a directory, without `.` and `..`. The corresponding C functions are
+    /// `opendir`, `readdir` and `closedir`.
+    static func directoryEntries(_ path: String) -> Result<[String], Errno> {
+        guard let directory = opendir(path) else { return .failure(Errno(rawValue: Glibc.errno)) }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return .success(names)
+    }
+
+    static var effectiveUserID: uid_t { geteuid() }
+    static var processID: Int32 { getpid() }
+}
+
+extension Result where Failure == Errno {
+    /// Unwraps, turning the errno into a ``WormholeError`` that names the operation.
+    @inline(__always)
+    func orThrow(_ operation: @autoclosure () -> String, path: String? = nil) throws(WormholeError) -> Success {
+        switch self {
+        case .success(let value): return value
+        case .failure(let errno): throw WormholeError.system(operation(), errno, path: path)
+        }
+    }
+}
+
+extension stat {
+    var isDirectory: Bool { (st_mode & S_IFMT) == S_IFDIR }
+    var isSymbolicLink: Bool { (st_mode & S_IFMT) == S_IFLNK }
+    var isRegularFile: Bool { (st_mode & S_IFMT) == S_IFREG }
+    var permissions: mode_t { st_mode & 0o7777 }
+}

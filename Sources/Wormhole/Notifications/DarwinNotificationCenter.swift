@@ -1,0 +1,184 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SystemPackage
+
+/// The Linux analogue of Darwin notifications: payload-free, named signals between
+/// processes that share a directory, with one 64-bit state value per name.
+///
+/// A name is a file in the center's directory, `<name>.notification`. Posting a name
+/// touches that file (`utimensat`), which inotify reports to every observer of the
+/// directory as IN_ATTRIB; nothing else travels. The file's first 8 bytes, little-endian,
+/// hold the name's state value.
+///
+/// ```swift
+/// let center = try DarwinNotificationCenter(directory: "/run/user/1000/app-groups/group.example")
+/// let observation = try center.addObserver(forName: "refresh") { name in
+///     print("\(name) was posted")
+/// }
+/// try center.setState(42, forName: "refresh")
+/// try center.post("refresh")
+/// observation.cancel()
+/// ```
+///
+/// **Coalescing.** As with Darwin's `notify_post`, posts in quick succession may reach an
+/// observer as one notification, and the count is not knowable. What is guaranteed: after
+/// a post, every observer that was observing when it was made is notified at least once
+/// after that post. Observers may also be notified without a post (after inotify's queue
+/// overflowed, or after the directory was recreated), so a notification means "look
+/// again", never "one event". Use ``Wormhole`` when every message matters.
+///
+/// Every center, observer and wormhole listener of a process shares one inotify instance
+/// and one reader thread.
+public final class DarwinNotificationCenter: Sendable {
+    /// The directory that is this center's namespace of names.
+    public let directory: String
+
+    /// The suffix of the file that stands for a name.
+    public static let fileSuffix = ".notification"
+
+    /// Opens the namespace in `directory`, creating it (mode 0700) when it is missing.
+    ///
+    /// - Throws: ``WormholeError`` with ``WormholeError/Code/containerInsecure`` or
+    ///   ``WormholeError/Code/containerUnavailable`` when the directory is unsafe or
+    ///   cannot be created.
+    public init(directory: String) throws(WormholeError) {
+        let path = WormholeContainer.normalized(directory)
+        try WormholeContainer.prepare(path, createParents: true)
+        self.directory = path
+    }
+
+    /// Opens the namespace of an application group: its container directory.
+    public convenience init(applicationGroupIdentifier: String) throws(WormholeError) {
+        try self.init(directory: WormholeContainer.directory(forApplicationGroupIdentifier: applicationGroupIdentifier))
+    }
+
+    /// The path of the file that stands for `name`.
+    public func path(forName name: String) -> String {
+        directory + "/" + name + Self.fileSuffix
+    }
+
+    /// Posts `name`: every observer of it, in this process and in others, is notified.
+    ///
+    /// The corresponding Darwin function is `notify_post`.
+    /// - Throws: ``WormholeError/Code/invalidIdentifier`` for a name that cannot be a file
+    ///   name, or a system error when the file cannot be touched.
+    public func post(_ name: String) throws(WormholeError) {
+        try Identifier.validate(name, kind: "notification name")
+        let path = path(forName: name)
+        switch Syscalls.touch(path) {
+        case .success:
+            return
+        case .failure(.noSuchFileOrDirectory):
+            try create(path)
+            try Syscalls.touch(path).orThrow("post notification", path: path)
+        case .failure(let errno):
+            throw WormholeError.system("post notification", errno, path: path)
+        }
+    }
+
+    /// Sets the 64-bit state value of `name`. It does not post: observers are not woken.
+    ///
+    /// The corresponding Darwin function is `notify_set_state`.
+    public func setState(_ state: UInt64, forName name: String) throws(WormholeError) {
+        try Identifier.validate(name, kind: "notification name")
+        let path = path(forName: name)
+        let fd = try open(path, .readWrite, create: true)
+        defer { try? fd.close() }
+        let bytes = withUnsafeBytes(of: state.littleEndian) { Array($0) }
+        do {
+            _ = try fd.writeAll(toAbsoluteOffset: 0, bytes)
+        } catch {
+            throw WormholeError.system("set the state of", (error as? Errno) ?? .ioError, path: path)
+        }
+    }
+
+    /// The 64-bit state value of `name`; 0 when it was never set.
+    ///
+    /// The corresponding Darwin function is `notify_get_state`.
+    public func state(forName name: String) throws(WormholeError) -> UInt64 {
+        try Identifier.validate(name, kind: "notification name")
+        let path = path(forName: name)
+        let fd: FileDescriptor
+        do throws(WormholeError) {
+            fd = try open(path, .readOnly, create: false)
+        } catch where error.errno == .noSuchFileOrDirectory {
+            return 0
+        }
+        defer { try? fd.close() }
+        var value: UInt64 = 0
+        let count: Int
+        do {
+            count = try withUnsafeMutableBytes(of: &value) { try fd.read(fromAbsoluteOffset: 0, into: $0) }
+        } catch {
+            throw WormholeError.system("read the state of", (error as? Errno) ?? .ioError, path: path)
+        }
+        return count == 8 ? UInt64(littleEndian: value) : 0
+    }
+
+    /// Calls `block` on `queue` each time `name` is posted, until the returned
+    /// observation is cancelled.
+    ///
+    /// The corresponding Darwin function is `notify_register_dispatch`.
+    /// - Parameters:
+    ///   - name: The name to observe.
+    ///   - queue: Where `block` runs; a private serial queue when `nil`. Calls never
+    ///     overlap, whatever the queue.
+    ///   - block: Receives the name that was posted.
+    /// - Returns: The observation; call ``NotificationObservation/cancel()`` to stop.
+    @discardableResult
+    public func addObserver(
+        forName name: String,
+        queue: DispatchQueue? = nil,
+        using block: @escaping @Sendable (String) -> Void
+    ) throws(WormholeError) -> NotificationObservation {
+        try Identifier.validate(name, kind: "notification name")
+        let observation = NotificationObservation(name: name, queue: queue, block: block)
+        observation.start(try subscribe(name) { [weak observation] event in
+            observation?.receive(event)
+        })
+        return observation
+    }
+
+    /// The posts of `name`, as an asynchronous sequence. Observing starts when iteration
+    /// starts and ends when the consuming task is cancelled or the loop is left.
+    ///
+    /// ```swift
+    /// for try await _ in center.notifications(named: "refresh") { reload() }
+    /// ```
+    public func notifications(named name: String) -> DarwinNotifications {
+        DarwinNotifications(center: self, name: name)
+    }
+
+    /// Subscribes to the engine for the file of `name`.
+    func subscribe(_ name: String, handler: @escaping @Sendable (DirectoryEvent) -> Void) throws(WormholeError) -> UInt64 {
+        try InotifyEngine.shared.subscribe(directory: directory, name: name + Self.fileSuffix, handler: handler)
+    }
+
+    private func create(_ path: String) throws(WormholeError) {
+        let fd: FileDescriptor
+        do throws(WormholeError) {
+            fd = try open(path, .writeOnly, create: true)
+        } catch where error.errno == .noSuchFileOrDirectory {
+            // The directory itself was removed: make it again, then the file.
+            try WormholeContainer.prepare(directory, createParents: true)
+            fd = try open(path, .writeOnly, create: true)
+        }
+        try? fd.close()
+    }
+
+    private func open(_ path: String, _ mode: FileDescriptor.AccessMode, create: Bool) throws(WormholeError) -> FileDescriptor {
+        var options: FileDescriptor.OpenOptions = [.noFollow, .closeOnExec]
+        if create { options.insert(.create) }
+        do {
+            return try FileDescriptor.open(FilePath(path), mode, options: options, permissions: [.ownerReadWrite])
+        } catch {
+            let errno = (error as? Errno) ?? .ioError
+            if errno == .tooManySymbolicLinkLevels {
+                throw WormholeError(.containerInsecure, "'\(path)' is a symbolic link; Wormhole does not follow links in its container. Remove it", path: path, errno: errno)
+            }
+            throw WormholeError.system("open", errno, path: path)
+        }
+    }
+}

@@ -1,0 +1,62 @@
+/// The posts of one name, as an asynchronous sequence; see
+/// ``DarwinNotificationCenter/notifications(named:)``.
+///
+/// Each element is the posted name. Posts that arrive while the consumer is busy
+/// collapse into one element, as Darwin notifications coalesce.
+public struct DarwinNotifications: AsyncSequence, Sendable {
+    public typealias Element = String
+    public typealias Failure = WormholeError
+
+    let center: DarwinNotificationCenter
+    let name: String
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(center: center, name: name)
+    }
+
+    /// Iterates the posts; not Sendable: one task consumes it.
+    public struct Iterator: AsyncIteratorProtocol {
+        private let center: DarwinNotificationCenter
+        private let name: String
+        private var subscription: Subscription?
+
+        init(center: DarwinNotificationCenter, name: String) {
+            self.center = center
+            self.name = name
+        }
+
+        public mutating func next() async throws(WormholeError) -> String? {
+            if subscription == nil {
+                try Identifier.validate(name, kind: "notification name")
+                let signal = WakeSignal()
+                let id = try center.subscribe(name) { event in
+                    switch event {
+                    case .changed, .rescan: signal.signal()
+                    case .failed(let error): signal.finish(throwing: error)
+                    }
+                }
+                subscription = Subscription(id: id, signal: signal)
+            }
+            guard let subscription, try await subscription.signal.wait() else {
+                self.subscription?.cancel()
+                return nil
+            }
+            return name
+        }
+    }
+
+    /// Owns the engine subscription; released when the iterator is dropped.
+    final class Subscription {
+        let id: UInt64
+        let signal: WakeSignal
+        init(id: UInt64, signal: WakeSignal) {
+            self.id = id
+            self.signal = signal
+        }
+        func cancel() {
+            signal.finish()
+            InotifyEngine.shared.unsubscribe(id)
+        }
+        deinit { InotifyEngine.shared.unsubscribe(id) }
+    }
+}

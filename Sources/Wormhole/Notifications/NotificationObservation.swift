@@ -1,0 +1,57 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// One observer registered with ``DarwinNotificationCenter/addObserver(forName:queue:using:)``.
+///
+/// Keep it for as long as you want to be notified; ``cancel()`` stops the notifications
+/// and releases the watch. Dropping the last reference cancels it too.
+public final class NotificationObservation: Sendable {
+    /// The name observed.
+    public let name: String
+    private let queue: DispatchQueue
+    private let block: @Sendable (String) -> Void
+    private let subscription = Mutex<UInt64?>(nil)
+    private let cancelled = Atomic<Bool>(false)
+    private let scheduled = Atomic<Bool>(false)
+
+    init(name: String, queue: DispatchQueue?, block: @escaping @Sendable (String) -> Void) {
+        self.name = name
+        self.queue = DispatchQueue(label: "Wormhole.observer.\(name)", target: queue)
+        self.block = block
+    }
+
+    func start(_ id: UInt64) {
+        subscription.withLock { $0 = id }
+        if cancelled.load(ordering: .acquiring) { cancel() }
+    }
+
+    func receive(_ event: DirectoryEvent) {
+        switch event {
+        case .changed, .rescan:
+            // Posts that arrive before the block has run again collapse into one call.
+            guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            queue.async { [self] in
+                scheduled.store(false, ordering: .releasing)
+                if !cancelled.load(ordering: .acquiring) { block(name) }
+            }
+        case .failed(let error):
+            Logger(label: "Wormhole").error("observer of '\(name)' stopped: \(error)")
+            cancel()
+        }
+    }
+
+    /// Whether ``cancel()`` was called.
+    public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+
+    /// Stops notifications and releases the watch. No call of the block starts after this
+    /// returns.
+    public func cancel() {
+        cancelled.store(true, ordering: .releasing)
+        if let id = subscription.withLock({ id -> UInt64? in defer { id = nil }; return id }) {
+            InotifyEngine.shared.unsubscribe(id)
+        }
+    }
+
+    deinit { cancel() }
+}
