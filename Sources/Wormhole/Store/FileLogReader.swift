@@ -1,0 +1,178 @@
+import SystemPackage
+
+/// A listener's position in one identifier's log.
+///
+/// It reads without locks: the header's commit offset says how far the records are
+/// whole. When the file it holds was replaced (compaction) or deleted, it first reads
+/// that file to its final end, then opens the new one and skips what it has already
+/// delivered, so a record is delivered once however often the file changes.
+final class FileLogReader: WormholeTransitingReader {
+    private let identifier: String
+    private let path: String
+    private var fd: FileDescriptor?
+    /// Offset of the next record to look at in `fd`.
+    private var offset = LogFormat.headerSize
+    /// The log this position belongs to; a new one restarts its sequence numbers.
+    private var logID: UInt64?
+    /// The sequence number of the last record delivered (or skipped by the start).
+    private var delivered: UInt64 = 0
+    private var cursor: ListenerCursor?
+    private var sawUnlinked = false
+    private var reportedForeignFile = false
+    private var closed = false
+
+    init(transiting: FileTransiting, identifier: String, start: Wormhole.StartingPoint) throws(WormholeError) {
+        self.identifier = identifier
+        self.path = transiting.logPath(identifier)
+        // Claim first (0: keep everything), then look: nothing can be compacted away
+        // between looking and claiming.
+        let cursor = try ListenerCursor(container: transiting.directory, identifier: identifier)
+        self.cursor = cursor
+        if case .after(let sequence) = start { delivered = sequence }
+        if let fd = try openLog(), let header = try? FileTransiting.readHeader(fd, path: path) {
+            logID = header.logID
+            switch start {
+            case .now:
+                delivered = header.lastSequence
+                offset = Int(header.committedEnd)
+            case .latest:
+                delivered = max(header.clearedThrough, header.lastSequence &- 1)
+                if header.lastRecordOffset >= UInt64(LogFormat.headerSize) { offset = Int(header.lastRecordOffset) }
+            case .history:
+                delivered = header.clearedThrough
+            case .after(let sequence):
+                delivered = max(sequence, header.clearedThrough)
+            }
+        }
+        cursor.update(delivered)
+    }
+
+    deinit { close() }
+
+    func close() {
+        closed = true
+        try? fd?.close()
+        fd = nil
+        cursor?.close()
+        cursor = nil
+    }
+
+    func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
+        guard !closed else { return [] }
+        var results: [Result<WormholeRecord, WormholeError>] = []
+        var retriedHeader = false
+        readLoop: while results.count < maximumCount {
+            let fd: FileDescriptor
+            if let open = self.fd {
+                fd = open
+            } else if let opened = try openLog() {
+                fd = opened
+            } else {
+                break
+            }
+            let header: LogFormat.Header
+            do throws(WormholeError) {
+                guard let read = try FileTransiting.readHeader(fd, path: path) else { break readLoop }
+                header = read
+            } catch where error.code == .unsupportedFormat {
+                if !reportedForeignFile { results.append(.failure(error)) }
+                reportedForeignFile = true
+                break
+            }
+            reportedForeignFile = false
+            if logID != header.logID {
+                if logID != nil {
+                    // The log was deleted and created again: its numbers start over.
+                    delivered = 0
+                    offset = LogFormat.headerSize
+                }
+                logID = header.logID
+            }
+            let end = Int(header.committedEnd)
+            if offset >= end {
+                // Caught up with this file. If it is no longer the log, read it once
+                // more to its final end, then move on to the file now at the path.
+                let status = try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
+                guard status.st_nlink == 0 else { break }
+                if !sawUnlinked {
+                    sawUnlinked = true
+                    continue
+                }
+                try? fd.close()
+                self.fd = nil
+                offset = LogFormat.headerSize
+                sawUnlinked = false
+                continue
+            }
+            let chunkEnd = min(end, offset + max(1 << 20, LogFormat.recordHeaderSize))
+            var bytes = try LogSnapshot.read(fd, from: offset, to: chunkEnd, path: path)
+            // A record longer than the chunk: read all of it.
+            if let (_, length) = bytes.withUnsafeBytes({ LogFormat.peek($0, at: 0) }), length > bytes.count, offset + length <= end {
+                bytes = try LogSnapshot.read(fd, from: offset, to: offset + length, path: path)
+            }
+            var position = 0
+            var retry = false
+            bytes.withUnsafeBytes { buffer in
+                while position < buffer.count && results.count < maximumCount {
+                    if let (sequence, length) = LogFormat.peek(buffer, at: position), sequence <= delivered,
+                       position + length <= buffer.count {
+                        position += length
+                        continue
+                    }
+                    switch LogFormat.parseRecord(buffer, at: position, identifier: identifier) {
+                    case .record(let record, let length):
+                        results.append(.success(record))
+                        delivered = record.sequence
+                        position += length
+                    case .incomplete:
+                        let atCommit = offset + buffer.count >= end
+                        // At a chunk boundary: go on from here in the next round.
+                        if !atCommit && position > 0 { return }
+                        // The committed bytes end inside this record: either the header
+                        // was read torn (look again once) or the record is damaged.
+                        if !retriedHeader {
+                            retry = true
+                            return
+                        }
+                        results.append(.failure(.corrupt("the record at offset \(offset + position) runs past the commit offset", path: path)))
+                        position = LogFormat.nextMarker(in: buffer, after: position) ?? buffer.count
+                    case .corrupt(let detail, let length):
+                        if !retriedHeader {
+                            retry = true
+                            return
+                        }
+                        results.append(.failure(.corrupt(detail, path: path)))
+                        if let length, position + length <= buffer.count,
+                           position + length == buffer.count || LogFormat.peek(buffer, at: position + length) != nil {
+                            position += length
+                        } else {
+                            position = LogFormat.nextMarker(in: buffer, after: position) ?? buffer.count
+                        }
+                    }
+                }
+            }
+            offset += position
+            if retry {
+                retriedHeader = true
+                continue
+            }
+            retriedHeader = false
+            if position == 0 { break }
+        }
+        if !results.isEmpty { cursor?.update(delivered) }
+        return results
+    }
+
+    private func openLog() throws(WormholeError) -> FileDescriptor? {
+        do {
+            let fd = try FileDescriptor.open(FilePath(path), .readOnly, options: [.noFollow, .closeOnExec])
+            self.fd = fd
+            sawUnlinked = false
+            return fd
+        } catch {
+            let errno = (error as? Errno) ?? .ioError
+            if errno == .noSuchFileOrDirectory { return nil }
+            throw WormholeError.system("open", errno, path: path)
+        }
+    }
+}

@@ -1,0 +1,384 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Logging
+import SystemPackage
+import Synchronization
+
+/// The default back end: one append-only log file per identifier in a shared directory,
+/// and a ``DarwinNotificationCenter`` in the same directory to wake listeners.
+///
+/// Files in the directory (the format is specified in `Docs/Protocol.md`):
+/// - `<identifier>.wormhole`: the message log: a header and framed, checksummed records;
+/// - `<identifier>.notification`: the notification file that a pass touches;
+/// - `.listeners/<identifier>/`: the claims of live listeners (see ``ListenerCursor``).
+///
+/// Writers append under `flock(LOCK_EX)`, so processes agree on one order per
+/// identifier. A record becomes visible only when the header's commit offset moves past
+/// it, after the record is written whole: a writer killed at any instant leaves nothing
+/// partial for a reader to see, and the next writer writes over the uncommitted bytes.
+public final class FileTransiting: WormholeTransiting {
+    /// The shared directory.
+    public let directory: String
+    public let configuration: Wormhole.Configuration
+    /// The notification center whose posts wake this directory's listeners.
+    public let notificationCenter: DarwinNotificationCenter
+
+    /// Open log descriptors kept for writing, at most ``cachedLogLimit`` of them.
+    private let logs = Mutex<[String: LogHandle]>([:])
+    static let cachedLogLimit = 64
+
+    /// Uses `directory` (created 0700 when missing, refused when unsafe).
+    public init(directory: String, configuration: Wormhole.Configuration = .init()) throws(WormholeError) {
+        self.configuration = try configuration.validated()
+        self.notificationCenter = try DarwinNotificationCenter(directory: directory)
+        self.directory = notificationCenter.directory
+    }
+
+    func logPath(_ identifier: String) -> String {
+        directory + "/" + identifier + LogFormat.fileSuffix
+    }
+
+    // MARK: - Writing
+
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
+        try Identifier.validate(identifier)
+        guard payload.count <= configuration.maximumMessageSize else {
+            throw WormholeError(.messageTooLarge,
+                "message for '\(identifier)' is \(payload.count) bytes; the limit is \(configuration.maximumMessageSize) bytes (Wormhole.Configuration.maximumMessageSize)")
+        }
+        let date = Date()
+        let processID = Syscalls.processID
+        let record: WormholeRecord? = try withLockedLog(identifier, create: true) { (log: inout LockedLog) throws(WormholeError) -> WormholeRecord in
+            var header: LogFormat.Header
+            if let existing = log.header {
+                header = existing
+            } else {
+                header = try log.initialize(configuration)
+            }
+            let sequence = header.lastSequence + 1
+            var bytes: [UInt8] = []
+            LogFormat.appendRecord(to: &bytes, sequence: sequence, date: date, processID: processID, kind: kind, payload: payload)
+            do {
+                _ = try log.fd.writeAll(toAbsoluteOffset: Int64(header.committedEnd), bytes)
+            } catch {
+                let errno = (error as? Errno) ?? .ioError
+                if errno == .noSpace {
+                    throw WormholeError(.systemError,
+                        "no space left on the device of '\(log.path)': the message for '\(identifier)' was not passed; earlier messages are intact. Free some space and pass it again",
+                        path: log.path, errno: errno)
+                }
+                throw WormholeError.system("append to", errno, path: log.path)
+            }
+            header.lastRecordOffset = header.committedEnd
+            header.committedEnd += UInt64(bytes.count)
+            header.lastSequence = sequence
+            header.recordCount += 1
+            try log.write(header)
+            if header.recordCount > header.compactionRecordThreshold || header.committedEnd > header.compactionByteThreshold {
+                do throws(WormholeError) {
+                    try compact(&log, identifier: identifier)
+                } catch {
+                    // The message is committed; compaction is retried by the next pass.
+                    Logger(label: "Wormhole").warning("could not compact '\(log.path)': \(error)")
+                }
+            }
+            return WormholeRecord(identifier: identifier, sequence: sequence, date: date, processID: processID, kind: kind, payload: payload)
+        }
+        guard let record else { throw WormholeError(.containerUnavailable, "cannot create '\(logPath(identifier))'", path: logPath(identifier)) }
+        try notificationCenter.post(identifier)
+        return record
+    }
+
+    public func clearMessageContents(identifier: String) throws(WormholeError) {
+        try Identifier.validate(identifier)
+        _ = try withLockedLog(identifier, create: false) { (log: inout LockedLog) throws(WormholeError) -> Bool in
+            guard var header = log.header else { return false }
+            header.clearedThrough = header.lastSequence
+            try log.write(header)
+            try compact(&log, identifier: identifier)
+            return true
+        }
+    }
+
+    public func clearAllMessageContents() throws(WormholeError) {
+        for identifier in try identifiers() {
+            do throws(WormholeError) {
+                try clearMessageContents(identifier: identifier)
+            } catch where error.code == .unsupportedFormat {
+                // Not a log of ours: left as it is.
+                continue
+            }
+        }
+    }
+
+    /// Identifiers that have a log file in the directory.
+    func identifiers() throws(WormholeError) -> [String] {
+        let names = try Syscalls.directoryEntries(directory).orThrow("list", path: directory)
+        return names.compactMap { name in
+            guard name.hasSuffix(LogFormat.fileSuffix), !name.hasPrefix(".") else { return nil }
+            let identifier = String(name.dropLast(LogFormat.fileSuffix.count))
+            return (try? Identifier.validate(identifier)) == nil ? nil : identifier
+        }.sorted()
+    }
+
+    // MARK: - Reading
+
+    public func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord? {
+        try Identifier.validate(identifier)
+        guard let snapshot = try LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: false) else { return nil }
+        return try snapshot.latest()
+    }
+
+    public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
+        var result: [WormholeIdentifierSummary] = []
+        for identifier in try identifiers() {
+            guard let snapshot = try? LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: true) else { continue }
+            let visible = snapshot.records.filter { $0.sequence > snapshot.header.clearedThrough }
+            result.append(WormholeIdentifierSummary(
+                identifier: identifier, messageCount: visible.count,
+                byteCount: visible.reduce(0) { $0 + $1.payload.count },
+                lastSequence: snapshot.header.lastSequence, lastUpdate: visible.last?.date))
+        }
+        return result
+    }
+
+    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
+        try Identifier.validate(identifier)
+        return try FileLogReader(transiting: self, identifier: identifier, start: start)
+    }
+
+    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
+        try Identifier.validate(identifier)
+        let id = try notificationCenter.subscribe(identifier) { event in
+            switch event {
+            case .changed, .rescan: handler(.wake)
+            case .failed(let error): handler(.failed(error))
+            }
+        }
+        return EngineObservation(id: id)
+    }
+
+    // MARK: - The locked log
+
+    /// One identifier's log, opened for writing, under its `flock` and the handle's mutex.
+    struct LockedLog {
+        let fd: FileDescriptor
+        let path: String
+        /// `nil` when the file has just been created and has no header yet.
+        var header: LogFormat.Header?
+
+        mutating func initialize(_ configuration: Wormhole.Configuration) throws(WormholeError) -> LogFormat.Header {
+            var header = LogFormat.Header()
+            header.logID = UInt64.random(in: 1...UInt64.max)
+            header.compactionRecordThreshold = UInt32(clamping: 2 * configuration.retainedMessageCount)
+            header.compactionByteThreshold = UInt64(LogFormat.headerSize + 2 * configuration.retainedByteCount)
+            try write(header)
+            return header
+        }
+
+        mutating func write(_ header: LogFormat.Header) throws(WormholeError) {
+            do {
+                _ = try fd.writeAll(toAbsoluteOffset: 0, header.encoded())
+            } catch {
+                throw WormholeError.system("write the header of", (error as? Errno) ?? .ioError, path: path)
+            }
+            self.header = header
+        }
+    }
+
+    /// A cached descriptor for one identifier's log. Its mutex keeps threads of this
+    /// process apart (a `flock` is shared by every thread using the same descriptor).
+    final class LogHandle: Sendable {
+        let descriptor = Mutex<FileDescriptor?>(nil)
+        func close() {
+            descriptor.withLock { fd in
+                try? fd?.close()
+                fd = nil
+            }
+        }
+    }
+
+    private func handle(for identifier: String) -> LogHandle {
+        let (handle, evicted) = logs.withLock { logs -> (LogHandle, [LogHandle]) in
+            if let handle = logs[identifier] { return (handle, []) }
+            var evicted: [LogHandle] = []
+            while logs.count >= Self.cachedLogLimit, let key = logs.keys.first {
+                evicted.append(logs.removeValue(forKey: key)!)
+            }
+            let handle = LogHandle()
+            logs[identifier] = handle
+            return (handle, evicted)
+        }
+        for old in evicted { old.close() }
+        return handle
+    }
+
+    /// Runs `body` with the log of `identifier` locked against every other writer. The
+    /// log is opened (and created when `create`) as needed; a log that was replaced or
+    /// deleted since it was opened is opened again. Returns `nil` when the log does not
+    /// exist and `create` is false.
+    func withLockedLog<T: Sendable>(_ identifier: String, create: Bool, _ body: (inout LockedLog) throws(WormholeError) -> T) throws(WormholeError) -> T? {
+        let path = logPath(identifier)
+        let handle = handle(for: identifier)
+        return try handle.descriptor.withLock { (cached: inout FileDescriptor?) throws(WormholeError) -> T? in
+            for _ in 0..<64 {
+                let fd: FileDescriptor
+                if let open = cached {
+                    fd = open
+                } else {
+                    guard let opened = try openLog(path, create: create) else { return nil }
+                    fd = opened
+                    cached = opened
+                }
+                try Syscalls.lock(fd).orThrow("lock", path: path)
+                let status: stat
+                do throws(WormholeError) {
+                    status = try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
+                } catch {
+                    Syscalls.unlock(fd)
+                    throw error
+                }
+                if status.st_nlink == 0 {
+                    // Replaced by a compaction, or deleted: this inode is no longer the log.
+                    Syscalls.unlock(fd)
+                    try? fd.close()
+                    cached = nil
+                    continue
+                }
+                do throws(WormholeError) {
+                    var log = LockedLog(fd: fd, path: path, header: try Self.readHeader(fd, path: path))
+                    let result = try body(&log)
+                    Syscalls.unlock(fd)
+                    return result
+                } catch {
+                    Syscalls.unlock(fd)
+                    throw error
+                }
+            }
+            throw WormholeError(.systemError, "'\(path)' kept being replaced while this process tried to lock it", path: path)
+        }
+    }
+
+    private func openLog(_ path: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
+        var options: FileDescriptor.OpenOptions = [.noFollow, .closeOnExec]
+        if create { options.insert(.create) }
+        for attempt in 0..<2 {
+            do {
+                return try FileDescriptor.open(FilePath(path), .readWrite, options: options, permissions: [.ownerReadWrite])
+            } catch {
+                let errno = (error as? Errno) ?? .ioError
+                if errno == .noSuchFileOrDirectory {
+                    guard create, attempt == 0 else { return nil }
+                    // The directory was deleted: recreate it, as the listeners do.
+                    try WormholeContainer.prepare(directory, createParents: true)
+                    continue
+                }
+                if errno == .tooManySymbolicLinkLevels {
+                    throw WormholeError(.containerInsecure, "'\(path)' is a symbolic link; Wormhole does not follow links in its container. Remove it", path: path, errno: errno)
+                }
+                throw WormholeError.system("open", errno, path: path)
+            }
+        }
+        return nil
+    }
+
+    static func readHeader(_ fd: FileDescriptor, path: String) throws(WormholeError) -> LogFormat.Header? {
+        var bytes = [UInt8](repeating: 0, count: LogFormat.headerSize)
+        let count: Int
+        do {
+            count = try bytes.withUnsafeMutableBytes { try fd.read(fromAbsoluteOffset: 0, into: $0) }
+        } catch {
+            throw WormholeError.system("read the header of", (error as? Errno) ?? .ioError, path: path)
+        }
+        return try bytes.withUnsafeBytes { buffer in
+            Result { () throws(WormholeError) in
+                try LogFormat.Header.decode(UnsafeRawBufferPointer(rebasing: buffer[..<count]), path: path)
+            }
+        }.get()
+    }
+
+    // MARK: - Compaction
+
+    /// Rewrites the log with only what must be kept: the retained history (the last
+    /// ``Wormhole/Configuration/retainedMessageCount`` messages within
+    /// ``Wormhole/Configuration/retainedByteCount``, never cleared ones) and every record
+    /// a live listener has not read yet. The new file replaces the old by `rename`;
+    /// readers holding the old one read it to its end, then move to the new one.
+    func compact(_ log: inout LockedLog, identifier: String) throws(WormholeError) {
+        guard let header = log.header else { return }
+        let length = Int(header.committedEnd) - LogFormat.headerSize
+        var bytes = [UInt8](repeating: 0, count: length)
+        do {
+            let count = try bytes.withUnsafeMutableBytes { try log.fd.read(fromAbsoluteOffset: Int64(LogFormat.headerSize), into: $0) }
+            bytes.removeSubrange(count...)
+        } catch {
+            throw WormholeError.system("read", (error as? Errno) ?? .ioError, path: log.path)
+        }
+        // Where each record starts, and its sequence number and size.
+        var entries: [(offset: Int, sequence: UInt64, length: Int)] = []
+        bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                if let (sequence, length) = LogFormat.peek(buffer, at: offset), offset + length <= buffer.count {
+                    entries.append((offset, sequence, length))
+                    offset += length
+                } else {
+                    offset = LogFormat.nextMarker(in: buffer, after: offset) ?? buffer.count
+                }
+            }
+        }
+        // The retained history: newest first, within both limits, the latest always.
+        var keepFrom = header.lastSequence + 1
+        var keptCount = 0
+        var keptBytes = 0
+        for entry in entries.reversed() where entry.sequence > header.clearedThrough {
+            let payload = entry.length - LogFormat.recordHeaderSize
+            if keptCount > 0 && (keptCount >= configuration.retainedMessageCount || keptBytes + payload > configuration.retainedByteCount) { break }
+            keepFrom = entry.sequence
+            keptCount += 1
+            keptBytes += payload
+        }
+        if let claim = ListenerCursor.lowestLiveClaim(container: directory, identifier: identifier) {
+            keepFrom = min(keepFrom, claim + 1)
+        }
+        let firstKept = entries.firstIndex { $0.sequence >= keepFrom } ?? entries.count
+        let start = firstKept < entries.count ? entries[firstKept].offset : bytes.count
+        let kept = entries.count - firstKept
+
+        var newHeader = header
+        newHeader.recordCount = UInt32(kept)
+        newHeader.committedEnd = UInt64(LogFormat.headerSize + bytes.count - start)
+        newHeader.lastRecordOffset = kept > 0 ? UInt64(LogFormat.headerSize + entries[entries.count - 1].offset - start) : 0
+        newHeader.compactionRecordThreshold = UInt32(clamping: max(2 * configuration.retainedMessageCount, kept + configuration.retainedMessageCount))
+        newHeader.compactionByteThreshold = UInt64(LogFormat.headerSize) + UInt64(max(2 * configuration.retainedByteCount, bytes.count - start + configuration.retainedByteCount))
+
+        let temporary = directory + "/." + identifier + LogFormat.fileSuffix + ".compacting"
+        do {
+            let fd = try FileDescriptor.open(FilePath(temporary), .writeOnly,
+                                             options: [.create, .truncate, .noFollow, .closeOnExec],
+                                             permissions: [.ownerReadWrite])
+            defer { try? fd.close() }
+            _ = try fd.writeAll(toAbsoluteOffset: 0, newHeader.encoded())
+            _ = try bytes[start...].withUnsafeBytes { try fd.writeAll(toAbsoluteOffset: Int64(LogFormat.headerSize), $0) }
+        } catch {
+            _ = Syscalls.unlink(temporary)
+            throw WormholeError.system("write compacted log", (error as? Errno) ?? .ioError, path: temporary)
+        }
+        try Syscalls.rename(temporary, log.path).orThrow("replace", path: log.path)
+        log.header = newHeader
+    }
+}
+
+/// An engine subscription, as a ``WormholeTransitingObservation``.
+final class EngineObservation: WormholeTransitingObservation {
+    private let id: UInt64
+    private let cancelled = Atomic<Bool>(false)
+    init(id: UInt64) { self.id = id }
+    func cancel() {
+        guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        InotifyEngine.shared.unsubscribe(id)
+    }
+    deinit { cancel() }
+}

@@ -1,0 +1,176 @@
+import Foundation
+
+/// Version 1 of the on-disk message log: the byte layout that `Docs/Protocol.md`
+/// specifies. Every integer is little-endian.
+///
+/// A log is a 128-byte header followed by records. The header's `committedEnd` is the
+/// commit point: bytes past it are not part of the log, whatever the file size says.
+enum LogFormat {
+    static let magic: [UInt8] = Array("WORMHOLE".utf8)
+    static let version: UInt32 = 1
+    static let headerSize = 128
+    static let recordMagic: [UInt8] = Array("WHR1".utf8)
+    static let recordHeaderSize = 36
+    static let fileSuffix = ".wormhole"
+
+    struct Header: Equatable {
+        /// Offset just past the last committed record.
+        var committedEnd: UInt64 = UInt64(LogFormat.headerSize)
+        /// Sequence number of the last record ever appended (0: none yet).
+        var lastSequence: UInt64 = 0
+        /// Records with a sequence number at or below this were cleared: no reader that
+        /// starts from history sees them.
+        var clearedThrough: UInt64 = 0
+        /// Random identity of this log; kept by compaction, new when the file is created
+        /// again, so that readers know sequence numbers started over.
+        var logID: UInt64 = 0
+        /// How many records the file holds.
+        var recordCount: UInt32 = 0
+        /// Compact when `recordCount` exceeds this...
+        var compactionRecordThreshold: UInt32 = 0
+        /// ...or `committedEnd` exceeds this.
+        var compactionByteThreshold: UInt64 = 0
+        /// Offset of the last record (0: the file holds none), so the latest message is
+        /// one read away.
+        var lastRecordOffset: UInt64 = 0
+
+        func encoded() -> [UInt8] {
+            var bytes = [UInt8](repeating: 0, count: LogFormat.headerSize)
+            bytes.replaceSubrange(0..<8, with: LogFormat.magic)
+            put(LogFormat.version, at: 8, in: &bytes)
+            put(UInt32(LogFormat.headerSize), at: 12, in: &bytes)
+            put(committedEnd, at: 16, in: &bytes)
+            put(lastSequence, at: 24, in: &bytes)
+            put(clearedThrough, at: 32, in: &bytes)
+            put(logID, at: 40, in: &bytes)
+            put(recordCount, at: 48, in: &bytes)
+            put(compactionRecordThreshold, at: 52, in: &bytes)
+            put(compactionByteThreshold, at: 56, in: &bytes)
+            put(lastRecordOffset, at: 64, in: &bytes)
+            return bytes
+        }
+
+        /// Reads a header; `nil` when fewer than 128 bytes exist yet (a log being created).
+        static func decode(_ bytes: UnsafeRawBufferPointer, path: String) throws(WormholeError) -> Header? {
+            guard bytes.count >= LogFormat.headerSize else { return nil }
+            guard bytes.prefix(8).elementsEqual(LogFormat.magic) else {
+                if bytes.prefix(8).allSatisfy({ $0 == 0 }) { return nil }
+                throw WormholeError(.unsupportedFormat,
+                    "'\(path)' is not a Wormhole message log (it does not start with 'WORMHOLE'); move it out of the container or clear the identifier",
+                    path: path)
+            }
+            let version: UInt32 = get(bytes, 8)
+            guard version == LogFormat.version else {
+                throw WormholeError(.unsupportedFormat,
+                    "'\(path)' is a version \(version) message log; this library reads version \(LogFormat.version)",
+                    path: path)
+            }
+            var header = Header()
+            header.committedEnd = get(bytes, 16)
+            header.lastSequence = get(bytes, 24)
+            header.clearedThrough = get(bytes, 32)
+            header.logID = get(bytes, 40)
+            header.recordCount = get(bytes, 48)
+            header.compactionRecordThreshold = get(bytes, 52)
+            header.compactionByteThreshold = get(bytes, 56)
+            header.lastRecordOffset = get(bytes, 64)
+            guard header.committedEnd >= UInt64(LogFormat.headerSize) else {
+                throw WormholeError(.unsupportedFormat, "'\(path)' has a damaged header (commit offset \(header.committedEnd))", path: path)
+            }
+            return header
+        }
+    }
+
+    /// Appends a record's bytes to `buffer`.
+    static func appendRecord(to buffer: inout [UInt8], sequence: UInt64, date: Date, processID: Int32, kind: WormholePayloadKind, payload: Data) {
+        let start = buffer.count
+        buffer.reserveCapacity(start + recordHeaderSize + payload.count)
+        buffer.append(contentsOf: recordMagic)
+        buffer.append(contentsOf: [UInt8](repeating: 0, count: recordHeaderSize - 4))
+        let nanoseconds = Int64((date.timeIntervalSince1970 * 1_000_000_000).rounded())
+        buffer.withUnsafeMutableBytes { bytes in
+            let record = UnsafeMutableRawBufferPointer(rebasing: bytes[start...])
+            record.storeBytes(of: UInt32(payload.count).littleEndian, toByteOffset: 4, as: UInt32.self)
+            record.storeBytes(of: sequence.littleEndian, toByteOffset: 8, as: UInt64.self)
+            record.storeBytes(of: nanoseconds.littleEndian, toByteOffset: 16, as: Int64.self)
+            record.storeBytes(of: processID.littleEndian, toByteOffset: 24, as: Int32.self)
+            record.storeBytes(of: kind.rawValue, toByteOffset: 28, as: UInt8.self)
+        }
+        buffer.append(contentsOf: payload)
+        let crc = buffer.withUnsafeBytes { bytes in
+            let record = UnsafeRawBufferPointer(rebasing: bytes[start...])
+            let headerCRC = CRC32.update(0, UnsafeRawBufferPointer(rebasing: record[0..<32]))
+            return CRC32.update(headerCRC, UnsafeRawBufferPointer(rebasing: record[recordHeaderSize...]))
+        }
+        buffer.withUnsafeMutableBytes { bytes in
+            bytes.storeBytes(of: crc.littleEndian, toByteOffset: start + 32, as: UInt32.self)
+        }
+    }
+
+    /// What ``parseRecord(_:at:identifier:)`` found at an offset.
+    enum Parsed {
+        /// A whole, valid record `length` bytes long.
+        case record(WormholeRecord, length: Int)
+        /// The bytes end before the record does.
+        case incomplete
+        /// Not a valid record; `length` is its declared length when that is plausible.
+        case corrupt(String, length: Int?)
+    }
+
+    /// The sequence number and length of the record at `offset`, without checking it;
+    /// used to skip records a reader has already seen.
+    static func peek(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> (sequence: UInt64, length: Int)? {
+        guard offset + recordHeaderSize <= bytes.count,
+              bytes[offset..<offset + 4].elementsEqual(recordMagic) else { return nil }
+        let length: UInt32 = get(bytes, offset + 4)
+        return (get(bytes, offset + 8), recordHeaderSize + Int(length))
+    }
+
+    static func parseRecord(_ bytes: UnsafeRawBufferPointer, at offset: Int, identifier: String) -> Parsed {
+        guard offset + recordHeaderSize <= bytes.count else { return .incomplete }
+        guard bytes[offset..<offset + 4].elementsEqual(recordMagic) else {
+            return .corrupt("no record marker at offset \(offset)", length: nil)
+        }
+        let payloadLength = Int(get(bytes, offset + 4) as UInt32)
+        let length = recordHeaderSize + payloadLength
+        guard offset + length <= bytes.count else { return .incomplete }
+        let record = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
+        let stored: UInt32 = get(record, 32)
+        let computed = CRC32.update(CRC32.update(0, UnsafeRawBufferPointer(rebasing: record[0..<32])),
+                                    UnsafeRawBufferPointer(rebasing: record[recordHeaderSize...]))
+        let sequence: UInt64 = get(record, 8)
+        guard stored == computed else {
+            return .corrupt("record \(sequence) at offset \(offset) fails its checksum", length: length)
+        }
+        guard let kind = WormholePayloadKind(rawValue: record[28]) else {
+            return .corrupt("record \(sequence) at offset \(offset) has unknown kind \(record[28])", length: length)
+        }
+        let nanoseconds: Int64 = get(record, 16)
+        let processID: Int32 = get(record, 24)
+        let payload = Data(UnsafeRawBufferPointer(rebasing: record[recordHeaderSize...]))
+        return .record(
+            WormholeRecord(identifier: identifier, sequence: sequence,
+                           date: Date(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000),
+                           processID: processID, kind: kind, payload: payload),
+            length: length)
+    }
+
+    /// The offset of the next record marker after `offset`, for resynchronising after a
+    /// corrupt record.
+    static func nextMarker(in bytes: UnsafeRawBufferPointer, after offset: Int) -> Int? {
+        var index = offset + 1
+        while index + 4 <= bytes.count {
+            if bytes[index] == recordMagic[0] && bytes[index..<index + 4].elementsEqual(recordMagic) { return index }
+            index += 1
+        }
+        return nil
+    }
+
+    static func get<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ offset: Int) -> T {
+        T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+
+    static func put<T: FixedWidthInteger>(_ value: T, at offset: Int, in bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBytes { $0.storeBytes(of: value.littleEndian, toByteOffset: offset, as: T.self) }
+    }
+}

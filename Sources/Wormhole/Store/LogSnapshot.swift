@@ -1,0 +1,80 @@
+import SystemPackage
+
+/// One look at a log without taking its lock: the header, and the records it commits.
+struct LogSnapshot {
+    let header: LogFormat.Header
+    /// The valid records (only when the whole log was read).
+    let records: [WormholeRecord]
+
+    /// Reads the log at `path`; `nil` when there is none (or it has no header yet).
+    init?(path: String, identifier: String, wholeLog: Bool) throws(WormholeError) {
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(FilePath(path), .readOnly, options: [.noFollow, .closeOnExec])
+        } catch {
+            let errno = (error as? Errno) ?? .ioError
+            if errno == .noSuchFileOrDirectory { return nil }
+            throw WormholeError.system("open", errno, path: path)
+        }
+        defer { try? fd.close() }
+        guard let header = try FileTransiting.readHeader(fd, path: path) else { return nil }
+        var records: [WormholeRecord] = []
+        var latest: WormholeRecord?
+        if wholeLog {
+            let bytes = try Self.read(fd, from: LogFormat.headerSize, to: Int(header.committedEnd), path: path)
+            bytes.withUnsafeBytes { buffer in
+                var offset = 0
+                while offset < buffer.count {
+                    switch LogFormat.parseRecord(buffer, at: offset, identifier: identifier) {
+                    case .record(let record, let length):
+                        records.append(record)
+                        offset += length
+                    case .incomplete:
+                        offset = buffer.count
+                    case .corrupt:
+                        offset = LogFormat.nextMarker(in: buffer, after: offset) ?? buffer.count
+                    }
+                }
+            }
+        } else if header.lastRecordOffset >= UInt64(LogFormat.headerSize), header.lastSequence > header.clearedThrough {
+            let start = Int(header.lastRecordOffset)
+            let bytes = try Self.read(fd, from: start, to: Int(header.committedEnd), path: path)
+            var failure: WormholeError?
+            bytes.withUnsafeBytes { buffer in
+                switch LogFormat.parseRecord(buffer, at: 0, identifier: identifier) {
+                case .record(let record, _): latest = record
+                case .incomplete: failure = .corrupt("the last record is cut short", path: path)
+                case .corrupt(let detail, _): failure = .corrupt(detail, path: path)
+                }
+            }
+            if let failure { throw failure }
+        }
+        self.header = header
+        self.records = latest.map { [$0] } ?? records
+    }
+
+    /// The newest record that was not cleared.
+    func latest() throws(WormholeError) -> WormholeRecord? {
+        guard let last = records.last, last.sequence > header.clearedThrough else { return nil }
+        return last
+    }
+
+    static func read(_ fd: FileDescriptor, from start: Int, to end: Int, path: String) throws(WormholeError) -> [UInt8] {
+        guard end > start else { return [] }
+        var bytes = [UInt8](repeating: 0, count: end - start)
+        do {
+            var filled = 0
+            while filled < bytes.count {
+                let count = try bytes.withUnsafeMutableBytes { buffer in
+                    try fd.read(fromAbsoluteOffset: Int64(start + filled), into: UnsafeMutableRawBufferPointer(rebasing: buffer[filled...]))
+                }
+                if count == 0 { break }
+                filled += count
+            }
+            bytes.removeSubrange(filled...)
+        } catch {
+            throw WormholeError.system("read", (error as? Errno) ?? .ioError, path: path)
+        }
+        return bytes
+    }
+}

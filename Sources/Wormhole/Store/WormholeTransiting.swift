@@ -1,0 +1,64 @@
+import Foundation
+
+/// Storage and wake-ups for a ``Wormhole``: the pluggable layer, as MMWormhole's
+/// `MMWormholeTransiting`.
+///
+/// ``FileTransiting`` (a shared directory and inotify) is the default. Another back end
+/// implements this protocol and is passed to ``Wormhole/init(transiting:)``; the
+/// ``Wormhole`` API does not change. Whatever the back end, it must keep the guarantees:
+/// one order per identifier that every reader sees, each record delivered to a reader
+/// once, no partial record ever visible, and history bounded by the configuration.
+public protocol WormholeTransiting: Sendable {
+    /// The limits this back end enforces.
+    var configuration: Wormhole.Configuration { get }
+
+    /// Stores a message under `identifier`, assigns its sequence number, then wakes
+    /// the identifier's observers. Returns the stored record.
+    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord
+
+    /// The newest message of `identifier` that was not cleared, or `nil`.
+    func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord?
+
+    /// Makes the retained messages of `identifier` invisible to ``latestRecord(identifier:)``
+    /// and to readers that start later. Does not wake observers.
+    func clearMessageContents(identifier: String) throws(WormholeError)
+
+    /// Clears every identifier.
+    func clearAllMessageContents() throws(WormholeError)
+
+    /// What is retained for each identifier that has a log.
+    func summaries() throws(WormholeError) -> [WormholeIdentifierSummary]
+
+    /// A reader of `identifier`'s records from `start` on. Call it after
+    /// ``observe(identifier:handler:)`` so that no wake-up is missed in between.
+    func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader
+
+    /// Calls `handler` (on any thread; it must not block) whenever records may have
+    /// been added to `identifier`.
+    func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation
+}
+
+/// A position in one identifier's records. Used by one consumer at a time.
+public protocol WormholeTransitingReader: AnyObject {
+    /// The records after the position, at most `maximumCount`, oldest first, each either
+    /// a record or the error that made it unreadable; the position moves past them.
+    /// Empty when there is nothing new.
+    func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
+
+    /// Releases the reader's resources; later reads return nothing.
+    func close()
+}
+
+/// What an observation reports.
+public enum WormholeTransitingEvent: Sendable {
+    /// Records may have been added: read again.
+    case wake
+    /// Observing ended with this error.
+    case failed(WormholeError)
+}
+
+/// A registration made by ``WormholeTransiting/observe(identifier:handler:)``.
+public protocol WormholeTransitingObservation: Sendable {
+    /// Stops the wake-ups and releases what they held.
+    func cancel()
+}

@@ -1,0 +1,51 @@
+extension Wormhole {
+    /// Limits that every process sharing a directory should agree on.
+    ///
+    /// ```swift
+    /// var configuration = Wormhole.Configuration()
+    /// configuration.retainedMessageCount = 100
+    /// let wormhole = try Wormhole(directory: path, configuration: configuration)
+    /// ```
+    public struct Configuration: Sendable, Hashable {
+        /// How many messages per identifier are kept for readers that start from
+        /// history (``StartingPoint/history``). Default 1,000. Messages a live listener
+        /// has not read yet are kept beyond this until it has read them.
+        public var retainedMessageCount: Int = 1000
+        /// How many payload bytes per identifier are kept for history. Default 16 MiB.
+        /// The latest message is always kept, whatever its size.
+        public var retainedByteCount: Int = 16 << 20
+        /// The largest message ``Wormhole/passMessage(_:identifier:)`` accepts, in bytes.
+        /// Default 8 MiB; at most 1 GiB.
+        public var maximumMessageSize: Int = 8 << 20
+
+        public init() {}
+
+        func validated() throws(WormholeError) -> Configuration {
+            guard retainedMessageCount >= 1 else {
+                throw WormholeError(.invalidConfiguration, "retainedMessageCount must be at least 1, not \(retainedMessageCount)")
+            }
+            guard retainedByteCount >= 1 else {
+                throw WormholeError(.invalidConfiguration, "retainedByteCount must be at least 1, not \(retainedByteCount)")
+            }
+            guard (1...(1 << 30)).contains(maximumMessageSize) else {
+                throw WormholeError(.invalidConfiguration, "maximumMessageSize must be between 1 byte and 1 GiB, not \(maximumMessageSize)")
+            }
+            return self
+        }
+    }
+
+    /// Where a listener starts reading.
+    public enum StartingPoint: Sendable, Hashable {
+        /// Only messages passed after listening starts. The default, as in MMWormhole.
+        case now
+        /// The latest retained message first (when there is one), then new ones: a
+        /// widget's "show the current value at once, then keep up".
+        case latest
+        /// Every retained message first, oldest first, then new ones: catch-up after
+        /// the process was not running.
+        case history
+        /// The retained messages with a sequence number above this one, then new ones:
+        /// resume where a previous run stopped.
+        case after(sequence: UInt64)
+    }
+}

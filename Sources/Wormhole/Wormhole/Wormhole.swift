@@ -1,0 +1,257 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// Messages between processes through a shared directory: the app and its extensions,
+/// a daemon and its helpers.
+///
+/// A message is persisted under an identifier, then a payload-free notification wakes
+/// every listener, in this process and in others, which reads it from the store.
+///
+/// ```swift
+/// struct Note: Codable, Sendable { var text: String }
+///
+/// let wormhole = try Wormhole(applicationGroupIdentifier: "group.com.example.notes",
+///                             optionalDirectory: "wormhole")
+/// let token = try wormhole.listenForMessage(withIdentifier: "note", as: Note.self) { note in
+///     print(note.text)
+/// }
+/// try wormhole.passMessage(Note(text: "hi"), identifier: "note")
+/// token.cancel()
+/// ```
+///
+/// Every listener receives every message passed while it listens, exactly once, in the
+/// one order per identifier that all listeners agree on. `Data` and `String` messages
+/// travel as their bytes; other types as JSON. Dropping the last reference to a wormhole
+/// cancels its listeners.
+public final class Wormhole: Sendable {
+    /// Where messages are stored and how listeners are woken.
+    public let transiting: any WormholeTransiting
+
+    /// The shared directory, when the back end is ``FileTransiting``.
+    public var directory: String? { (transiting as? FileTransiting)?.directory }
+
+    private struct Registration {
+        let identifier: String
+        let cancel: @Sendable () -> Void
+    }
+
+    private let registrations = Mutex<[UInt64: Registration]>([:])
+    private let nextRegistration = Atomic<UInt64>(1)
+
+    /// A wormhole in an application group's container, as MMWormhole's
+    /// `initWithApplicationGroupIdentifier:optionalDirectory:`.
+    ///
+    /// The container is found as ``WormholeContainer`` describes
+    /// (`$XDG_RUNTIME_DIR/app-groups/<group>` by default).
+    ///
+    /// - Parameters:
+    ///   - applicationGroupIdentifier: The group every cooperating process names.
+    ///   - optionalDirectory: A sub-directory of the container for this wormhole's files.
+    ///   - configuration: Retention and size limits.
+    /// - Throws: ``WormholeError`` when the group or directory name is invalid or the
+    ///   container is unsafe or cannot be created.
+    public convenience init(
+        applicationGroupIdentifier: String,
+        optionalDirectory: String? = nil,
+        configuration: Configuration = Configuration()
+    ) throws(WormholeError) {
+        var path = try WormholeContainer.directory(forApplicationGroupIdentifier: applicationGroupIdentifier)
+        if let optionalDirectory, !optionalDirectory.isEmpty {
+            try Identifier.validate(optionalDirectory, kind: "optional directory")
+            path += "/" + optionalDirectory
+        }
+        try self.init(directory: path, configuration: configuration)
+    }
+
+    /// A wormhole in `directory`, created (0700) when it is missing.
+    public convenience init(directory: String, configuration: Configuration = Configuration()) throws(WormholeError) {
+        self.init(transiting: try FileTransiting(directory: directory, configuration: configuration))
+    }
+
+    /// A wormhole over any back end.
+    public init(transiting: any WormholeTransiting) {
+        self.transiting = transiting
+    }
+
+    deinit {
+        for registration in registrations.withLock({ $0.values }) { registration.cancel() }
+    }
+
+    // MARK: - Passing and reading
+
+    /// Persists `message` under `identifier` and wakes every listener of it.
+    ///
+    /// `Data` is stored as its bytes, `String` as UTF-8 text, anything else as JSON.
+    /// When this returns, the message is in the store: a process that reads later gets
+    /// it, and every current listener will receive it.
+    ///
+    /// - Returns: The message's sequence number in the identifier's order.
+    /// - Throws: ``WormholeError`` with ``WormholeError/Code/invalidIdentifier``,
+    ///   ``WormholeError/Code/messageTooLarge``, ``WormholeError/Code/encodingFailed``
+    ///   or a system error (a full disk, for one); nothing is stored then.
+    @discardableResult
+    public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) throws(WormholeError) -> UInt64 {
+        try Identifier.validate(identifier)
+        let (kind, payload) = try MessageCoding.encode(message, identifier: identifier)
+        return try transiting.append(payload, kind: kind, identifier: identifier).sequence
+    }
+
+    /// The latest message passed under `identifier`, or `nil` when there is none (or it
+    /// was cleared).
+    ///
+    /// - Throws: ``WormholeError/Code/decodingFailed`` when it is not a `Message`, or
+    ///   ``WormholeError/Code/corruptRecord`` when it cannot be read.
+    public func message<Message: Decodable>(withIdentifier identifier: String, as type: Message.Type = Message.self) throws(WormholeError) -> Message? {
+        try record(withIdentifier: identifier)?.decode(as: type)
+    }
+
+    /// The latest record of `identifier`, with its sequence number, date and sender.
+    public func record(withIdentifier identifier: String) throws(WormholeError) -> WormholeRecord? {
+        try Identifier.validate(identifier)
+        return try transiting.latestRecord(identifier: identifier)
+    }
+
+    /// Removes the messages of `identifier`: ``message(withIdentifier:as:)`` returns
+    /// `nil` after this, and listeners that start from history see nothing older.
+    /// Listeners do not hear of it; sequence numbers go on.
+    public func clearMessageContents(forIdentifier identifier: String) throws(WormholeError) {
+        try Identifier.validate(identifier)
+        try transiting.clearMessageContents(identifier: identifier)
+    }
+
+    /// Clears every identifier. Files in the directory that are not message logs are
+    /// left alone.
+    public func clearAllMessageContents() throws(WormholeError) {
+        try transiting.clearAllMessageContents()
+    }
+
+    /// What is retained per identifier: count, bytes, last update.
+    public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
+        try transiting.summaries()
+    }
+
+    // MARK: - Listening
+
+    /// Calls `listener` with every message passed under `identifier` from now on (or
+    /// from `start`), until the returned token is cancelled.
+    ///
+    /// Each message is delivered once, in the identifier's order; calls never overlap.
+    /// Several listeners may listen to one identifier; a listener also receives the
+    /// messages its own process passes.
+    ///
+    /// ```swift
+    /// let token = try wormhole.listenForMessage(withIdentifier: "note", as: Note.self, queue: .main) { note in
+    ///     label.text = note.text
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - identifier: The identifier to listen to.
+    ///   - type: What to decode each message as (`Data` and `String` take the bytes).
+    ///   - start: ``StartingPoint/now`` (default), ``StartingPoint/latest``,
+    ///     ``StartingPoint/history`` or ``StartingPoint/after(sequence:)``.
+    ///   - queue: Where `listener` runs; a private serial queue when `nil`.
+    ///   - onError: Called (on the same queue) with a message that could not be read or
+    ///     decoded; listening goes on with the next. When `nil`, such errors are logged.
+    ///   - listener: Receives each message.
+    /// - Returns: A token; ``ListenerToken/cancel()`` stops this listener alone.
+    @discardableResult
+    public func listenForMessage<Message: Decodable & Sendable>(
+        withIdentifier identifier: String,
+        as type: Message.Type = Message.self,
+        startingFrom start: StartingPoint = .now,
+        queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
+        listener: @escaping @Sendable (Message) -> Void
+    ) throws(WormholeError) -> ListenerToken {
+        let report = onError ?? Self.logError
+        return try listenForRecords(withIdentifier: identifier, startingFrom: start, queue: queue, onError: report) { record in
+            do throws(WormholeError) {
+                listener(try record.decode(as: Message.self))
+            } catch {
+                report(error)
+            }
+        }
+    }
+
+    /// Calls `listener` with every record passed under `identifier`: the message's
+    /// bytes with its sequence number, date and sending process.
+    @discardableResult
+    public func listenForRecords(
+        withIdentifier identifier: String,
+        startingFrom start: StartingPoint = .now,
+        queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
+        listener: @escaping @Sendable (WormholeRecord) -> Void
+    ) throws(WormholeError) -> ListenerToken {
+        try Identifier.validate(identifier)
+        let id = nextRegistration.add(1, ordering: .relaxed).oldValue
+        let token = try ListenerToken(
+            transiting: transiting, identifier: identifier, start: start, queue: queue,
+            onError: onError ?? Self.logError, listener: listener,
+            onCancel: { [weak self] in self?.unregister(id) })
+        register(id, identifier) { [weak token] in token?.cancel() }
+        if token.isCancelled { unregister(id) }
+        return token
+    }
+
+    /// Stops every listener and message sequence of this wormhole for `identifier`, as
+    /// MMWormhole's `stopListeningForMessageWithIdentifier:`. Other wormholes and other
+    /// processes go on listening.
+    public func stopListeningForMessage(withIdentifier identifier: String) {
+        let matching = registrations.withLock { registrations in
+            registrations.values.filter { $0.identifier == identifier }
+        }
+        for registration in matching { registration.cancel() }
+    }
+
+    /// The messages passed under `identifier`, as an asynchronous sequence.
+    ///
+    /// Listening starts when iteration starts and stops when the loop ends or the task
+    /// is cancelled. A message that cannot be decoded is reported to `onError` (logged
+    /// when `nil`) and skipped.
+    ///
+    /// ```swift
+    /// for try await note in wormhole.messages(withIdentifier: "note", as: Note.self) {
+    ///     print(note.text)
+    /// }
+    /// ```
+    public func messages<Message: Decodable & Sendable>(
+        withIdentifier identifier: String,
+        as type: Message.Type = Message.self,
+        startingFrom start: StartingPoint = .now,
+        onError: (@Sendable (WormholeError) -> Void)? = nil
+    ) -> WormholeMessages<Message> {
+        WormholeMessages(wormhole: self, identifier: identifier, start: start, onError: onError ?? Self.logError) { record throws(WormholeError) in
+            try record.decode(as: Message.self)
+        }
+    }
+
+    /// The records passed under `identifier`, as an asynchronous sequence.
+    public func records(
+        withIdentifier identifier: String,
+        startingFrom start: StartingPoint = .now,
+        onError: (@Sendable (WormholeError) -> Void)? = nil
+    ) -> WormholeMessages<WormholeRecord> {
+        WormholeMessages(wormhole: self, identifier: identifier, start: start, onError: onError ?? Self.logError) { $0 }
+    }
+
+    // MARK: - Registry
+
+    func register(_ id: UInt64, _ identifier: String, cancel: @escaping @Sendable () -> Void) {
+        registrations.withLock { $0[id] = Registration(identifier: identifier, cancel: cancel) }
+    }
+
+    func unregister(_ id: UInt64) {
+        _ = registrations.withLock { $0.removeValue(forKey: id) }
+    }
+
+    func makeRegistrationID() -> UInt64 {
+        nextRegistration.add(1, ordering: .relaxed).oldValue
+    }
+
+    static let logError: @Sendable (WormholeError) -> Void = { error in
+        Logger(label: "Wormhole").error("\(error)")
+    }
+}

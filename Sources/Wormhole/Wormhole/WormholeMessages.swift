@@ -1,0 +1,113 @@
+import Synchronization
+
+/// The messages of one identifier as an asynchronous sequence; see
+/// ``Wormhole/messages(withIdentifier:as:startingFrom:onError:)``.
+///
+/// The store is the buffer: the iterator reads from the log when it is asked for the
+/// next element, so a slow consumer holds no messages in memory and loses none.
+public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
+    public typealias Element = Message
+    public typealias Failure = WormholeError
+
+    let wormhole: Wormhole
+    let identifier: String
+    let start: Wormhole.StartingPoint
+    let onError: @Sendable (WormholeError) -> Void
+    let transform: @Sendable (WormholeRecord) throws(WormholeError) -> Message
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(sequence: self)
+    }
+
+    /// Iterates the messages; not Sendable: one task consumes it.
+    public struct Iterator: AsyncIteratorProtocol {
+        private let sequence: WormholeMessages
+        private var source: Source?
+
+        init(sequence: WormholeMessages) {
+            self.sequence = sequence
+        }
+
+        public mutating func next() async throws(WormholeError) -> Message? {
+            if source == nil {
+                source = try Source(sequence)
+            }
+            guard let source else { return nil }
+            while true {
+                if Task.isCancelled {
+                    source.close()
+                    return nil
+                }
+                if let item = try source.nextBuffered() {
+                    switch item {
+                    case .success(let record):
+                        do throws(WormholeError) {
+                            return try sequence.transform(record)
+                        } catch {
+                            sequence.onError(error)
+                        }
+                    case .failure(let error):
+                        sequence.onError(error)
+                    }
+                    continue
+                }
+                guard try await source.signal.wait() else {
+                    source.close()
+                    return nil
+                }
+            }
+        }
+    }
+
+    /// The watch, the reader and the registration of one iteration; released when the
+    /// iterator is dropped or the iteration ends.
+    final class Source {
+        let signal = WakeSignal()
+        private let wormhole: Wormhole
+        private let registration: UInt64
+        private var observation: (any WormholeTransitingObservation)?
+        private var reader: (any WormholeTransitingReader)?
+        private var buffer: [Result<WormholeRecord, WormholeError>] = []
+        private var index = 0
+
+        init(_ sequence: WormholeMessages) throws(WormholeError) {
+            try Identifier.validate(sequence.identifier)
+            wormhole = sequence.wormhole
+            registration = wormhole.makeRegistrationID()
+            let signal = self.signal
+            observation = try wormhole.transiting.observe(identifier: sequence.identifier) { event in
+                switch event {
+                case .wake: signal.signal()
+                case .failed(let error): signal.finish(throwing: error)
+                }
+            }
+            do throws(WormholeError) {
+                reader = try wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start)
+            } catch {
+                observation?.cancel()
+                throw error
+            }
+            wormhole.register(registration, sequence.identifier) { signal.finish() }
+        }
+
+        func nextBuffered() throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {
+            if index >= buffer.count {
+                buffer = try reader?.read(maximumCount: 256) ?? []
+                index = 0
+            }
+            guard index < buffer.count else { return nil }
+            defer { index += 1 }
+            return buffer[index]
+        }
+
+        func close() {
+            observation?.cancel()
+            observation = nil
+            reader?.close()
+            reader = nil
+            wormhole.unregister(registration)
+        }
+
+        deinit { close() }
+    }
+}

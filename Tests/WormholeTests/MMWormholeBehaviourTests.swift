@@ -1,0 +1,113 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// The behaviours MMWormhole's own test suite checks, on the Swift API.
+@Suite("MMWormhole behaviours")
+struct MMWormholeBehaviourTests {
+    @Test func passThenReadBack() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try wormhole.passMessage(Note(text: "hello"), identifier: "note")
+        #expect(try wormhole.message(withIdentifier: "note", as: Note.self) == Note(text: "hello"))
+    }
+
+    @Test func readReturnsTheLatestMessage() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for index in 1...5 { try wormhole.passMessage("message \(index)", identifier: "text") }
+        #expect(try wormhole.message(withIdentifier: "text", as: String.self) == "message 5")
+        #expect(try wormhole.message(withIdentifier: "never-passed", as: String.self) == nil)
+    }
+
+    @Test func readAfterClearIsNil() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try wormhole.passMessage("x", identifier: "a")
+        try wormhole.clearMessageContents(forIdentifier: "a")
+        #expect(try wormhole.message(withIdentifier: "a", as: String.self) == nil)
+        try wormhole.passMessage("y", identifier: "a")
+        #expect(try wormhole.message(withIdentifier: "a", as: String.self) == "y")
+    }
+
+    @Test func clearAllEmptiesEveryIdentifier() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for identifier in ["a", "b", "c"] { try wormhole.passMessage(identifier, identifier: identifier) }
+        try wormhole.clearAllMessageContents()
+        for identifier in ["a", "b", "c"] {
+            #expect(try wormhole.message(withIdentifier: identifier, as: String.self) == nil)
+        }
+    }
+
+    @Test func messageFileIsNamedAfterTheIdentifier() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try wormhole.passMessage("x", identifier: "com.example.state")
+        #expect(FileManager.default.fileExists(atPath: directory.file("com.example.state.wormhole")))
+    }
+
+    @Test func rawBytesAndTextPassUnchanged() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let bytes = Data((0...255).map { UInt8($0) })
+        try wormhole.passMessage(bytes, identifier: "bytes")
+        try wormhole.passMessage("héllo\n", identifier: "text")
+        #expect(try wormhole.message(withIdentifier: "bytes", as: Data.self) == bytes)
+        #expect(try wormhole.message(withIdentifier: "text", as: String.self) == "héllo\n")
+        #expect(try wormhole.record(withIdentifier: "text")?.payload == Data("héllo\n".utf8))
+        #expect(try wormhole.record(withIdentifier: "text")?.kind == .text)
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func listenerFiresExactlyOncePerPass() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<String>()
+        let token = try wormhole.listenForMessage(withIdentifier: "note", as: String.self) { received.append($0) }
+        for index in 1...3 { try wormhole.passMessage("m\(index)", identifier: "note") }
+        await received.wait(for: 3)
+        await settle()
+        #expect(received.all == ["m1", "m2", "m3"])
+        token.cancel()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func listenerOnAnotherIdentifierOrInstanceDoesNotFire() async throws {
+        let directory = TemporaryDirectory()
+        let other = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let elsewhere = try Wormhole(directory: other.path)
+        let wrongIdentifier = Collector<String>()
+        let wrongInstance = Collector<String>()
+        let right = Collector<String>()
+        let a = try wormhole.listenForMessage(withIdentifier: "other", as: String.self) { wrongIdentifier.append($0) }
+        let b = try elsewhere.listenForMessage(withIdentifier: "note", as: String.self) { wrongInstance.append($0) }
+        let c = try wormhole.listenForMessage(withIdentifier: "note", as: String.self) { right.append($0) }
+        try wormhole.passMessage("x", identifier: "note")
+        await right.wait(for: 1)
+        await settle()
+        #expect(right.all == ["x"])
+        #expect(wrongIdentifier.all.isEmpty)
+        #expect(wrongInstance.all.isEmpty)
+        for token in [a, b, c] { token.cancel() }
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func nothingFiresAfterCancelOrStop() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let cancelled = Collector<String>()
+        let stopped = Collector<String>()
+        let token = try wormhole.listenForMessage(withIdentifier: "a", as: String.self) { cancelled.append($0) }
+        try wormhole.listenForMessage(withIdentifier: "b", as: String.self) { stopped.append($0) }
+        token.cancel()
+        wormhole.stopListeningForMessage(withIdentifier: "b")
+        try wormhole.passMessage("x", identifier: "a")
+        try wormhole.passMessage("y", identifier: "b")
+        await settle(300)
+        #expect(cancelled.all.isEmpty)
+        #expect(stopped.all.isEmpty)
+        #expect(token.isCancelled)
+    }
+}
