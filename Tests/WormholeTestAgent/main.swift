@@ -1,1 +1,134 @@
-print("agent")
+// A small program the integration tests start as a real, separate process.
+//
+//   WormholeTestAgent write  DIR ID COUNT TAG [SIZE]   pass COUNT messages "TAG:i:<padding>"
+//   WormholeTestAgent spray  DIR COUNT ID...           pass COUNT messages round-robin over IDs
+//   WormholeTestAgent flood  DIR ID TAG                pass messages until killed
+//   WormholeTestAgent listen DIR ID COUNT OUT [START]  record COUNT messages to OUT, one
+//                                                      "sequence payload" line each; OUT.ready
+//                                                      appears once listening has started
+//   WormholeTestAgent observe DIR NAME COUNT OUT       count COUNT posts of NAME
+//   WormholeTestAgent cycles DIR N                     N listen/cancel cycles; prints
+//                                                      "descriptors threads" before and after
+import Foundation
+import Wormhole
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("agent: \(message)\n".utf8))
+    exit(1)
+}
+
+/// A payload that says how long it is, so a torn one is detectable: "TAG:i:LEN:xxxx…".
+func payload(tag: String, index: Int, size: Int) -> String {
+    let head = "\(tag):\(index):"
+    let fill = max(0, size - head.utf8.count - 8)
+    return head + String(format: "%07d:", fill) + String(repeating: "x", count: fill)
+}
+
+let arguments = CommandLine.arguments.dropFirst().map { $0 }
+guard let command = arguments.first else { fail("no command") }
+func argument(_ index: Int) -> String {
+    guard index < arguments.count else { fail("missing argument \(index) for \(command)") }
+    return arguments[index]
+}
+
+do {
+    switch command {
+    case "write":
+        let wormhole = try Wormhole(directory: argument(1))
+        let identifier = argument(2)
+        let count = Int(argument(3)) ?? 0
+        let tag = argument(4)
+        let size = arguments.count > 5 ? Int(argument(5)) ?? 0 : 0
+        for index in 1...max(count, 1) where count > 0 {
+            try wormhole.passMessage(payload(tag: tag, index: index, size: size), identifier: identifier)
+        }
+
+    case "spray":
+        let wormhole = try Wormhole(directory: argument(1))
+        let count = Int(argument(2)) ?? 0
+        let identifiers = Array(arguments.dropFirst(3))
+        for index in 0..<count {
+            try wormhole.passMessage("m\(index)", identifier: identifiers[index % identifiers.count])
+        }
+
+    case "flood":
+        let wormhole = try Wormhole(directory: argument(1))
+        let identifier = argument(2)
+        let tag = argument(3)
+        var index = 1
+        while true {
+            // Sizes vary so that records straddle pages and the kill lands anywhere.
+            try wormhole.passMessage(payload(tag: tag, index: index, size: 40 + (index * 7919) % 9000), identifier: identifier)
+            if index == 1 { _ = FileManager.default.createFile(atPath: argument(4), contents: nil) }
+            index += 1
+        }
+
+    case "listen":
+        let wormhole = try Wormhole(directory: argument(1))
+        let identifier = argument(2)
+        let count = Int(argument(3)) ?? 0
+        let output = argument(4)
+        let start: Wormhole.StartingPoint = arguments.count > 5 && argument(5) == "history" ? .history : .now
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var lines: [String] = []
+        lines.reserveCapacity(count)
+        let token = try wormhole.listenForRecords(withIdentifier: identifier, startingFrom: start, onError: { error in
+            FileHandle.standardError.write(Data("agent: \(error)\n".utf8))
+            lines.append("error \(error.code)")
+        }) { record in
+            lines.append("\(record.sequence) \(String(decoding: record.payload, as: UTF8.self))")
+            if lines.count == count { done.signal() }
+        }
+        _ = FileManager.default.createFile(atPath: output + ".ready", contents: nil)
+        done.wait()
+        token.cancel()
+        try lines.joined(separator: "\n").appending("\n").write(toFile: output, atomically: true, encoding: .utf8)
+
+    case "observe":
+        let center = try DarwinNotificationCenter(directory: argument(1))
+        let count = Int(argument(3)) ?? 0
+        let output = argument(4)
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var seen = 0
+        let observation = try center.addObserver(forName: argument(2)) { _ in
+            seen += 1
+            if seen == count { done.signal() }
+        }
+        _ = FileManager.default.createFile(atPath: output + ".ready", contents: nil)
+        done.wait()
+        observation.cancel()
+        try "\(seen)\n".write(toFile: output, atomically: true, encoding: .utf8)
+
+    case "cycles":
+        let wormhole = try Wormhole(directory: argument(1))
+        let cycles = Int(argument(2)) ?? 0
+        func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1 }
+        func threads() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1 }
+        func cycle(_ index: Int) throws {
+            let received = DispatchSemaphore(value: 0)
+            let token = try wormhole.listenForMessage(withIdentifier: "cycle", as: String.self) { _ in received.signal() }
+            if index % 10 == 0 {
+                try wormhole.passMessage("m\(index)", identifier: "cycle")
+                received.wait()
+            }
+            token.cancel()
+        }
+        // Warm up: let Foundation and Dispatch create what they keep for the process.
+        for index in 0..<20 { try cycle(index) }
+        Thread.sleep(forTimeInterval: 0.5)
+        let before = (descriptors(), threads())
+        for index in 0..<cycles { try cycle(index) }
+        var after = (descriptors(), threads())
+        let deadline = Date().addingTimeInterval(5)
+        while (after.0 > before.0 || after.1 > before.1) && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+            after = (descriptors(), threads())
+        }
+        print("\(before.0) \(before.1) \(after.0) \(after.1)")
+
+    default:
+        fail("unknown command \(command)")
+    }
+} catch {
+    fail("\(error)")
+}

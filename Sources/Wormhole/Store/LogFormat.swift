@@ -50,13 +50,14 @@ enum LogFormat {
             return bytes
         }
 
-        /// Reads a header; `nil` when fewer than 128 bytes exist yet (a log being created).
+        /// Reads a header; `nil` when the file is empty (a log being created).
         static func decode(_ bytes: UnsafeRawBufferPointer, path: String) throws(WormholeError) -> Header? {
-            guard bytes.count >= LogFormat.headerSize else { return nil }
-            guard bytes.prefix(8).elementsEqual(LogFormat.magic) else {
-                if bytes.prefix(8).allSatisfy({ $0 == 0 }) { return nil }
+            // An empty file is a log being created: its creator writes the whole header
+            // in one call under the lock. Anything else must be a whole, valid header.
+            if bytes.isEmpty { return nil }
+            guard bytes.count >= LogFormat.headerSize, bytes.prefix(8).elementsEqual(LogFormat.magic) else {
                 throw WormholeError(.unsupportedFormat,
-                    "'\(path)' is not a Wormhole message log (it does not start with 'WORMHOLE'); move it out of the container or clear the identifier",
+                    "'\(path)' is not a Wormhole message log (it does not start with 'WORMHOLE'); move it out of the container or delete it",
                     path: path)
             }
             let version: UInt32 = get(bytes, 8)

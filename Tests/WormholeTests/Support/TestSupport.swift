@@ -45,3 +45,76 @@ func settle(_ milliseconds: Int = 200) async {
 struct Note: Codable, Sendable, Equatable {
     var text: String
 }
+
+/// The test agent: a separate program the integration tests run as real processes.
+enum Agent {
+    /// The agent executable, built next to the test bundle.
+    static let path: String = {
+        var candidates: [URL] = []
+        if let executable = Bundle.main.executableURL { candidates.append(executable.deletingLastPathComponent()) }
+        candidates.append(URL(fileURLWithPath: Bundle.main.bundlePath).deletingLastPathComponent())
+        candidates.append(URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
+        for directory in candidates {
+            var url = directory
+            for _ in 0..<3 {
+                let agent = url.appendingPathComponent("WormholeTestAgent").path
+                if FileManager.default.isExecutableFile(atPath: agent) { return agent }
+                url = url.deletingLastPathComponent()
+            }
+        }
+        return "WormholeTestAgent"
+    }()
+
+    /// Starts the agent with `arguments`; its standard output goes to `output` if given.
+    static func start(_ arguments: [String], output: FileHandle? = nil) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        if let output { process.standardOutput = output }
+        try process.run()
+        return process
+    }
+
+    /// Runs the agent to completion; returns its exit status and standard output.
+    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let pipe = Pipe()
+        let process = try start(arguments, output: pipe.fileHandleForWriting)
+        try? pipe.fileHandleForWriting.close()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// Waits until `path` exists, or `seconds` passed.
+@discardableResult
+func waitForFile(_ path: String, seconds: Double = 30) async -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while !FileManager.default.fileExists(atPath: path) {
+        if Date() > deadline { return false }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return true
+}
+
+/// Waits until `process` exits, or `seconds` passed (then kills it).
+func waitForExit(_ process: Process, seconds: Double = 120) async -> Int32? {
+    let deadline = Date().addingTimeInterval(seconds)
+    while process.isRunning {
+        if Date() > deadline {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            return nil
+        }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return process.terminationStatus
+}
+
+/// The lines "sequence payload" a listening agent wrote.
+func listenerLines(_ path: String) throws -> [(sequence: UInt64, payload: String)] {
+    try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { line in
+        let space = line.firstIndex(of: " ") ?? line.endIndex
+        return (UInt64(line[..<space]) ?? 0, String(line[line.index(after: space)...]))
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Real processes, one directory, real inotify.
+@Suite("Several processes")
+struct MultiProcessTests {
+    @Test("4 writers x 10,000 messages, 2 listeners: each gets all 40,000 once, in one agreed order",
+          .timeLimit(.minutes(5)))
+    func burstFromSeveralWritersReachesEveryListenerOnceInOneOrder() async throws {
+        let directory = TemporaryDirectory()
+        let writers = 4, perWriter = 10_000, total = writers * perWriter
+        var listeners: [(Process, String)] = []
+        for index in 0..<2 {
+            let output = directory.file("listener\(index).txt")
+            listeners.append((try Agent.start(["listen", directory.path, "burst", "\(total)", output]), output))
+            #expect(await waitForFile(output + ".ready"))
+        }
+        let started = Date()
+        let writerProcesses = try (0..<writers).map { try Agent.start(["write", directory.path, "burst", "\(perWriter)", "w\($0)"]) }
+        for process in writerProcesses { #expect(await waitForExit(process) == 0) }
+        let written = Date().timeIntervalSince(started)
+        var orders: [[String]] = []
+        for (process, output) in listeners {
+            #expect(await waitForExit(process) == 0)
+            let lines = try listenerLines(output)
+            #expect(lines.count == total)
+            #expect(lines.map(\.sequence) == Array(1...UInt64(total)))
+            #expect(Set(lines.map(\.payload)).count == total, "every message exactly once")
+            for writer in 0..<writers {
+                let indices = lines.compactMap { line -> Int? in
+                    let parts = line.payload.split(separator: ":")
+                    return parts.first == "w\(writer)" ? Int(parts[1]) : nil
+                }
+                #expect(indices == Array(1...perWriter), "writer \(writer)'s messages in its own order")
+            }
+            orders.append(lines.map(\.payload))
+        }
+        #expect(orders.count == 2 && orders[0] == orders[1], "both listeners saw the same order")
+        let received = Date().timeIntervalSince(started)
+        print("burst: \(total) messages from \(writers) writer processes to 2 listener processes; written in \(String(format: "%.2f", written)) s, all received in \(String(format: "%.2f", received)) s; lost = \(total * 2 - orders.map(\.count).reduce(0, +))")
+    }
+
+    @Test("a writer killed with SIGKILL at random instants never leaves a partial message visible",
+          .timeLimit(.minutes(5)))
+    func killedWritersNeverExposeTornMessages() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 50     // compaction happens often, and is killed too
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let received = Collector<WormholeRecord>()
+        let errors = Collector<WormholeError>()
+        let token = try wormhole.listenForRecords(withIdentifier: "flood", onError: { errors.append($0) }) { received.append($0) }
+        let cycles = 120
+        for cycle in 0..<cycles {
+            let started = directory.file("started-\(cycle)")
+            let writer = try Agent.start(["flood", directory.path, "flood", "k\(cycle)", started])
+            await waitForFile(started, seconds: 10)
+            try await Task.sleep(for: .microseconds(Int.random(in: 0...20_000)))
+            kill(writer.processIdentifier, SIGKILL)
+            writer.waitUntilExit()
+        }
+        let last = try wormhole.passMessage("after the kills", identifier: "flood")
+        let records = await received.wait(for: Int(last), seconds: 60)
+        token.cancel()
+        #expect(errors.all.isEmpty, "no corrupt record was ever read: \(errors.all.prefix(3))")
+        #expect(records.map(\.sequence) == Array(1...last), "sequences without gaps or repeats")
+        for record in records.dropLast() {
+            let text = String(decoding: record.payload, as: UTF8.self)
+            let parts = text.split(separator: ":", maxSplits: 3, omittingEmptySubsequences: false)
+            let fill = parts.count == 4 ? Int(parts[2]) : nil
+            #expect(fill != nil && parts[3].utf8.count == fill, "message \(record.sequence) is whole")
+        }
+        // The store stays readable from start to end, and leftovers stay bounded.
+        let history = try FileTransiting(directory: directory.path, configuration: configuration)
+            .makeReader(identifier: "flood", startingFrom: .history).read(maximumCount: 10_000)
+        #expect(history.allSatisfy { (try? $0.get()) != nil })
+        #expect(try wormhole.message(withIdentifier: "flood", as: String.self) == "after the kills")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".compacting") }
+        #expect(leftovers.count <= 1)
+        print("kills: \(cycles) writers killed; \(last) messages committed and received, 0 torn, 0 lost")
+    }
+
+    @Test("1,000 listen/cancel cycles leave descriptors and threads where they started",
+          .timeLimit(.minutes(2)))
+    func listenCancelCyclesLeakNothing() throws {
+        let directory = TemporaryDirectory()
+        let (status, output) = try Agent.run(["cycles", directory.path, "1000"])
+        #expect(status == 0)
+        let numbers = output.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+        try #require(numbers.count == 4)
+        #expect(numbers[2] == numbers[0], "descriptors before \(numbers[0]), after \(numbers[2])")
+        #expect(numbers[3] <= numbers[1], "threads before \(numbers[1]), after \(numbers[3])")
+        print("cycles: 1000 listen/cancel cycles; descriptors \(numbers[0]) -> \(numbers[2]), threads \(numbers[1]) -> \(numbers[3])")
+    }
+
+    @Test("a stopped listener process gets every message after inotify's queue overflowed",
+          .timeLimit(.minutes(3)))
+    func stalledListenerReceivesEverythingAfterOverflow() async throws {
+        let directory = TemporaryDirectory()
+        let limit = Int((try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines) ?? "16384") ?? 16384
+        // Posts alternate between two names, so the kernel cannot merge them: twice the
+        // queue's length overflows it for certain.
+        let perIdentifier = limit + 1000
+        let output = directory.file("stalled.txt")
+        let listener = try Agent.start(["listen", directory.path, "a", "\(perIdentifier)", output])
+        #expect(await waitForFile(output + ".ready"))
+        kill(listener.processIdentifier, SIGSTOP)
+        let (status, _) = try Agent.run(["spray", directory.path, "\(2 * perIdentifier)", "a", "b"])
+        #expect(status == 0)
+        kill(listener.processIdentifier, SIGCONT)
+        #expect(await waitForExit(listener, seconds: 120) == 0)
+        let lines = try listenerLines(output)
+        #expect(lines.count == perIdentifier)
+        #expect(lines.map(\.sequence) == Array(1...UInt64(perIdentifier)))
+        #expect(lines.first?.payload == "m0" && lines.last?.payload == "m\(2 * perIdentifier - 2)")
+        print("overflow: listener stopped while \(2 * perIdentifier) posts (queue limit \(limit)) arrived; received \(lines.count) of \(perIdentifier)")
+    }
+
+    @Test("posts from another process reach an observer", .timeLimit(.minutes(1)))
+    func postsCrossProcesses() async throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        let output = directory.file("observed.txt")
+        let observer = try Agent.start(["observe", directory.path, "ping", "1", output])
+        #expect(await waitForFile(output + ".ready"))
+        try center.post("ping")
+        #expect(await waitForExit(observer, seconds: 30) == 0)
+        #expect(try String(contentsOfFile: output, encoding: .utf8) == "1\n")
+    }
+}
