@@ -6,12 +6,19 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Wormhole", targets: ["Wormhole"]),
+        // The command-line tool: `wormhole send`, `wormhole listen`, ...
+        .executable(name: "wormhole", targets: ["WormholeCLI"]),
+        // Examples: a chat between processes; a containing app and its widget.
+        .executable(name: "wormhole-chat", targets: ["wormhole-chat"]),
+        .executable(name: "today-widget", targets: ["today-widget"]),
     ],
     dependencies: [
         // Errno and FileDescriptor: typed system errors and EINTR-safe descriptor calls.
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         // Diagnostics for listeners that have no error handler of their own.
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        // Commands, options, help, usage errors and shell completion for the CLI and examples.
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         .target(
@@ -36,6 +43,36 @@ let package = Package(
         .testTarget(
             name: "WormholeTests",
             dependencies: ["Wormhole", "CInotifyTools", "WormholeTestAgent"]
+        ),
+        // The `wormhole` command-line tool: a thin user of the library.
+        .executableTarget(
+            name: "WormholeCLI",
+            dependencies: [
+                "Wormhole",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Sources/WormholeCLI"
+        ),
+        .executableTarget(
+            name: "wormhole-chat",
+            dependencies: [
+                "Wormhole",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Examples/Chat"
+        ),
+        .executableTarget(
+            name: "today-widget",
+            dependencies: [
+                "Wormhole",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Examples/TodayWidget"
+        ),
+        // Argument parsing of the CLI, and end-to-end runs of the built binaries.
+        .testTarget(
+            name: "WormholeCLITests",
+            dependencies: ["WormholeCLI", "Wormhole"]
         ),
     ],
     swiftLanguageModes: [.v6]

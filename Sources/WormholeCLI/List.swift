@@ -1,0 +1,53 @@
+import ArgumentParser
+import Foundation
+import Wormhole
+
+/// `wormhole list`: the identifiers in the container.
+struct List: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the identifiers that have messages: count, bytes and last update.",
+        discussion: """
+            Examples:
+              wormhole list
+              wormhole list --json
+            """)
+
+    @OptionGroup var container: ContainerOptions
+
+    @Flag(name: .long, help: "Print one JSON object per identifier and line.")
+    var json = false
+
+    func run() throws {
+        try Failures.reported {
+            let wormhole = try container.makeWormhole()
+            let summaries = try wormhole.summaries().sorted { $0.identifier < $1.identifier }
+            if json {
+                for summary in summaries { Output.line(Self.jsonObject(summary)) }
+            } else {
+                Output.write(.init(Self.table(summaries).utf8))
+            }
+        }
+    }
+
+    static func jsonObject(_ summary: WormholeIdentifierSummary) -> String {
+        let update = summary.lastUpdate.map { RecordFormat.quoted(RecordFormat.timestamp($0)) } ?? "null"
+        return "{\"identifier\":\(RecordFormat.quoted(summary.identifier)),\"messages\":\(summary.messageCount),"
+            + "\"bytes\":\(summary.byteCount),\"lastSequence\":\(summary.lastSequence),\"lastUpdate\":\(update)}"
+    }
+
+    /// Aligned columns with a header; only the header when there is nothing.
+    static func table(_ summaries: [WormholeIdentifierSummary]) -> String {
+        let header = ["IDENTIFIER", "MESSAGES", "BYTES", "LAST UPDATE"]
+        let rows = summaries.map { summary in
+            [summary.identifier, String(summary.messageCount), String(summary.byteCount),
+             summary.lastUpdate.map(RecordFormat.timestamp) ?? "-"]
+        }
+        let all = [header] + rows
+        let widths = (0..<header.count).map { column in all.map { $0[column].count }.max() ?? 0 }
+        return all.map { row in
+            row.enumerated().map { column, cell in
+                column == row.count - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }.joined(separator: "\n") + "\n"
+    }
+}

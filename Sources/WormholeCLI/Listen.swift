@@ -1,0 +1,134 @@
+import ArgumentParser
+import Foundation
+import Wormhole
+
+/// `wormhole listen <identifier>...`: prints messages as they arrive.
+struct Listen: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print each message passed under the identifiers, as it arrives.",
+        discussion: """
+            Each message is printed as it arrives and written out at once, so the output \
+            can feed a pipeline: the payload, then a newline unless it ends with one. \
+            Without --count or --timeout it listens until interrupted (Ctrl-C).
+
+            Exit status: 0 when --count messages arrived (or on a plain end); 2 when \
+            --timeout passed first (fewer than --count messages, or none at all).
+
+            Examples:
+              wormhole listen chat
+              wormhole listen --count 1 --timeout 10 reply
+              wormhole listen --history --json chat status
+              wormhole listen chat | grep --line-buffered error
+            """)
+
+    @OptionGroup var container: ContainerOptions
+
+    @Argument(help: "The identifiers to listen to.")
+    var identifiers: [String] = []
+
+    @Option(name: .shortAndLong, help: "Exit after this many messages (across all identifiers).")
+    var count: Int?
+
+    @Option(name: .shortAndLong, help: ArgumentHelp("Stop listening after this many seconds; exit 2 if the messages waited for did not all arrive.", valueName: "seconds"))
+    var timeout: Double?
+
+    @Flag(name: .long, help: "Start from the retained history: print the messages kept from before, oldest first, then new ones.")
+    var history = false
+
+    @Flag(name: .long, help: "Start with the latest message, when there is one, then new ones.")
+    var latest = false
+
+    @Flag(name: .long, help: "Print one JSON object per line: identifier, sequence, time, pid (of the sender), kind and payload.")
+    var json = false
+
+    @Flag(name: .long, help: "Prefix each line with the identifier and ': '.")
+    var prefix = false
+
+    @Flag(name: .long, help: "Write each payload exactly as it is, with no newline added (for one binary message with --count 1).")
+    var raw = false
+
+    @Flag(name: .shortAndLong, help: "Say on standard error where it listens, once it listens (scripts can wait for that line).")
+    var verbose = false
+
+    func validate() throws {
+        if identifiers.isEmpty {
+            throw ValidationError("Name at least one identifier to listen to, such as 'wormhole listen chat'.")
+        }
+        if let count, count < 1 {
+            throw ValidationError("--count must be at least 1, not \(count).")
+        }
+        try Self.validateTimeout(timeout)
+        if history && latest {
+            throw ValidationError("--history and --latest choose where to start; give only one of them.")
+        }
+        if [json, raw, prefix].filter({ $0 }).count > 1 {
+            throw ValidationError("--json, --raw and --prefix choose the output format; give only one of them.")
+        }
+    }
+
+    static func validateTimeout(_ timeout: Double?) throws {
+        if let timeout, !(timeout > 0 && timeout.isFinite && timeout < 1e9) {
+            throw ValidationError("--timeout must be a positive number of seconds, not \(timeout).")
+        }
+    }
+
+    var startingPoint: Wormhole.StartingPoint {
+        history ? .history : latest ? .latest : .now
+    }
+
+    var format: RecordFormat {
+        json ? .json : raw ? .raw : .lines(prefixIdentifier: prefix)
+    }
+
+    func run() async throws {
+        try await Failures.reported {
+            let wormhole = try container.makeWormhole()
+            let session = ListeningSession(limit: count)
+            let format = self.format
+            var tokens: [ListenerToken] = []
+            defer { tokens.forEach { $0.cancel() } }
+            for identifier in identifiers {
+                tokens.append(try wormhole.listenForRecords(
+                    withIdentifier: identifier,
+                    startingFrom: startingPoint,
+                    queue: session.queue,
+                    onError: { error in Output.error("skipped a message: \(error.description)") },
+                    listener: { record in
+                        session.admit { Output.write(format.render(record)) }
+                    }))
+            }
+            if verbose {
+                Output.error("listening to \(Self.names(identifiers)) in \(wormhole.directory ?? "the container")")
+            }
+            let outcome = await session.wait(timeout: timeout)
+            tokens.forEach { $0.cancel() }
+            session.queue.sync {}
+            switch outcome {
+            case .reachedCount:
+                return
+            case .timedOut:
+                let received = session.received
+                if received == 0 {
+                    throw CommandFailure("no message arrived within \(Self.seconds(timeout)) on \(Self.names(identifiers))",
+                                         exitCode: WormholeExitCode.noMessage)
+                }
+                if let count, received < count {
+                    throw CommandFailure("only \(received) of \(count) messages arrived within \(Self.seconds(timeout))",
+                                         exitCode: WormholeExitCode.noMessage)
+                }
+            case .interrupted(let signal):
+                ListeningSession.endBySignal(signal)
+            }
+        }
+    }
+
+    static func seconds(_ value: Double?) -> String {
+        guard let value else { return "" }
+        let text = value == value.rounded() ? String(Int(value)) : String(value)
+        return value == 1 ? "1 second" : "\(text) seconds"
+    }
+
+    static func names(_ identifiers: [String]) -> String {
+        identifiers.map { "'\($0)'" }.joined(separator: ", ")
+    }
+}

@@ -1,0 +1,100 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import Synchronization
+
+/// How long `listen` and `observe` go on: until a count of events, a deadline or a
+/// signal, whichever comes first.
+final class ListeningSession: Sendable {
+    enum Outcome: Sendable, Equatable {
+        /// `--count` events arrived.
+        case reachedCount
+        /// `--timeout` elapsed first.
+        case timedOut
+        /// SIGINT, SIGTERM or SIGHUP arrived.
+        case interrupted(Int32)
+    }
+
+    private struct State {
+        var received = 0
+        var outcome: Outcome?
+        var continuation: CheckedContinuation<Outcome, Never>?
+    }
+
+    /// The serial queue on which every event of the session is handled and printed.
+    let queue = DispatchQueue(label: "wormhole.session")
+    private let limit: Int?
+    private let state = Mutex(State())
+
+    init(limit: Int?) {
+        self.limit = limit
+    }
+
+    /// How many events were admitted.
+    var received: Int { state.withLock { $0.received } }
+
+    /// Handles one event unless the session has ended or reached its count: `handle`
+    /// runs, then the session ends if this was the last event wanted.
+    func admit(_ handle: () -> Void) {
+        let admitted = state.withLock { state -> Bool in
+            guard state.outcome == nil, limit.map({ state.received < $0 }) ?? true else { return false }
+            state.received += 1
+            return true
+        }
+        guard admitted else { return }
+        handle()
+        if let limit, received >= limit { finish(.reachedCount) }
+    }
+
+    /// Ends the session with `outcome`, unless it has already ended.
+    func finish(_ outcome: Outcome) {
+        let continuation = state.withLock { state -> CheckedContinuation<Outcome, Never>? in
+            guard state.outcome == nil else { return nil }
+            state.outcome = outcome
+            defer { state.continuation = nil }
+            return state.continuation
+        }
+        continuation?.resume(returning: outcome)
+    }
+
+    /// Waits until the session ends: the count is reached, `timeout` seconds pass, or a
+    /// termination signal arrives.
+    func wait(timeout: Double?) async -> Outcome {
+        let signalSources = installSignalHandlers()
+        defer { signalSources.forEach { $0.cancel() } }
+        if let timeout {
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [weak self] in
+                self?.finish(.timedOut)
+            }
+        }
+        return await withCheckedContinuation { continuation in
+            let finished = state.withLock { state -> Outcome? in
+                if let outcome = state.outcome { return outcome }
+                state.continuation = continuation
+                return nil
+            }
+            if let finished { continuation.resume(returning: finished) }
+        }
+    }
+
+    /// Ends the process by `signal` after the caller has released what it held, so that
+    /// the shell sees the usual "killed by SIGINT" and stops a loop around the command.
+    static func endBySignal(_ signal: Int32) -> Never {
+        Glibc.signal(signal, SIG_DFL)
+        raise(signal)
+        exit(128 + signal)
+    }
+
+    /// Turns SIGINT, SIGTERM and SIGHUP into the end of the session, so that listeners
+    /// are released before the process goes.
+    private func installSignalHandlers() -> [any DispatchSourceSignal] {
+        [SIGINT, SIGTERM, SIGHUP].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { [weak self] in self?.finish(.interrupted(number)) }
+            source.resume()
+            return source
+        }
+    }
+}

@@ -1,0 +1,92 @@
+import ArgumentParser
+import Foundation
+import Wormhole
+
+/// `wormhole observe <name>...`: prints each notification as it arrives.
+struct Observe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a line each time one of the names is posted.",
+        discussion: """
+            Prints the name (or, with --state, the name and its state value) each time it \
+            is posted. Notifications carry no payload and coalesce: several quick posts \
+            may print one line. Sending a message to an identifier posts its name too.
+
+            Exit status: 0 when --count notifications arrived (or on a plain end); 2 when \
+            --timeout passed first.
+
+            Examples:
+              wormhole observe refresh
+              wormhole observe --state --count 1 --timeout 30 battery
+            """)
+
+    @OptionGroup var container: ContainerOptions
+
+    @Argument(help: "The names to observe.")
+    var names: [String] = []
+
+    @Option(name: .shortAndLong, help: "Exit after this many notifications.")
+    var count: Int?
+
+    @Option(name: .shortAndLong, help: ArgumentHelp("Stop observing after this many seconds; exit 2 if the notifications waited for did not all arrive.", valueName: "seconds"))
+    var timeout: Double?
+
+    @Flag(name: .long, help: "Print the name's state value after the name.")
+    var state = false
+
+    @Flag(name: .shortAndLong, help: "Say on standard error where it observes, once it observes (scripts can wait for that line).")
+    var verbose = false
+
+    func validate() throws {
+        if names.isEmpty {
+            throw ValidationError("Name at least one notification to observe, such as 'wormhole observe refresh'.")
+        }
+        if let count, count < 1 {
+            throw ValidationError("--count must be at least 1, not \(count).")
+        }
+        try Listen.validateTimeout(timeout)
+    }
+
+    func run() async throws {
+        try await Failures.reported {
+            let center = try container.makeNotificationCenter()
+            let session = ListeningSession(limit: count)
+            let showState = state
+            var observations: [NotificationObservation] = []
+            defer { observations.forEach { $0.cancel() } }
+            for name in names {
+                observations.append(try center.addObserver(forName: name, queue: session.queue) { name in
+                    session.admit {
+                        if showState {
+                            let value = (try? center.state(forName: name)).map(String.init) ?? "?"
+                            Output.line("\(name) \(value)")
+                        } else {
+                            Output.line(name)
+                        }
+                    }
+                })
+            }
+            if verbose {
+                Output.error("observing \(Listen.names(names)) in \(center.directory)")
+            }
+            let outcome = await session.wait(timeout: timeout)
+            observations.forEach { $0.cancel() }
+            session.queue.sync {}
+            switch outcome {
+            case .reachedCount:
+                return
+            case .timedOut:
+                let received = session.received
+                if received == 0 {
+                    throw CommandFailure("no notification arrived within \(Listen.seconds(timeout)) for \(Listen.names(names))",
+                                         exitCode: WormholeExitCode.noMessage)
+                }
+                if let count, received < count {
+                    throw CommandFailure("only \(received) of \(count) notifications arrived within \(Listen.seconds(timeout))",
+                                         exitCode: WormholeExitCode.noMessage)
+                }
+            case .interrupted(let signal):
+                ListeningSession.endBySignal(signal)
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// Writes to standard output and standard error without buffering, so that each message
+/// reaches a pipeline the moment it is printed.
+enum Output {
+    /// Writes `data` to standard output at once. A reader that went away (a closed pipe)
+    /// ends the process, as it does for `cat`.
+    static func write(_ data: Data) {
+        do {
+            try FileHandle.standardOutput.write(contentsOf: data)
+        } catch {
+            exit(WormholeExitCode.failure.rawValue)
+        }
+    }
+
+    /// Writes `text` and a newline to standard output.
+    static func line(_ text: String) {
+        write(Data((text + "\n").utf8))
+    }
+
+    /// Writes `wormhole: <text>` as one line to standard error.
+    static func error(_ text: String) {
+        let single = text.replacingOccurrences(of: "\n", with: " ")
+        try? FileHandle.standardError.write(contentsOf: Data("wormhole: \(single)\n".utf8))
+    }
+
+    /// Whether standard input is a terminal (someone typing) rather than a pipe or file.
+    static var inputIsTerminal: Bool { isatty(STDIN_FILENO) == 1 }
+}

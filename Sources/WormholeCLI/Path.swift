@@ -1,0 +1,22 @@
+import ArgumentParser
+import Wormhole
+
+/// `wormhole path`: where the messages live.
+struct Path: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the container directory that the options select (creating it if needed).",
+        discussion: """
+            Examples:
+              wormhole path
+              wormhole path --group group.com.example.notes
+            """)
+
+    @OptionGroup var container: ContainerOptions
+
+    func run() throws {
+        try Failures.reported {
+            let wormhole = try container.makeWormhole()
+            Output.line(wormhole.directory ?? "")
+        }
+    }
+}

@@ -1,0 +1,150 @@
+import ArgumentParser
+import Foundation
+import Wormhole
+
+/// `wormhole send <identifier> [message]`: passes one message.
+struct Send: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Pass a message to every listener of an identifier.",
+        discussion: """
+            The message is the argument, or standard input when the argument is absent or \
+            '-', or the bytes of --file. It is stored in the container, so 'read' and \
+            listeners that start from history see it later too. Text (a UTF-8 argument or \
+            input) is stored as text, other bytes unchanged as data; --json checks that \
+            the message is JSON and stores it as a JSON message.
+
+            Examples:
+              wormhole send chat "hello"
+              echo hello | wormhole send chat
+              wormhole send --json status '{"battery": 87}'
+              wormhole send --file photo.jpg photo
+            """)
+
+    @OptionGroup var container: ContainerOptions
+
+    @Argument(help: "The identifier to pass the message under, such as 'chat'.")
+    var identifier: String
+
+    @Argument(help: "The message. Read from standard input when absent or '-'.")
+    var message: String?
+
+    @Option(name: .long, help: ArgumentHelp("Send the bytes of this file, unchanged ('-' for standard input).", valueName: "path"))
+    var file: String?
+
+    @Flag(name: .long, help: "Check that the message is JSON and store it as a JSON message.")
+    var json = false
+
+    @Flag(name: .long, help: "Print the message's sequence number in the identifier's order.")
+    var printSequence = false
+
+    func validate() throws {
+        if file != nil, let message, message != "-" {
+            throw ValidationError("Give the message as an argument or with --file, not both.")
+        }
+    }
+
+    /// Where the message's bytes come from.
+    enum Source: Equatable {
+        case argument(String)
+        case standardInput
+        case file(String)
+    }
+
+    var source: Source {
+        if let file { return file == "-" ? .standardInput : .file(file) }
+        if let message, message != "-" { return .argument(message) }
+        return .standardInput
+    }
+
+    func run() throws {
+        try Failures.reported {
+            let (payload, kind) = try readPayload()
+            let wormhole = try container.makeWormhole()
+            let sequence: UInt64
+            switch kind {
+            case .json:
+                // Already JSON: stored as it is, marked as JSON for readers.
+                sequence = try wormhole.transiting.append(payload, kind: .json, identifier: identifier).sequence
+            case .text:
+                sequence = try wormhole.passMessage(String(decoding: payload, as: UTF8.self), identifier: identifier)
+            case .data:
+                sequence = try wormhole.passMessage(payload, identifier: identifier)
+            }
+            if printSequence { Output.line(String(sequence)) }
+        }
+    }
+
+    /// The message's bytes and how they are to be stored.
+    func readPayload() throws -> (Data, WormholePayloadKind) {
+        let payload: Data
+        var kind: WormholePayloadKind
+        switch source {
+        case .argument(let text):
+            payload = Data(text.utf8)
+            kind = .text
+        case .file(let path):
+            payload = try Self.readFile(path)
+            kind = .data
+        case .standardInput:
+            if Output.inputIsTerminal {
+                Output.error("reading the message from standard input; end it with Ctrl-D")
+            }
+            payload = try Self.readStandardInput()
+            kind = file == nil && String(data: payload, encoding: .utf8) != nil ? .text : .data
+        }
+        if json {
+            if let problem = Self.jsonProblem(payload) {
+                throw CommandFailure("the message is not JSON (\(problem)); fix it, or send it without --json as text")
+            }
+            kind = .json
+        }
+        return (payload, kind)
+    }
+
+    static func readFile(_ path: String) throws -> Data {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw CommandFailure("cannot read '\(path)': it is a directory; pass a file to --file")
+        }
+        do {
+            return try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { "\($0)" } ?? error.localizedDescription
+            if !FileManager.default.fileExists(atPath: path) {
+                throw CommandFailure("cannot read '\(path)': no such file; check the path given to --file")
+            }
+            if !FileManager.default.isReadableFile(atPath: path) {
+                throw CommandFailure("cannot read '\(path)': permission denied; check the file's permissions")
+            }
+            throw CommandFailure("cannot read '\(path)': \(reason)")
+        }
+    }
+
+    static func readStandardInput() throws -> Data {
+        do {
+            return try FileHandle.standardInput.readToEnd() ?? Data()
+        } catch {
+            throw CommandFailure("cannot read standard input: \(error.localizedDescription)")
+        }
+    }
+
+    /// Why `data` is not one JSON value, or `nil` when it is.
+    static func jsonProblem(_ data: Data) -> String? {
+        do {
+            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            return nil
+        } catch {
+            let nsError = error as NSError
+            let reason = (nsError.userInfo[NSDebugDescriptionErrorKey] as? String) ?? "it does not parse"
+            return reason.hasSuffix(".") ? String(reason.dropLast()).lowercasedFirst : reason.lowercasedFirst
+        }
+    }
+}
+
+extension String {
+    /// The string with its first letter in lower case, to continue a sentence.
+    fileprivate var lowercasedFirst: String {
+        guard let first else { return self }
+        return first.lowercased() + dropFirst()
+    }
+}

@@ -1,0 +1,109 @@
+import ArgumentParser
+import Testing
+@testable import WormholeCLI
+import Wormhole
+
+@Suite("Argument parsing")
+struct ArgumentParsingTests {
+    /// The exit status argument-parser gives a parse or validation error.
+    func exitStatus(_ arguments: [String]) -> Int32? {
+        do {
+            _ = try WormholeCommand.parseAsRoot(arguments)
+            return nil
+        } catch {
+            return WormholeCommand.exitCode(for: error).rawValue
+        }
+    }
+
+    @Test func sendTakesTheMessageFromTheArgument() throws {
+        let send = try Send.parse(["chat", "hello there"])
+        #expect(send.identifier == "chat")
+        #expect(send.source == .argument("hello there"))
+        #expect(!send.json)
+    }
+
+    @Test func sendReadsStandardInputWhenTheMessageIsAbsentOrADash() throws {
+        #expect(try Send.parse(["chat"]).source == .standardInput)
+        #expect(try Send.parse(["chat", "-"]).source == .standardInput)
+        #expect(try Send.parse(["--file", "-", "chat"]).source == .standardInput)
+    }
+
+    @Test func sendReadsAFileWithTheFileOption() throws {
+        let send = try Send.parse(["--file", "/tmp/photo.jpg", "photo", "--json"])
+        #expect(send.source == .file("/tmp/photo.jpg"))
+        #expect(send.json)
+    }
+
+    @Test func sendRejectsAMessageArgumentTogetherWithAFile() {
+        #expect(exitStatus(["send", "--file", "x", "chat", "hi"]) == 64)
+    }
+
+    @Test func listenParsesItsIdentifiersAndOptions() throws {
+        let listen = try Listen.parse(["a", "b", "--count", "3", "--timeout", "2.5", "--history", "--json"])
+        #expect(listen.identifiers == ["a", "b"])
+        #expect(listen.count == 3)
+        #expect(listen.timeout == 2.5)
+        #expect(listen.startingPoint == .history)
+        guard case .json = listen.format else {
+            Issue.record("expected the JSON format, got \(listen.format)")
+            return
+        }
+    }
+
+    @Test func listenStartsNowByDefaultAndLatestOnRequest() throws {
+        #expect(try Listen.parse(["a"]).startingPoint == .now)
+        #expect(try Listen.parse(["a", "--latest"]).startingPoint == .latest)
+        guard case .lines(prefixIdentifier: true) = try Listen.parse(["a", "--prefix"]).format else {
+            Issue.record("--prefix should prefix the identifier")
+            return
+        }
+    }
+
+    @Test("listen rejects bad values with the usage status 64", arguments: [
+        ["listen"],
+        ["listen", "a", "--count", "0"],
+        ["listen", "a", "--count", "x"],
+        ["listen", "a", "--timeout", "-1"],
+        ["listen", "a", "--timeout", "nan"],
+        ["listen", "a", "--history", "--latest"],
+        ["listen", "a", "--json", "--raw"],
+    ])
+    func listenRejectsBadValues(arguments: [String]) {
+        #expect(exitStatus(arguments) == 64)
+    }
+
+    @Test func clearNeedsIdentifiersOrAllButNotBoth() throws {
+        #expect(exitStatus(["clear"]) == 64)
+        #expect(exitStatus(["clear", "--all", "chat"]) == 64)
+        #expect(try Clear.parse(["--all"]).all)
+        #expect(try Clear.parse(["a", "b"]).identifiers == ["a", "b"])
+    }
+
+    @Test func postAndObserveNeedANameAndParseTheState() throws {
+        #expect(exitStatus(["post"]) == 64)
+        #expect(exitStatus(["observe"]) == 64)
+        #expect(exitStatus(["post", "--state", "-1", "x"]) == 64)
+        #expect(try Post.parse(["--state", "18446744073709551615", "x"]).state == UInt64.max)
+        let observe = try Observe.parse(["x", "y", "--count", "2", "--state"])
+        #expect(observe.names == ["x", "y"])
+        #expect(observe.count == 2)
+        #expect(observe.state)
+    }
+
+    @Test func unknownCommandsAndOptionsAreUsageErrors() {
+        #expect(exitStatus(["shout", "chat"]) == 64)
+        #expect(exitStatus(["send", "--loud", "chat", "hi"]) == 64)
+        #expect(exitStatus(["read"]) == 64)
+    }
+
+    @Test func theRootCommandDispatchesToEachSubcommand() throws {
+        #expect(try WormholeCommand.parseAsRoot(["send", "chat", "hi"]) is Send)
+        #expect(try WormholeCommand.parseAsRoot(["listen", "chat"]) is Listen)
+        #expect(try WormholeCommand.parseAsRoot(["read", "chat"]) is Read)
+        #expect(try WormholeCommand.parseAsRoot(["clear", "--all"]) is Clear)
+        #expect(try WormholeCommand.parseAsRoot(["list"]) is List)
+        #expect(try WormholeCommand.parseAsRoot(["post", "x"]) is Post)
+        #expect(try WormholeCommand.parseAsRoot(["observe", "x"]) is Observe)
+        #expect(try WormholeCommand.parseAsRoot(["path"]) is Path)
+    }
+}

@@ -1,0 +1,166 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// A fresh directory under the system's temporary directory, removed when dropped.
+final class TemporaryDirectory: Sendable {
+    let path: String
+
+    init(_ name: String = "wormhole-cli-test") {
+        let template = NSTemporaryDirectory() + "\(name)-XXXXXX"
+        var bytes = Array(template.utf8CString)
+        let made = bytes.withUnsafeMutableBufferPointer { buffer in
+            buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
+        }
+        path = made ?? template
+        chmod(path, 0o700)
+    }
+
+    func file(_ name: String) -> String { path + "/" + name }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// The programs this package builds, found next to the test bundle.
+enum Products {
+    /// The directory the build put its products in: where the test bundle is.
+    static let directory: String = {
+        var candidates: [URL] = []
+        if let executable = Bundle.main.executableURL { candidates.append(executable.deletingLastPathComponent()) }
+        candidates.append(URL(fileURLWithPath: Bundle.main.bundlePath).deletingLastPathComponent())
+        candidates.append(URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
+        if let resolved = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            candidates.append(URL(fileURLWithPath: resolved).deletingLastPathComponent())
+        }
+        for directory in candidates {
+            var url = directory
+            for _ in 0..<3 {
+                if FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("wormhole").path) {
+                    return url.path
+                }
+                url = url.deletingLastPathComponent()
+            }
+        }
+        return candidates.first?.path ?? "."
+    }()
+
+    /// The path of the product `name` (such as `wormhole`).
+    static func path(_ name: String) -> String { directory + "/" + name }
+}
+
+/// What a finished command did.
+struct CommandResult: Sendable {
+    /// The exit status, or the signal number when ``signaled``.
+    let status: Int32
+    /// Whether a signal ended the process.
+    let signaled: Bool
+    let stdout: Data
+    let stderr: String
+
+    var output: String { String(decoding: stdout, as: UTF8.self) }
+    var lines: [String] { output.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init) }
+    var stderrLines: [String] { stderr.split(separator: "\n").map(String.init) }
+}
+
+/// A program of this package, run as a real separate process with its output in files.
+final class RunningCommand: @unchecked Sendable {
+    let process = Process()
+    private let outputPath: String
+    private let errorPath: String
+
+    init(_ product: String, _ arguments: [String], environment: [String: String], input: Data?, in directory: TemporaryDirectory) throws {
+        let id = UUID().uuidString
+        outputPath = directory.file(".out-\(id)")
+        errorPath = directory.file(".err-\(id)")
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: errorPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: Products.path(product))
+        process.arguments = arguments
+        process.environment = environment
+        process.standardOutput = FileHandle(forWritingAtPath: outputPath)
+        process.standardError = FileHandle(forWritingAtPath: errorPath)
+        if let input {
+            let inputPath = directory.file(".in-\(id)")
+            _ = FileManager.default.createFile(atPath: inputPath, contents: input)
+            process.standardInput = FileHandle(forReadingAtPath: inputPath)
+        } else {
+            process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        }
+        try process.run()
+    }
+
+    var pid: Int32 { process.processIdentifier }
+    var stdout: Data { FileManager.default.contents(atPath: outputPath) ?? Data() }
+    var stderr: String { String(decoding: FileManager.default.contents(atPath: errorPath) ?? Data(), as: UTF8.self) }
+
+    /// Waits until standard error contains `text` (true), or the process exits or
+    /// `seconds` pass (false).
+    func waitForStandardError(containing text: String, seconds: Double = 60) async -> Bool {
+        await waitUntil(seconds: seconds) { self.stderr.contains(text) }
+    }
+
+    /// Waits until standard output contains `text`.
+    func waitForStandardOutput(containing text: String, seconds: Double = 60) async -> Bool {
+        await waitUntil(seconds: seconds) { String(decoding: self.stdout, as: UTF8.self).contains(text) }
+    }
+
+    private func waitUntil(seconds: Double, _ condition: () -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            if !process.isRunning { return condition() }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return false
+    }
+
+    /// Sends `signal` to the process.
+    func send(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    /// Waits for the process to exit (killing it after `seconds`) and returns what it did.
+    func finish(seconds: Double = 60) async -> CommandResult {
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning && Date() < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        return CommandResult(
+            status: process.terminationStatus,
+            signaled: process.terminationReason == .uncaughtSignal,
+            stdout: stdout, stderr: stderr)
+    }
+}
+
+/// Runs this package's programs against one private temporary container root.
+final class Sandbox: Sendable {
+    let root = TemporaryDirectory()
+    /// The environment every command gets: the containers moved into ``root``.
+    let environment: [String: String]
+
+    init(extra: [String: String] = [:]) {
+        var environment = ProcessInfo.processInfo.environment
+        for name in ["WORMHOLE_DIRECTORY", "WORMHOLE_GROUP", "WORMHOLE_APP_GROUPS_DIRECTORY"] {
+            environment.removeValue(forKey: name)
+        }
+        environment["WORMHOLE_APP_GROUPS_DIRECTORY"] = root.file("app-groups")
+        environment.merge(extra) { $1 }
+        self.environment = environment
+    }
+
+    /// The default container's directory, as the CLI resolves it here.
+    var defaultContainer: String { root.file("app-groups") + "/group.wormhole.default" }
+
+    /// Starts `wormhole` (or another product) with `arguments`.
+    func start(_ arguments: [String], product: String = "wormhole", input: Data? = nil, environment extra: [String: String] = [:]) throws -> RunningCommand {
+        try RunningCommand(product, arguments, environment: environment.merging(extra) { $1 }, input: input, in: root)
+    }
+
+    /// Runs `wormhole` (or another product) to completion.
+    func run(_ arguments: [String], product: String = "wormhole", input: Data? = nil, environment extra: [String: String] = [:], seconds: Double = 60) async throws -> CommandResult {
+        try await start(arguments, product: product, input: input, environment: extra).finish(seconds: seconds)
+    }
+}
