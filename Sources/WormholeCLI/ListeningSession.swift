@@ -82,7 +82,13 @@ final class ListeningSession: Sendable {
     /// the shell sees the usual "killed by SIGINT" and stops a loop around the command.
     static func endBySignal(_ signal: Int32) -> Never {
         Glibc.signal(signal, SIG_DFL)
-        raise(signal)
+        // Dispatch's threads block signals: unblock it here and direct it at the process.
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, signal)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+        kill(getpid(), signal)
+        usleep(100_000)
         exit(128 + signal)
     }
 

@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+
+@Suite("Payloads round-trip byte for byte", .timeLimit(.minutes(3)))
+struct PayloadRoundTripTests {
+    /// Every byte value, then a stretch of pseudo-random bytes: not text, not JSON.
+    static let binary: Data = {
+        var bytes = (0...255).map(UInt8.init)
+        var state: UInt32 = 0x2545F491
+        for _ in 0..<200_000 {
+            state = state &* 1_664_525 &+ 1_013_904_223
+            bytes.append(UInt8(truncatingIfNeeded: state >> 24))
+        }
+        return Data(bytes)
+    }()
+
+    @Test("standard input is stored exactly as read", arguments: [
+        "hi", "hi\n", "two\nlines\n", "  spaced  ", "", "é ✓ 🚀\r\n",
+    ])
+    func standardInputRoundTrips(text: String) async throws {
+        let sandbox = Sandbox()
+        let send = try await sandbox.run(["send", "chat"], input: Data(text.utf8))
+        #expect(send.status == 0, "\(send.stderr)")
+        let read = try await sandbox.run(["read", "--raw", "chat"])
+        #expect(read.status == 0)
+        #expect(read.stdout == Data(text.utf8))
+    }
+
+    @Test func aDashReadsStandardInputToo() async throws {
+        let sandbox = Sandbox()
+        _ = try await sandbox.run(["send", "chat", "-"], input: Data("from stdin".utf8))
+        #expect(try await sandbox.run(["read", "--raw", "chat"]).stdout == Data("from stdin".utf8))
+    }
+
+    @Test func aBinaryFileRoundTripsThroughReadAndListen() async throws {
+        let sandbox = Sandbox()
+        let file = sandbox.root.file("blob.bin")
+        try Self.binary.write(to: URL(fileURLWithPath: file))
+        let send = try await sandbox.run(["send", "--file", file, "blob"])
+        #expect(send.status == 0, "\(send.stderr)")
+
+        let read = try await sandbox.run(["read", "--raw", "blob"])
+        #expect(read.status == 0)
+        #expect(read.stdout == Self.binary)
+
+        let listen = try await sandbox.run(["listen", "--latest", "--raw", "--count", "1", "blob"])
+        #expect(listen.status == 0)
+        #expect(listen.stdout == Self.binary)
+
+        let json = try await sandbox.run(["listen", "--latest", "--json", "--count", "1", "blob"])
+        let object = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any])
+        #expect(object["kind"] as? String == "data")
+        #expect((object["payload"] as? String).flatMap { Data(base64Encoded: $0) } == Self.binary)
+    }
+
+    @Test func binaryStandardInputIsStoredAsData() async throws {
+        let sandbox = Sandbox()
+        let bytes = Data([0xFF, 0xFE, 0x00, 0x01, 0x0A])
+        _ = try await sandbox.run(["send", "raw"], input: bytes)
+        #expect(try await sandbox.run(["read", "--raw", "raw"]).stdout == bytes)
+        let json = try await sandbox.run(["read", "--json", "raw"])
+        let object = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any])
+        #expect(object["kind"] as? String == "data")
+    }
+
+    @Test func aBinaryMessageCrossesToAListenerInAnotherProcess() async throws {
+        let sandbox = Sandbox()
+        let file = sandbox.root.file("blob.bin")
+        try Self.binary.write(to: URL(fileURLWithPath: file))
+        let listener = try sandbox.start(["listen", "--verbose", "--raw", "--count", "1", "--timeout", "60", "blob"])
+        #expect(await listener.waitForStandardError(containing: "listening to"))
+        _ = try await sandbox.run(["send", "--file", file, "blob"])
+        let result = await listener.finish()
+        #expect(result.status == 0)
+        #expect(result.stdout == Self.binary)
+    }
+
+    @Test func jsonInputIsCheckedAndStoredAsAJSONMessage() async throws {
+        let sandbox = Sandbox()
+        let document = "{\"battery\": 87, \"charging\": true}"
+        let send = try await sandbox.run(["send", "--json", "status", document])
+        #expect(send.status == 0, "\(send.stderr)")
+        #expect(try await sandbox.run(["read", "--raw", "status"]).stdout == Data(document.utf8))
+        let json = try await sandbox.run(["read", "--json", "status"])
+        let object = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any])
+        #expect(object["kind"] as? String == "json")
+        let payload = try #require(object["payload"] as? [String: Any])
+        #expect(payload["battery"] as? Int == 87)
+        #expect(payload["charging"] as? Bool == true)
+    }
+
+    @Test func jsonFromStandardInputIsAcceptedAndTheSequenceCanBePrinted() async throws {
+        let sandbox = Sandbox()
+        let first = try await sandbox.run(["send", "--json", "--print-sequence", "n"], input: Data("[1, 2, 3]\n".utf8))
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.output == "1\n")
+        let second = try await sandbox.run(["send", "--json", "--print-sequence", "n", "42"])
+        #expect(second.output == "2\n")
+    }
+}

@@ -1,0 +1,193 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Testing
+
+@Suite("Sending and listening across processes", .timeLimit(.minutes(3)))
+struct SendListenTests {
+    /// Starts `wormhole listen` and waits until it says it listens.
+    func listener(_ sandbox: Sandbox, _ arguments: [String]) async throws -> RunningCommand {
+        let listener = try sandbox.start(["listen", "--verbose"] + arguments)
+        let ready = await listener.waitForStandardError(containing: "listening to")
+        try #require(ready, "the listener did not start: \(listener.stderr)")
+        return listener
+    }
+
+    @Test func aListenerInAnotherProcessPrintsEachMessageOnItsOwnLineAndExitsZeroAtTheCount() async throws {
+        let sandbox = Sandbox()
+        let listener = try await listener(sandbox, ["chat", "--count", "3", "--timeout", "60"])
+        for text in ["one", "two", "three"] {
+            let send = try await sandbox.run(["send", "chat", text])
+            #expect(send.status == 0, "\(send.stderr)")
+        }
+        let result = await listener.finish()
+        #expect(result.status == 0)
+        #expect(result.lines == ["one", "two", "three"])
+    }
+
+    @Test func eachLineIsWrittenAsSoonAsTheMessageArrives() async throws {
+        let sandbox = Sandbox()
+        let listener = try await listener(sandbox, ["chat", "--count", "2", "--timeout", "60"])
+        _ = try await sandbox.run(["send", "chat", "first"])
+        // The listener is still running: the first line must already be out, unbuffered.
+        #expect(await listener.waitForStandardOutput(containing: "first\n", seconds: 20))
+        #expect(listener.process.isRunning)
+        _ = try await sandbox.run(["send", "chat", "second"])
+        let result = await listener.finish()
+        #expect(result.status == 0)
+        #expect(result.lines == ["first", "second"])
+    }
+
+    @Test func jsonLinesNameTheIdentifierSequenceTimeAndSendingProcess() async throws {
+        let sandbox = Sandbox()
+        let listener = try await listener(sandbox, ["status", "--json", "--count", "1", "--timeout", "60"])
+        let sender = try sandbox.start(["send", "status", "ready"])
+        let sent = await sender.finish()
+        #expect(sent.status == 0)
+        let result = await listener.finish()
+        #expect(result.status == 0)
+        let line = try #require(result.lines.first)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(object["identifier"] as? String == "status")
+        #expect(object["sequence"] as? Int == 1)
+        #expect(object["pid"] as? Int == Int(sender.pid))
+        #expect(object["kind"] as? String == "text")
+        #expect(object["payload"] as? String == "ready")
+        let time = try #require(object["time"] as? String)
+        let date = try Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(time)
+        #expect(abs(date.timeIntervalSinceNow) < 120)
+    }
+
+    @Test func historyStartsFromTheMessagesSentBeforeTheListenerStarted() async throws {
+        let sandbox = Sandbox()
+        for text in ["a", "b", "c"] { _ = try await sandbox.run(["send", "log", text]) }
+        let result = try await sandbox.run(["listen", "log", "--history", "--count", "3", "--timeout", "30"])
+        #expect(result.status == 0)
+        #expect(result.lines == ["a", "b", "c"])
+    }
+
+    @Test func latestStartsWithTheNewestMessageOnly() async throws {
+        let sandbox = Sandbox()
+        for text in ["old", "new"] { _ = try await sandbox.run(["send", "state", text]) }
+        let result = try await sandbox.run(["listen", "state", "--latest", "--count", "1", "--timeout", "30"])
+        #expect(result.status == 0)
+        #expect(result.lines == ["new"])
+    }
+
+    @Test func countStopsAfterThatManyMessagesEvenWhenMoreAreWaiting() async throws {
+        let sandbox = Sandbox()
+        for index in 1...5 { _ = try await sandbox.run(["send", "many", "m\(index)"]) }
+        let result = try await sandbox.run(["listen", "many", "--history", "--count", "2"])
+        #expect(result.status == 0)
+        #expect(result.lines == ["m1", "m2"])
+    }
+
+    @Test func severalIdentifiersAreHeardWithTheirPrefix() async throws {
+        let sandbox = Sandbox()
+        let listener = try await listener(sandbox, ["alpha", "beta", "--prefix", "--count", "2", "--timeout", "60"])
+        _ = try await sandbox.run(["send", "alpha", "to alpha"])
+        _ = try await sandbox.run(["send", "beta", "to beta"])
+        let result = await listener.finish()
+        #expect(result.status == 0)
+        #expect(result.lines == ["alpha: to alpha", "beta: to beta"])
+    }
+
+    @Test func aTimeoutWithNoMessageExitsTwoWithOneLineOnStandardError() async throws {
+        let sandbox = Sandbox()
+        let started = Date()
+        let result = try await sandbox.run(["listen", "quiet", "--timeout", "0.5"])
+        #expect(result.status == 2)
+        #expect(result.stdout.isEmpty)
+        #expect(result.stderrLines == ["wormhole: no message arrived within 0.5 seconds on 'quiet'"])
+        #expect(Date().timeIntervalSince(started) >= 0.5)
+    }
+
+    @Test func aTimeoutBeforeTheCountIsReachedExitsTwoAfterPrintingWhatCame() async throws {
+        let sandbox = Sandbox()
+        _ = try await sandbox.run(["send", "few", "only one"])
+        let result = try await sandbox.run(["listen", "few", "--history", "--count", "3", "--timeout", "0.5"])
+        #expect(result.status == 2)
+        #expect(result.lines == ["only one"])
+        #expect(result.stderrLines == ["wormhole: only 1 of 3 messages arrived within 0.5 seconds"])
+    }
+
+    @Test func aTimeoutAfterSomeMessagesWithoutACountExitsZero() async throws {
+        let sandbox = Sandbox()
+        _ = try await sandbox.run(["send", "some", "hello"])
+        let result = try await sandbox.run(["listen", "some", "--history", "--timeout", "0.5"])
+        #expect(result.status == 0)
+        #expect(result.lines == ["hello"])
+    }
+
+    @Test func sigtermEndsTheListenerBySignalAfterItReleasedItsListeners() async throws {
+        let sandbox = Sandbox()
+        let listener = try await listener(sandbox, ["chat"])
+        listener.send(SIGTERM)
+        let result = await listener.finish(seconds: 20)
+        #expect(result.signaled)
+        #expect(result.status == SIGTERM)
+    }
+
+    @Test func readPrintsTheLatestMessageAndExitsTwoWhenThereIsNone() async throws {
+        let sandbox = Sandbox()
+        let none = try await sandbox.run(["read", "status"])
+        #expect(none.status == 2)
+        #expect(none.stderrLines.count == 1)
+        #expect(none.stderr.hasPrefix("wormhole: no message under 'status'"))
+        _ = try await sandbox.run(["send", "status", "first"])
+        _ = try await sandbox.run(["send", "status", "second"])
+        let read = try await sandbox.run(["read", "status"])
+        #expect(read.status == 0)
+        #expect(read.output == "second\n")
+    }
+
+    @Test func clearRemovesMessagesAndListShowsWhatIsLeft() async throws {
+        let sandbox = Sandbox()
+        _ = try await sandbox.run(["send", "keep", "12345"])
+        _ = try await sandbox.run(["send", "drop", "x"])
+        let before = try await sandbox.run(["list"])
+        #expect(before.status == 0)
+        #expect(before.lines.first?.hasPrefix("IDENTIFIER") == true)
+        #expect(before.lines.dropFirst().map { $0.split(separator: " ").first.map(String.init) } == ["drop", "keep"])
+
+        #expect(try await sandbox.run(["clear", "drop"]).status == 0)
+        #expect(try await sandbox.run(["read", "drop"]).status == 2)
+        let json = try await sandbox.run(["list", "--json"])
+        let keep = try #require(json.lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            .first { $0["identifier"] as? String == "keep" })
+        #expect(keep["messages"] as? Int == 1)
+        #expect(keep["bytes"] as? Int == 5)
+
+        #expect(try await sandbox.run(["clear", "--all"]).status == 0)
+        #expect(try await sandbox.run(["read", "keep"]).status == 2)
+    }
+
+    @Test func withNoFlagsTwoProcessesShareTheDefaultContainer() async throws {
+        let sandbox = Sandbox()
+        let path = try await sandbox.run(["path"])
+        #expect(path.output == sandbox.defaultContainer + "\n")
+        _ = try await sandbox.run(["send", "hello", "there"])
+        #expect(FileManager.default.fileExists(atPath: sandbox.defaultContainer + "/hello.wormhole"))
+        #expect(try await sandbox.run(["read", "hello"]).output == "there\n")
+    }
+
+    @Test func theDirectoryOptionAndItsEnvironmentVariableChooseTheSameContainer() async throws {
+        let sandbox = Sandbox()
+        let shared = sandbox.root.file("shared")
+        _ = try await sandbox.run(["send", "--directory", shared, "note", "via option"])
+        let read = try await sandbox.run(["read", "note"], environment: ["WORMHOLE_DIRECTORY": shared])
+        #expect(read.output == "via option\n")
+        let elsewhere = try await sandbox.run(["read", "note"])
+        #expect(elsewhere.status == 2)
+    }
+
+    @Test func theGroupOptionAndItsEnvironmentVariableChooseTheSameContainer() async throws {
+        let sandbox = Sandbox()
+        _ = try await sandbox.run(["send", "--group", "group.com.example.notes", "note", "grouped"])
+        let read = try await sandbox.run(["read", "note"], environment: ["WORMHOLE_GROUP": "group.com.example.notes"])
+        #expect(read.output == "grouped\n")
+        let path = try await sandbox.run(["path", "--group", "group.com.example.notes", "--optional-directory", "wormhole"])
+        #expect(path.output == sandbox.root.file("app-groups") + "/group.com.example.notes/wormhole\n")
+    }
+}
