@@ -17,8 +17,8 @@ enum Identifier {
             throw reject("is \(bytes.count) bytes long; the limit is \(maximumLength) bytes")
         }
         if value == "." || value == ".." { throw reject("may not be '.' or '..'") }
-        if bytes.first == UInt8(ascii: ".") { throw reject("may not start with '.' (reserved for Wormhole's own files)") }
         if bytes.contains(UInt8(ascii: "/")) { throw reject("may not contain '/'") }
+        if bytes.first == UInt8(ascii: ".") { throw reject("may not start with '.' (reserved for Wormhole's own files)") }
         if bytes.contains(0) { throw reject("may not contain a NUL byte") }
         if bytes.contains(where: { $0 < 0x20 || $0 == 0x7F }) { throw reject("may not contain control characters") }
     }

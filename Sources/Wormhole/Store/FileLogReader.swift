@@ -9,6 +9,7 @@ import SystemPackage
 final class FileLogReader: WormholeTransitingReader {
     private let identifier: String
     private let path: String
+    private let directory: String
     private var fd: FileDescriptor?
     /// Offset of the next record to look at in `fd`.
     private var offset = LogFormat.headerSize
@@ -24,6 +25,7 @@ final class FileLogReader: WormholeTransitingReader {
     init(transiting: FileTransiting, identifier: String, start: Wormhole.StartingPoint) throws(WormholeError) {
         self.identifier = identifier
         self.path = transiting.logPath(identifier)
+        self.directory = transiting.directory
         // Claim first (0: keep everything), then look: nothing can be compacted away
         // between looking and claiming.
         let cursor = try ListenerCursor(container: transiting.directory, identifier: identifier)
@@ -82,9 +84,14 @@ final class FileLogReader: WormholeTransitingReader {
             reportedForeignFile = false
             if logID != header.logID {
                 if logID != nil {
-                    // The log was deleted and created again: its numbers start over.
+                    // The log was deleted and created again: its numbers start over, and
+                    // the claim, if it went with the directory, is made again.
                     delivered = 0
                     offset = LogFormat.headerSize
+                    if let renewed = try? ListenerCursor(container: directory, identifier: identifier) {
+                        cursor?.close()
+                        cursor = renewed
+                    }
                 }
                 logID = header.logID
             }

@@ -25,6 +25,12 @@ enum DirectoryEvent: Sendable {
 /// instance and the thread exist only while something is subscribed; the last
 /// unsubscribe writes to the pipe and the thread closes both descriptors and exits.
 ///
+/// Each watched directory's parent is watched too. The kernel reports a directory's own
+/// deletion (IN_DELETE_SELF) only once no process holds a file in it open, and writers
+/// and readers do; the parent reports the deletion of its entry at once. A deleted
+/// directory is re-watched as soon as it exists again (the next pass or post recreates
+/// it), and its subscribers are told to look again then.
+///
 /// Handlers are chosen under the lock and called after it is released, on the reader
 /// thread: they must only schedule work (dispatch, resume a continuation), never block.
 final class InotifyEngine: Sendable {
@@ -32,17 +38,25 @@ final class InotifyEngine: Sendable {
 
     typealias Handler = @Sendable (DirectoryEvent) -> Void
 
-    /// The events that mean something to a subscriber: IN_ATTRIB is a post (a touch of
-    /// the name's file); the rest say the directory itself went away.
-    static let watchMask = UInt32(IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+    /// One mask for every watch, so that a directory watched both as a container and as
+    /// another container's parent keeps all it needs (a second add replaces the mask).
+    /// IN_ATTRIB is a post; entry events serve the parent role; the self events say the
+    /// directory itself went away.
+    static let watchMask = UInt32(IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
+        | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 
     private struct Subscriber {
         let name: String?
         let handler: Handler
     }
 
-    private struct Watch {
-        var directory: String
+    /// A directory whose posts someone observes.
+    private struct Container {
+        let path: String
+        let parent: String
+        let name: String
+        /// `nil` while the directory does not exist.
+        var watch: Int32?
         var subscribers: [UInt64: Subscriber] = [:]
     }
 
@@ -54,10 +68,19 @@ final class InotifyEngine: Sendable {
 
     private struct State {
         var session: Session?
-        var watches: [Int32: Watch] = [:]
-        var watchOfSubscription: [UInt64: Int32] = [:]
+        var containers: [String: Container] = [:]
+        var containerOfWatch: [Int32: String] = [:]
+        /// Parent watches, and the containers each one looks after.
+        var parentOfWatch: [Int32: String] = [:]
+        var parentWatch: [String: Int32] = [:]
+        var childrenOfParent: [String: Set<String>] = [:]
+        var containerOfSubscription: [UInt64: String] = [:]
         var nextSubscription: UInt64 = 1
         var generation: UInt64 = 0
+
+        func isWatchInUse(_ watch: Int32) -> Bool {
+            containerOfWatch[watch] != nil || parentOfWatch[watch] != nil
+        }
     }
 
     private let state = Mutex(State())
@@ -71,18 +94,18 @@ final class InotifyEngine: Sendable {
         let result: Result<UInt64, WormholeError> = state.withLock { state in
             do throws(WormholeError) {
                 let session = try Self.startSessionIfNeeded(&state)
-                let descriptor: Int32
-                do throws(WormholeError) {
-                    descriptor = try Self.addWatch(session.inotify, directory)
-                } catch {
-                    if state.watches.isEmpty { Self.stopSession(&state) }
-                    throw error
+                if state.containers[directory] == nil {
+                    do throws(WormholeError) {
+                        try Self.addContainer(directory, session: session, &state)
+                    } catch {
+                        if state.containers.isEmpty { Self.stopSession(&state) }
+                        throw error
+                    }
                 }
                 let id = state.nextSubscription
                 state.nextSubscription += 1
-                state.watches[descriptor, default: Watch(directory: directory)]
-                    .subscribers[id] = Subscriber(name: name, handler: handler)
-                state.watchOfSubscription[id] = descriptor
+                state.containers[directory]?.subscribers[id] = Subscriber(name: name, handler: handler)
+                state.containerOfSubscription[id] = directory
                 return .success(id)
             } catch {
                 return .failure(error)
@@ -95,14 +118,49 @@ final class InotifyEngine: Sendable {
     /// still run once after this returns.
     func unsubscribe(_ id: UInt64) {
         state.withLock { state in
-            guard let descriptor = state.watchOfSubscription.removeValue(forKey: id) else { return }
-            state.watches[descriptor]?.subscribers[id] = nil
-            if state.watches[descriptor]?.subscribers.isEmpty == true {
-                state.watches[descriptor] = nil
-                if let session = state.session { _ = inotify_rm_watch(session.inotify, descriptor) }
+            guard let path = state.containerOfSubscription.removeValue(forKey: id) else { return }
+            state.containers[path]?.subscribers[id] = nil
+            if state.containers[path]?.subscribers.isEmpty == true {
+                Self.removeContainer(path, &state)
             }
-            if state.watches.isEmpty { Self.stopSession(&state) }
+            if state.containers.isEmpty { Self.stopSession(&state) }
         }
+    }
+
+    private static func addContainer(_ path: String, session: Session, _ state: inout State) throws(WormholeError) {
+        let slash = path.lastIndex(of: "/") ?? path.startIndex
+        let parent = slash == path.startIndex ? "/" : String(path[..<slash])
+        let name = String(path[path.index(after: slash)...])
+        let watch = try addWatch(session.inotify, path)
+        state.containers[path] = Container(path: path, parent: parent, name: name, watch: watch)
+        state.containerOfWatch[watch] = path
+        if state.parentWatch[parent] == nil, path != "/",
+           let parentWatch = try? addWatch(session.inotify, parent) {
+            state.parentWatch[parent] = parentWatch
+            state.parentOfWatch[parentWatch] = parent
+        }
+        state.childrenOfParent[parent, default: []].insert(path)
+    }
+
+    private static func removeContainer(_ path: String, _ state: inout State) {
+        guard let container = state.containers.removeValue(forKey: path) else { return }
+        if let watch = container.watch {
+            state.containerOfWatch[watch] = nil
+            removeWatchIfUnused(watch, &state)
+        }
+        state.childrenOfParent[container.parent]?.remove(path)
+        if state.childrenOfParent[container.parent]?.isEmpty == true {
+            state.childrenOfParent[container.parent] = nil
+            if let watch = state.parentWatch.removeValue(forKey: container.parent) {
+                state.parentOfWatch[watch] = nil
+                removeWatchIfUnused(watch, &state)
+            }
+        }
+    }
+
+    private static func removeWatchIfUnused(_ watch: Int32, _ state: inout State) {
+        guard !state.isWatchInUse(watch), let session = state.session else { return }
+        _ = inotify_rm_watch(session.inotify, watch)
     }
 
     // MARK: - Session
@@ -233,7 +291,7 @@ final class InotifyEngine: Sendable {
 
     /// Decides under the lock who hears what; calls the handlers after releasing it.
     private func handle(_ events: [RawEvent], generation: UInt64) {
-        var deliveries: [(UInt64, Handler, DirectoryEvent)] = []
+        var deliveries: [(Handler, DirectoryEvent)] = []
         var seen = Set<String>()
         func deliver(_ id: UInt64, _ subscriber: Subscriber, _ event: DirectoryEvent) {
             let key: String
@@ -242,47 +300,82 @@ final class InotifyEngine: Sendable {
             case .rescan: key = "\(id)/r"
             case .failed: key = "\(id)/f"
             }
-            if seen.insert(key).inserted { deliveries.append((id, subscriber.handler, event)) }
+            if seen.insert(key).inserted { deliveries.append((subscriber.handler, event)) }
+        }
+        func rescan(_ path: String, _ state: State) {
+            for (id, subscriber) in state.containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .rescan) }
         }
         state.withLock { state in
             guard let session = state.session, session.generation == generation else { return }
             for event in events {
                 if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
-                    for (_, watch) in state.watches {
-                        for (id, subscriber) in watch.subscribers { deliver(id, subscriber, .rescan) }
-                    }
+                    // Events were lost: every subscriber looks again, and directories that
+                    // came or went meanwhile are watched again.
+                    for path in state.containers.keys { Self.refresh(path, session: session, &state) }
+                    for path in state.containers.keys { rescan(path, state) }
                     continue
                 }
-                guard let watch = state.watches[event.watch] else { continue }
-                if event.mask & UInt32(IN_ATTRIB) != 0, let name = event.name {
-                    for (id, subscriber) in watch.subscribers where subscriber.name == nil || subscriber.name == name {
-                        deliver(id, subscriber, .changed(name: name))
+                if let path = state.containerOfWatch[event.watch], let container = state.containers[path] {
+                    if event.mask & UInt32(IN_ATTRIB) != 0, let name = event.name {
+                        for (id, subscriber) in container.subscribers where subscriber.name == nil || subscriber.name == name {
+                            deliver(id, subscriber, .changed(name: name))
+                        }
+                    }
+                    if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+                        Self.orphan(path, session: session, &state)
+                        rescan(path, state)
                     }
                 }
-                let moved = event.mask & UInt32(IN_MOVE_SELF) != 0
-                if moved || event.mask & UInt32(IN_IGNORED) != 0 {
-                    // The directory was deleted or moved away: recreate it where it was
-                    // and watch it again, so that observers go on hearing posts there.
-                    state.watches[event.watch] = nil
-                    if moved { _ = inotify_rm_watch(session.inotify, event.watch) }
-                    do throws(WormholeError) {
-                        try WormholeContainer.prepare(watch.directory, createParents: true)
-                        let descriptor = try Self.addWatch(session.inotify, watch.directory)
-                        for (id, subscriber) in watch.subscribers {
-                            state.watches[descriptor, default: Watch(directory: watch.directory)].subscribers[id] = subscriber
-                            state.watchOfSubscription[id] = descriptor
-                            deliver(id, subscriber, .rescan)
+                if let parent = state.parentOfWatch[event.watch], let name = event.name {
+                    let children = state.childrenOfParent[parent] ?? []
+                    for path in children where state.containers[path]?.name == name {
+                        if event.mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0 {
+                            Self.orphan(path, session: session, &state)
+                            rescan(path, state)
+                        } else if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0, state.containers[path]?.watch == nil {
+                            Self.refresh(path, session: session, &state)
+                            rescan(path, state)
                         }
-                    } catch {
-                        for (id, subscriber) in watch.subscribers {
-                            state.watchOfSubscription[id] = nil
-                            deliver(id, subscriber, .failed(error))
-                        }
+                    }
+                } else if let parent = state.parentOfWatch[event.watch],
+                          event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+                    // The parent itself went away: nothing will tell when the containers
+                    // come back.
+                    state.parentOfWatch[event.watch] = nil
+                    state.parentWatch[parent] = nil
+                    let error = WormholeError(.containerUnavailable,
+                        "'\(parent)' was removed, so Wormhole can no longer notice when its directories are recreated; start listening again",
+                        path: parent)
+                    for path in state.childrenOfParent[parent] ?? [] where state.containers[path]?.watch == nil {
+                        for (id, subscriber) in state.containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .failed(error)) }
                     }
                 }
             }
-            if state.watches.isEmpty { Self.stopSession(&state) }
+            if state.containers.isEmpty { Self.stopSession(&state) }
         }
-        for (_, handler, event) in deliveries { handler(event) }
+        for (handler, event) in deliveries { handler(event) }
+    }
+
+    /// The container at `path` is gone (deleted or moved away): stop watching the old
+    /// directory, and watch the new one at once if it was already recreated.
+    private static func orphan(_ path: String, session: Session, _ state: inout State) {
+        guard let watch = state.containers[path]?.watch else { return }
+        state.containers[path]?.watch = nil
+        state.containerOfWatch[watch] = nil
+        if !state.isWatchInUse(watch) { _ = inotify_rm_watch(session.inotify, watch) }
+        refresh(path, session: session, &state)
+    }
+
+    /// Watches the container at `path` again if a directory exists there now.
+    private static func refresh(_ path: String, session: Session, _ state: inout State) {
+        guard state.containers[path] != nil,
+              case .success(let status) = Syscalls.linkStatus(path), status.isDirectory else { return }
+        guard let watch = try? addWatch(session.inotify, path) else { return }
+        if let old = state.containers[path]?.watch, old != watch {
+            state.containerOfWatch[old] = nil
+            if !state.isWatchInUse(old) { _ = inotify_rm_watch(session.inotify, old) }
+        }
+        state.containers[path]?.watch = watch
+        state.containerOfWatch[watch] = path
     }
 }

@@ -1,0 +1,119 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Finding and securing the container directory.
+@Suite("Container")
+struct ContainerTests {
+    @Test func environmentOverrideWinsOverXDGRuntimeDirectory() throws {
+        let base = TemporaryDirectory()
+        let runtime = TemporaryDirectory()
+        let path = try WormholeContainer.directory(
+            forApplicationGroupIdentifier: "group.example",
+            environment: [WormholeContainer.environmentOverride: base.file("groups"), "XDG_RUNTIME_DIR": runtime.path])
+        #expect(path == base.file("groups") + "/group.example")
+        var status = stat()
+        #expect(lstat(path, &status) == 0 && status.st_mode & 0o777 == 0o700)
+    }
+
+    @Test func xdgRuntimeDirectoryIsUsedWhenSet() throws {
+        let runtime = TemporaryDirectory()
+        let path = try WormholeContainer.directory(forApplicationGroupIdentifier: "group.example",
+                                                   environment: ["XDG_RUNTIME_DIR": runtime.path])
+        #expect(path == runtime.path + "/app-groups/group.example")
+    }
+
+    @Test func fallbackIsAPrivatePerUserDirectory() throws {
+        let path = try WormholeContainer.groupsDirectory(environment: [:])
+        #expect(path.hasSuffix("/app-groups-\(geteuid())"))
+        var status = stat()
+        #expect(lstat(path, &status) == 0)
+        #expect(status.st_uid == geteuid() && status.st_mode & 0o077 == 0)
+    }
+
+    @Test func symbolicLinkInPlaceOfTheContainerIsRefused() throws {
+        let parent = TemporaryDirectory()
+        let target = parent.file("real")
+        try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: false)
+        try FileManager.default.createSymbolicLink(atPath: parent.file("link"), withDestinationPath: target)
+        let error = #expect(throws: WormholeError.self) { try Wormhole(directory: parent.file("link")) }
+        #expect(error?.code == .containerInsecure)
+        #expect(error?.description.contains("symbolic link") == true)
+    }
+
+    @Test func worldOrGroupWritableContainerIsRefused() throws {
+        for mode: mode_t in [0o777, 0o770, 0o702] {
+            let parent = TemporaryDirectory()
+            let path = parent.file("open")
+            mkdir(path, 0o700)
+            chmod(path, mode)
+            let error = #expect(throws: WormholeError.self) { try Wormhole(directory: path) }
+            #expect(error?.code == .containerInsecure)
+            #expect(error?.description.contains("chmod go-w") == true)
+        }
+    }
+
+    @Test(.enabled(if: geteuid() == 0, "needs root to give a directory to another user"))
+    func containerOwnedByAnotherUserIsRefused() throws {
+        let parent = TemporaryDirectory()
+        let path = parent.file("foreign")
+        mkdir(path, 0o700)
+        chown(path, 65534, 65534)
+        let error = #expect(throws: WormholeError.self) { try Wormhole(directory: path) }
+        #expect(error?.code == .containerInsecure)
+        #expect(error?.description.contains("belongs to user 65534") == true)
+    }
+
+    @Test func fileInPlaceOfTheContainerIsRefused() throws {
+        let parent = TemporaryDirectory()
+        _ = FileManager.default.createFile(atPath: parent.file("file"), contents: Data("x".utf8))
+        let error = #expect(throws: WormholeError.self) { try Wormhole(directory: parent.file("file")) }
+        #expect(error?.code == .containerInsecure)
+        #expect(error?.description.contains("not a directory") == true)
+    }
+
+    @Test func symbolicLinkInPlaceOfAMessageFileIsNotFollowed() throws {
+        let parent = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: parent.file("c"))
+        _ = FileManager.default.createFile(atPath: parent.file("outside"), contents: Data("keep".utf8))
+        try FileManager.default.createSymbolicLink(atPath: parent.file("c/evil.wormhole"), withDestinationPath: parent.file("outside"))
+        let error = #expect(throws: WormholeError.self) { try wormhole.passMessage("x", identifier: "evil") }
+        #expect(error?.code == .containerInsecure)
+        #expect(try String(contentsOfFile: parent.file("outside"), encoding: .utf8) == "keep")
+    }
+
+    @Test func applicationGroupAndOptionalDirectoryMakeTheWormholeDirectory() throws {
+        let base = TemporaryDirectory()
+        setenv(WormholeContainer.environmentOverride, base.path, 1)
+        defer { unsetenv(WormholeContainer.environmentOverride) }
+        let wormhole = try Wormhole(applicationGroupIdentifier: "group.com.example.notes", optionalDirectory: "wormhole")
+        #expect(wormhole.directory == base.path + "/group.com.example.notes/wormhole")
+    }
+
+    @Test("the container deleted while listening: the next pass recreates it and listeners receive it",
+          .timeLimit(.minutes(1)))
+    func deletedContainerIsRecreatedWhileListening() async throws {
+        let parent = TemporaryDirectory()
+        let path = parent.file("container")
+        let wormhole = try Wormhole(directory: path)
+        let received = Collector<String>()
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: String.self) { received.append($0) }
+        try wormhole.passMessage("before", identifier: "n")
+        await received.wait(for: 1)
+        try FileManager.default.removeItem(atPath: path)
+        await settle(100)
+        // Another process's wormhole would do the same: the pass recreates the directory,
+        // and the listener watches the new one as soon as it appears.
+        try wormhole.passMessage("after", identifier: "n")
+        await received.wait(for: 2)
+        #expect(received.all == ["before", "after"])
+        try FileManager.default.removeItem(atPath: path)
+        await settle(100)
+        try Wormhole(directory: path).passMessage("again", identifier: "n")
+        await received.wait(for: 3)
+        token.cancel()
+        #expect(received.all == ["before", "after", "again"])
+        var status = stat()
+        #expect(lstat(path, &status) == 0 && status.st_mode & 0o777 == 0o700)
+    }
+}

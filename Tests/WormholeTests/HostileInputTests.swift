@@ -1,0 +1,144 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Identifiers, files and sizes that must be refused cleanly, with nothing written
+/// outside the container.
+@Suite("Hostile input")
+struct HostileInputTests {
+    static let hostile: [(String, String)] = [
+        ("../x", "may not contain '/'"),
+        ("a/b", "may not contain '/'"),
+        ("", "may not be empty"),
+        (String(repeating: "x", count: 300), "300 bytes long"),
+        ("a\u{0}b", "NUL"),
+        (".", "may not be '.' or '..'"),
+        ("..", "may not be '.' or '..'"),
+        (".hidden", "may not start with '.'"),
+        ("line\nbreak", "control characters"),
+    ]
+
+    @Test("each hostile identifier is refused with a reason, and nothing is written anywhere",
+          arguments: Array(0..<hostile.count))
+    func hostileIdentifiersAreRefused(index: Int) throws {
+        let (identifier, reason) = Self.hostile[index]
+        let parent = TemporaryDirectory()
+        let container = parent.file("container")
+        let wormhole = try Wormhole(directory: container)
+        let before = try FileManager.default.subpathsOfDirectory(atPath: parent.path).sorted()
+        let operations: [() throws -> Void] = [
+            { try wormhole.passMessage("x", identifier: identifier) },
+            { _ = try wormhole.message(withIdentifier: identifier, as: String.self) },
+            { try wormhole.clearMessageContents(forIdentifier: identifier) },
+            { try wormhole.listenForMessage(withIdentifier: identifier, as: String.self) { _ in } },
+            { try DarwinNotificationCenter(directory: container).post(identifier) },
+            { try DarwinNotificationCenter(directory: container).setState(1, forName: identifier) },
+            { _ = try Wormhole(directory: container).transiting.makeReader(identifier: identifier, startingFrom: .now) },
+        ]
+        for operation in operations {
+            let error = #expect(throws: WormholeError.self) { try operation() }
+            #expect(error?.code == .invalidIdentifier)
+            #expect(error?.description.contains(reason) == true, "\(error?.description ?? "no error") names '\(reason)'")
+        }
+        #expect(try FileManager.default.subpathsOfDirectory(atPath: parent.path).sorted() == before)
+    }
+
+    @Test func hostileGroupAndDirectoryNamesAreRefused() throws {
+        let parent = TemporaryDirectory()
+        let environment = [WormholeContainer.environmentOverride: parent.path]
+        for group in ["../escape", "a/b", "", ".."] {
+            let error = #expect(throws: WormholeError.self) {
+                try WormholeContainer.directory(forApplicationGroupIdentifier: group, environment: environment)
+            }
+            #expect(error?.code == .invalidIdentifier)
+            #expect(error?.description.contains("application group identifier") == true)
+        }
+        #expect(throws: WormholeError.self) {
+            try Wormhole(applicationGroupIdentifier: "group.ok", optionalDirectory: "../up")
+        }
+    }
+
+    @Test func oversizedMessageIsRefusedAndNothingIsStored() throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.maximumMessageSize = 1024
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        try wormhole.passMessage(Data(count: 1024), identifier: "big")
+        let error = #expect(throws: WormholeError.self) { try wormhole.passMessage(Data(count: 1025), identifier: "big") }
+        #expect(error?.code == .messageTooLarge)
+        #expect(error?.description.contains("1025 bytes") == true)
+        #expect(try wormhole.record(withIdentifier: "big")?.sequence == 1)
+    }
+
+    @Test func invalidConfigurationIsRefused() {
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 0
+        let directory = TemporaryDirectory()
+        let error = #expect(throws: WormholeError.self) { try Wormhole(directory: directory.path, configuration: configuration) }
+        #expect(error?.code == .invalidConfiguration)
+    }
+
+    @Test func foreignFileInPlaceOfALogIsReportedAndLeftAlone() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let garbage = Data((0..<4096).map { _ in UInt8.random(in: 0...255) })
+        try garbage.write(to: URL(fileURLWithPath: directory.file("garbage.wormhole")))
+        try Data("hello".utf8).write(to: URL(fileURLWithPath: directory.file("short.wormhole")))
+        try Data("notes".utf8).write(to: URL(fileURLWithPath: directory.file("readme.txt")))
+        for identifier in ["garbage", "short"] {
+            let read = #expect(throws: WormholeError.self) { try wormhole.message(withIdentifier: identifier, as: Data.self) }
+            #expect(read?.code == .unsupportedFormat)
+            #expect(read?.description.contains("is not a Wormhole message log") == true)
+            let write = #expect(throws: WormholeError.self) { try wormhole.passMessage("x", identifier: identifier) }
+            #expect(write?.code == .unsupportedFormat)
+        }
+        try wormhole.passMessage("fine", identifier: "good")
+        try wormhole.clearAllMessageContents()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("garbage.wormhole"))) == garbage)
+        #expect(try String(contentsOfFile: directory.file("readme.txt"), encoding: .utf8) == "notes")
+        #expect(try wormhole.message(withIdentifier: "good", as: String.self) == nil)
+        #expect(try wormhole.summaries().map(\.identifier) == ["good"])
+    }
+
+    @Test("a corrupt record is reported to the listener, which goes on with the next", .timeLimit(.minutes(1)))
+    func corruptRecordIsReportedAndSkipped() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for text in ["first", "second", "third"] { try wormhole.passMessage(text, identifier: "log") }
+        // Flip one byte inside the second record's payload.
+        let path = directory.file("log.wormhole")
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        let second = try #require(bytes.range(of: Data("second".utf8)))
+        bytes[second.lowerBound] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: path))
+
+        let received = Collector<String>()
+        let errors = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "log", as: String.self, startingFrom: .history,
+                                                  onError: { errors.append($0) }) { received.append($0) }
+        await received.wait(for: 2)
+        try wormhole.passMessage("fourth", identifier: "log")
+        await received.wait(for: 3)
+        token.cancel()
+        #expect(received.all == ["first", "third", "fourth"])
+        #expect(errors.all.map(\.code) == [.corruptRecord])
+        #expect(errors.all.first?.description.contains("checksum") == true)
+    }
+
+    @Test("a message that is not the type asked for is reported; the next one arrives", .timeLimit(.minutes(1)))
+    func undecodableMessageIsReportedAndSkipped() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<Note>()
+        let errors = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "note", as: Note.self,
+                                                  onError: { errors.append($0) }) { received.append($0) }
+        try wormhole.passMessage("not json", identifier: "note")
+        try wormhole.passMessage(Note(text: "ok"), identifier: "note")
+        await received.wait(for: 1)
+        token.cancel()
+        #expect(received.all == [Note(text: "ok")])
+        #expect(errors.all.map(\.code) == [.decodingFailed])
+        #expect(throws: WormholeError.self) { _ = try wormhole.message(withIdentifier: "note", as: Int.self) }
+    }
+}
