@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ArgumentParser
 import Foundation
+import Synchronization
 import Wormhole
 
 /// A chat between any number of processes: each participant runs this with a name.
@@ -71,7 +72,9 @@ struct Chat: AsyncParsableCommand {
         if typing {
             Terminal.say("Room '\(room)' in \(wormhole.directory ?? "?") as \(name). Type and press Enter to talk; Ctrl-D or /quit leaves.")
         }
+        let seen = Atomic<UInt64>(0)
         let token = try wormhole.listenForRecords(withIdentifier: room, startingFrom: .after(sequence: start)) { record in
+            defer { seen.store(record.sequence, ordering: .releasing) }
             if let event = try? record.decode(as: ChatEvent.self) {
                 // Your own typing is already on the screen.
                 let echo = typing && record.processID == me && event.kind == .message && record.sequence > latest
@@ -97,7 +100,13 @@ struct Chat: AsyncParsableCommand {
         }, end: { ending.end() })
         await ending.wait()
 
-        try wormhole.passMessage(ChatEvent.leave(name), identifier: room)
+        // Show everything up to our own leaving before going: with piped input the chat
+        // may end before the history was printed.
+        let last = try wormhole.passMessage(ChatEvent.leave(name), identifier: room)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while seen.load(ordering: .acquiring) < last && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
         token.cancel()
     }
 }
