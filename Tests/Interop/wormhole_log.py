@@ -571,6 +571,13 @@ class Listener:
             if self.log_id is not None and self.log_id != header.log_id:     # R3
                 self.delivered = 0
                 self.offset = HEADER_SIZE
+                try:
+                    renewed = Claim(self.directory, self.identifier)
+                except OSError:
+                    renewed = None
+                if renewed is not None:
+                    self.claim.close()
+                    self.claim = renewed
             self.log_id = header.log_id
             end = header.committed_end                                       # R4
             if self.offset >= end:
