@@ -66,10 +66,12 @@ struct CommandResult: Sendable {
 /// A program of this package, run as a real separate process with its output in files.
 final class RunningCommand: @unchecked Sendable {
     let process = Process()
+    /// Standard input, when the command was started with one to write to.
+    private let inputPipe: Pipe?
     private let outputPath: String
     private let errorPath: String
 
-    init(_ product: String, _ arguments: [String], environment: [String: String], input: Data?, in directory: TemporaryDirectory) throws {
+    init(_ product: String, _ arguments: [String], environment: [String: String], input: Data?, interactive: Bool = false, in directory: TemporaryDirectory) throws {
         let id = UUID().uuidString
         outputPath = directory.file(".out-\(id)")
         errorPath = directory.file(".err-\(id)")
@@ -80,7 +82,10 @@ final class RunningCommand: @unchecked Sendable {
         process.environment = environment
         process.standardOutput = FileHandle(forWritingAtPath: outputPath)
         process.standardError = FileHandle(forWritingAtPath: errorPath)
-        if let input {
+        inputPipe = interactive ? Pipe() : nil
+        if let inputPipe {
+            process.standardInput = inputPipe
+        } else if let input {
             let inputPath = directory.file(".in-\(id)")
             _ = FileManager.default.createFile(atPath: inputPath, contents: input)
             process.standardInput = FileHandle(forReadingAtPath: inputPath)
@@ -91,6 +96,16 @@ final class RunningCommand: @unchecked Sendable {
     }
 
     var pid: Int32 { process.processIdentifier }
+
+    /// Writes `text` to the standard input of a command started with `interactive`.
+    func type(_ text: String) throws {
+        try inputPipe?.fileHandleForWriting.write(contentsOf: Data(text.utf8))
+    }
+
+    /// Ends the standard input of a command started with `interactive`.
+    func closeInput() throws {
+        try inputPipe?.fileHandleForWriting.close()
+    }
     var stdout: Data { FileManager.default.contents(atPath: outputPath) ?? Data() }
     var stderr: String { String(decoding: FileManager.default.contents(atPath: errorPath) ?? Data(), as: UTF8.self) }
 
@@ -155,8 +170,10 @@ final class Sandbox: Sendable {
     var defaultContainer: String { root.file("app-groups") + "/group.wormhole.default" }
 
     /// Starts `wormhole` (or another product) with `arguments`.
-    func start(_ arguments: [String], product: String = "wormhole", input: Data? = nil, environment extra: [String: String] = [:]) throws -> RunningCommand {
-        try RunningCommand(product, arguments, environment: environment.merging(extra) { $1 }, input: input, in: root)
+    func start(_ arguments: [String], product: String = "wormhole", input: Data? = nil, interactive: Bool = false,
+               environment extra: [String: String] = [:]) throws -> RunningCommand {
+        try RunningCommand(product, arguments, environment: environment.merging(extra) { $1 }, input: input,
+                           interactive: interactive, in: root)
     }
 
     /// Runs `wormhole` (or another product) to completion.

@@ -1,0 +1,112 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import Foundation
+import Synchronization
+import Wormhole
+
+/// A chat between any number of processes: each participant runs this with a name.
+///
+/// Every line typed is passed to the room's identifier; every participant listens to it.
+/// A newcomer first sees the room's recent history, read back from the store.
+@main
+struct Chat: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "wormhole-chat",
+        abstract: "Chat with other processes through a wormhole.",
+        discussion: """
+            Run it in several terminals with different names. Type a line and press \
+            Enter to say it; Ctrl-D or /quit leaves. With standard input from a pipe or \
+            a file, each line is said in turn and the chat ends with the input.
+
+            Examples:
+              swift run wormhole-chat alice
+              swift run wormhole-chat bob
+              printf 'hello\\nbye\\n' | swift run wormhole-chat carol
+            """)
+
+    @Argument(help: "Your name in the chat.")
+    var name: String
+
+    @Option(help: "The room: the identifier the chat's messages are passed under.")
+    var room = "room"
+
+    @Option(help: ArgumentHelp("How many recent events a newcomer is shown.", valueName: "count"))
+    var history = 20
+
+    @Option(help: ArgumentHelp("The application group whose container holds the chat.", valueName: "application-group-identifier"))
+    var group = "group.example.chat"
+
+    @Option(help: ArgumentHelp("Use this directory instead of the group's container.", valueName: "path"))
+    var directory: String?
+
+    func validate() throws {
+        if name.trimmingCharacters(in: .whitespaces).isEmpty {
+            throw ValidationError("Give a name, such as 'wormhole-chat alice'.")
+        }
+        if history < 0 {
+            throw ValidationError("--history must be 0 or more, not \(history).")
+        }
+    }
+
+    func run() async throws {
+        do {
+            try await chat()
+        } catch let error as WormholeError {
+            FileHandle.standardError.write(Data("wormhole-chat: \(error)\n".utf8))
+            throw ExitCode.failure
+        }
+    }
+
+    func chat() async throws {
+        let wormhole = try directory.map { try Wormhole(directory: $0) }
+            ?? Wormhole(applicationGroupIdentifier: group)
+        let name = self.name, room = self.room
+        let me = getpid()
+        let typing = Terminal.inputIsTerminal
+
+        // Recent history: the events after (latest - history), then everything live.
+        let latest = try wormhole.record(withIdentifier: room)?.sequence ?? 0
+        let start = latest > UInt64(history) ? latest - UInt64(history) : 0
+        if typing {
+            Terminal.say("Room '\(room)' in \(wormhole.directory ?? "?") as \(name). Type and press Enter to talk; Ctrl-D or /quit leaves.")
+        }
+        let seen = Atomic<UInt64>(0)
+        let token = try wormhole.listenForRecords(withIdentifier: room, startingFrom: .after(sequence: start)) { record in
+            defer { seen.store(record.sequence, ordering: .releasing) }
+            if let event = try? record.decode(as: ChatEvent.self) {
+                // Your own typing is already on the screen.
+                let echo = typing && record.processID == me && event.kind == .message && record.sequence > latest
+                if !echo { Terminal.say(event.line(at: record.date)) }
+            }
+            if record.sequence == latest && latest > start {
+                Terminal.say("-- recent history above (\(latest - start) event\(latest - start == 1 ? "" : "s")); live from here --")
+            }
+        }
+
+        try wormhole.passMessage(ChatEvent.join(name), identifier: room)
+        let ending = Ending()
+        Terminal.readLines({ line in
+            let text = line.trimmingCharacters(in: .whitespaces)
+            if text == "/quit" { return false }
+            guard !text.isEmpty else { return true }
+            do {
+                try wormhole.passMessage(ChatEvent.message(name, text), identifier: room)
+            } catch {
+                FileHandle.standardError.write(Data("wormhole-chat: \(error)\n".utf8))
+            }
+            return true
+        }, end: { ending.end() })
+        await ending.wait()
+
+        // Show everything up to our own leaving before going: with piped input the chat
+        // may end before the history was printed.
+        let last = try wormhole.passMessage(ChatEvent.leave(name), identifier: room)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while seen.load(ordering: .acquiring) < last && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        token.cancel()
+    }
+}

@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Testing
+
+@Suite("The examples, run as real processes", .timeLimit(.minutes(3)))
+struct ExamplesTests {
+    func output(_ command: RunningCommand) -> String { String(decoding: command.stdout, as: UTF8.self) }
+
+    @Test func chatParticipantsSeeEachOthersMessagesJoinsAndLeavesAndNewcomersSeeHistory() async throws {
+        let sandbox = Sandbox()
+        let alice = try sandbox.start(["alice"], product: "wormhole-chat", interactive: true)
+        #expect(await alice.waitForStandardOutput(containing: "* alice joined"), "\(alice.stderr)")
+
+        let bob = try sandbox.start(["bob"], product: "wormhole-chat", interactive: true)
+        #expect(await bob.waitForStandardOutput(containing: "* bob joined"))
+        #expect(await alice.waitForStandardOutput(containing: "* bob joined"))
+
+        try alice.type("hi bob\n")
+        #expect(await bob.waitForStandardOutput(containing: "alice: hi bob"))
+        try bob.type("hello alice\n")
+        #expect(await alice.waitForStandardOutput(containing: "bob: hello alice"))
+
+        try bob.closeInput()
+        let bobResult = await bob.finish()
+        #expect(bobResult.status == 0)
+        #expect(await alice.waitForStandardOutput(containing: "* bob left"))
+
+        // A newcomer with piped input: sees the recent history, says its line, leaves.
+        let carol = try await sandbox.run(["carol", "--history", "10"], product: "wormhole-chat", input: Data("hi all\n".utf8))
+        #expect(carol.status == 0)
+        let lines = carol.lines.map { $0.drop(while: { $0 != "]" }).dropFirst(2) }
+        #expect(lines.starts(with: ["* alice joined", "* bob joined", "alice: hi bob", "bob: hello alice", "* bob left"]))
+        #expect(carol.output.contains("recent history above"))
+        #expect(await alice.waitForStandardOutput(containing: "carol: hi all"))
+        #expect(await alice.waitForStandardOutput(containing: "* carol left"))
+
+        try alice.closeInput()
+        #expect(await alice.finish().status == 0)
+    }
+
+    @Test func theWidgetShowsTheLatestCountAtOnceAndFollowsTheApp() async throws {
+        let sandbox = Sandbox()
+        let empty = try await sandbox.run(["widget", "--once"], product: "today-widget")
+        #expect(empty.status == 0)
+        #expect(empty.output.contains("no steps yet"))
+
+        let app = try await sandbox.run(["app", "--interval", "0.05", "--increment", "250", "--updates", "2"], product: "today-widget")
+        #expect(app.status == 0, "\(app.stderr)")
+        #expect(try await sandbox.run(["widget", "--once"], product: "today-widget").output == "widget: 500 of 10,000 steps (5%)\n")
+
+        // Launched while the app is not running: the latest count at once, then live ones.
+        let widget = try sandbox.start(["widget", "--updates", "3"], product: "today-widget", interactive: true)
+        #expect(await widget.waitForStandardOutput(containing: "widget: 500 of 10,000 steps (5%)"))
+        let again = try await sandbox.run(["app", "--interval", "0.05", "--increment", "250", "--updates", "1"], product: "today-widget")
+        #expect(again.output.contains("restored 500 of 10,000 steps"))
+        let result = await widget.finish()
+        #expect(result.status == 0)
+        #expect(result.lines.filter { $0.contains("steps") }.map { $0.components(separatedBy: " · ")[0] } == [
+            "widget: 500 of 10,000 steps (5%)", "widget: 500 of 10,000 steps (5%)", "widget: 750 of 10,000 steps (7%)",
+        ])
+    }
+
+    @Test func theWidgetsButtonReachesTheAppLiveAndAfterARestart() async throws {
+        let sandbox = Sandbox()
+        let app = try sandbox.start(["app", "--interval", "0.2", "--increment", "100", "--updates", "300"], product: "today-widget")
+        #expect(await app.waitForStandardOutput(containing: "(started, update #1)"))
+        let widget = try sandbox.start(["widget"], product: "today-widget", interactive: true)
+        #expect(await widget.waitForStandardOutput(containing: "steps"))
+        try widget.type("\n")
+        #expect(await app.waitForStandardOutput(containing: "pressed reset"))
+        #expect(await app.waitForStandardOutput(containing: "0 of 10,000 steps (0%) (reset by the widget"))
+        #expect(await widget.waitForStandardOutput(containing: "widget: 0 of 10,000 steps (0%)"))
+        widget.send(SIGTERM)
+        #expect(await widget.finish().status == 0)
+        app.send(SIGKILL)
+        _ = await app.finish()
+
+        // Pressed while the app is not running: the app handles it when it starts.
+        #expect(try await sandbox.run(["widget", "--press", "--once"], product: "today-widget").status == 0)
+        let restarted = try await sandbox.run(["app", "--interval", "0.05", "--updates", "1"], product: "today-widget")
+        #expect(restarted.output.contains("pressed reset"))
+        #expect(restarted.output.contains("0 of 10,000 steps (0%) (reset by the widget"))
+    }
+}
