@@ -38,7 +38,7 @@ final class FileLogReader: WormholeTransitingReader {
                 delivered = header.lastSequence
                 offset = Int(header.committedEnd)
             case .latest:
-                delivered = max(header.clearedThrough, header.lastSequence &- 1)
+                delivered = max(header.clearedThrough, header.lastSequence == 0 ? 0 : header.lastSequence - 1)
                 if header.lastRecordOffset >= UInt64(LogFormat.headerSize) { offset = Int(header.lastRecordOffset) }
             case .history:
                 // The retained history: at most the configured number of messages.
