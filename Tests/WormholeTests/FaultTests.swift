@@ -63,7 +63,7 @@ struct FaultTests {
         try #require(mount("tmpfs", mountPoint, "tmpfs", 0, "size=512k,mode=0700") == 0, "mount: \(String(cString: strerror(errno)))")
         defer { umount2(mountPoint, Int32(MNT_DETACH)) }
         let filler = mountPoint + "/filler"
-        FileManager.default.createFile(atPath: filler, contents: Data(count: 128 * 1024))
+        _ = FileManager.default.createFile(atPath: filler, contents: Data(count: 128 * 1024))
 
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 100_000

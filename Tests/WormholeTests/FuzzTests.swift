@@ -92,7 +92,7 @@ struct FuzzTests {
                             input: Gen.int(in: 0...4), Gen.int(in: 0...Self.validLog.count), Gen.uint8(in: 0...255), Gen.uint32(in: 0...UInt32.max)) {
             kind, position, byte, word in
             let bytes = Self.mutate(kind, position, byte, word)
-            FileManager.default.createFile(atPath: directory.file("fuzz.wormhole"), contents: Data(bytes))
+            _ = FileManager.default.createFile(atPath: directory.file("fuzz.wormhole"), contents: Data(bytes))
             do throws(WormholeError) {
                 let reader = try transiting.makeReader(identifier: "fuzz", startingFrom: .history)
                 defer { reader.close() }

@@ -11,7 +11,7 @@ final class WakeSignal: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Wakes the waiter, or leaves a pending wake for the next ``wait()``.
     func signal() {

@@ -11,7 +11,7 @@ public final class NotificationObservation: Sendable {
     public let name: String
     private let queue: DispatchQueue
     private let block: @Sendable (String) -> Void
-    private let subscription = Mutex<UInt64?>(nil)
+    private let subscription = Locked<UInt64?>(nil)
     private let cancelled = Atomic<Bool>(false)
     private let scheduled = Atomic<Bool>(false)
 

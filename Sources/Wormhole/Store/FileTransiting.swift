@@ -26,7 +26,7 @@ public final class FileTransiting: WormholeTransiting {
     public let notificationCenter: DarwinNotificationCenter
 
     /// Open log descriptors kept for writing, at most ``cachedLogLimit`` of them.
-    private let logs = Mutex<[String: LogHandle]>([:])
+    private let logs = Locked<[String: LogHandle]>([:])
     static let cachedLogLimit = 64
 
     /// Uses `directory` (created 0700 when missing, refused when unsafe).
@@ -196,7 +196,7 @@ public final class FileTransiting: WormholeTransiting {
     /// A cached descriptor for one identifier's log. Its mutex keeps threads of this
     /// process apart (a `flock` is shared by every thread using the same descriptor).
     final class LogHandle: Sendable {
-        let descriptor = Mutex<FileDescriptor?>(nil)
+        let descriptor = Locked<FileDescriptor?>(nil)
         func close() {
             descriptor.withLock { fd in
                 try? fd?.close()

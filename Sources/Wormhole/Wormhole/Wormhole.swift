@@ -36,7 +36,7 @@ public final class Wormhole: Sendable {
         let cancel: @Sendable () -> Void
     }
 
-    private let registrations = Mutex<[UInt64: Registration]>([:])
+    private let registrations = Locked<[UInt64: Registration]>([:])
     private let nextRegistration = Atomic<UInt64>(1)
 
     /// A wormhole in an application group's container, as MMWormhole's

@@ -83,7 +83,7 @@ final class InotifyEngine: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Whether a reader thread is running; for tests of the lifecycle.
     var isRunning: Bool { state.withLock { $0.session != nil } }
