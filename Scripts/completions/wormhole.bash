@@ -188,11 +188,14 @@ _wormhole_send() {
     repeating_flags=()
     non_repeating_flags=(--json --print-sequence --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --file)
+    non_repeating_options=(--file --group --directory --optional-directory)
     __wormhole_offer_flags_options 2
 
     # Offer option value completions
     case "${prev}" in
+    '--file')
+        return
+        ;;
     '--group')
         return
         ;;
@@ -200,9 +203,6 @@ _wormhole_send() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--file')
         return
         ;;
     esac
@@ -212,11 +212,17 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--history --latest --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --count -c --timeout -t)
+    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
     case "${prev}" in
+    '--count'|'-c')
+        return
+        ;;
+    '--timeout'|'-t')
+        return
+        ;;
     '--group')
         return
         ;;
@@ -224,12 +230,6 @@ _wormhole_listen() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--count'|'-c')
-        return
-        ;;
-    '--timeout'|'-t')
         return
         ;;
     esac
@@ -302,11 +302,14 @@ _wormhole_post() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --state)
+    non_repeating_options=(--state --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
     case "${prev}" in
+    '--state')
+        return
+        ;;
     '--group')
         return
         ;;
@@ -314,9 +317,6 @@ _wormhole_post() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--state')
         return
         ;;
     esac
@@ -326,11 +326,17 @@ _wormhole_observe() {
     repeating_flags=()
     non_repeating_flags=(--state --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --count -c --timeout -t)
+    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
     case "${prev}" in
+    '--count'|'-c')
+        return
+        ;;
+    '--timeout'|'-t')
+        return
+        ;;
     '--group')
         return
         ;;
@@ -338,12 +344,6 @@ _wormhole_observe() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--count'|'-c')
-        return
-        ;;
-    '--timeout'|'-t')
         return
         ;;
     esac

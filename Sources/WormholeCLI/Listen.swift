@@ -21,10 +21,8 @@ struct Listen: AsyncParsableCommand {
               wormhole listen chat | grep --line-buffered error
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Argument(help: "The identifiers to listen to.")
-    var identifiers: [String] = []
+    var identifiers: [String]
 
     @Option(name: .shortAndLong, help: "Exit after this many messages (across all identifiers).")
     var count: Int?
@@ -49,6 +47,8 @@ struct Listen: AsyncParsableCommand {
 
     @Flag(name: .shortAndLong, help: "Say on standard error where it listens, once it listens (scripts can wait for that line).")
     var verbose = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
         if identifiers.isEmpty {
