@@ -50,10 +50,11 @@ enum Syscalls {
         retrying { mkdir(path, mode) }.map { _ in () }
     }
 
-    /// Sets a file's access and modification times to now. The corresponding C function
-    /// is `utimensat`; it produces inotify's IN_ATTRIB on the file.
+    /// Sets a file's access and modification times to now, without following a symbolic
+    /// link there. The corresponding C function is `utimensat`; it produces inotify's
+    /// IN_ATTRIB on the file.
     static func touch(_ path: String) -> Result<Void, Errno> {
-        retrying { utimensat(AT_FDCWD, path, nil, 0) }.map { _ in () }
+        retrying { utimensat(AT_FDCWD, path, nil, AT_SYMLINK_NOFOLLOW) }.map { _ in () }
     }
 
     /// The corresponding C function is `ftruncate`.

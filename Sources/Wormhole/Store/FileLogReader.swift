@@ -38,10 +38,12 @@ final class FileLogReader: WormholeTransitingReader {
                 delivered = header.lastSequence
                 offset = Int(header.committedEnd)
             case .latest:
-                delivered = max(header.clearedThrough, header.lastSequence &- 1)
+                delivered = max(header.clearedThrough, header.lastSequence == 0 ? 0 : header.lastSequence - 1)
                 if header.lastRecordOffset >= UInt64(LogFormat.headerSize) { offset = Int(header.lastRecordOffset) }
             case .history:
-                delivered = header.clearedThrough
+                // The retained history: at most the configured number of messages.
+                let retained = UInt64(transiting.configuration.retainedMessageCount)
+                delivered = max(header.clearedThrough, header.lastSequence > retained ? header.lastSequence - retained : 0)
             case .after(let sequence):
                 delivered = max(sequence, header.clearedThrough)
             }

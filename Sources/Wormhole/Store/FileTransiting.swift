@@ -127,8 +127,13 @@ public final class FileTransiting: WormholeTransiting {
 
     public func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord? {
         try Identifier.validate(identifier)
-        guard let snapshot = try LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: false) else { return nil }
-        return try snapshot.latest()
+        do throws(WormholeError) {
+            return try LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: false)?.latest()
+        } catch where error.code == .corruptRecord {
+            // A header read torn by a concurrent append can point past what was read:
+            // look once more before calling the record corrupt.
+            return try LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: false)?.latest()
+        }
     }
 
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
@@ -340,8 +345,10 @@ public final class FileTransiting: WormholeTransiting {
             keptCount += 1
             keptBytes += payload
         }
-        if let claim = ListenerCursor.lowestLiveClaim(container: directory, identifier: identifier) {
-            keepFrom = min(keepFrom, claim + 1)
+        // A claim is another process's file: any value must be safe here.
+        if let claim = ListenerCursor.lowestLiveClaim(container: directory, identifier: identifier),
+           case (let next, false) = claim.addingReportingOverflow(1) {
+            keepFrom = min(keepFrom, next)
         }
         let firstKept = entries.firstIndex { $0.sequence >= keepFrom } ?? entries.count
         let start = firstKept < entries.count ? entries[firstKept].offset : bytes.count

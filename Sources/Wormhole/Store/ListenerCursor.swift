@@ -89,7 +89,9 @@ final class ListenerCursor {
                 _ = Syscalls.unlink(path)
                 Syscalls.unlock(fd)
             case .failure(.wouldBlock):
-                if name.hasPrefix(".") { continue }  // being created: it claims 0 anyway
+                // Being created: its listener reads the log only after publishing it, so
+                // nothing it needs can be dropped yet.
+                if name.hasPrefix(".") { continue }
                 var value: UInt64 = 0
                 let count = (try? withUnsafeMutableBytes(of: &value) { try fd.read(fromAbsoluteOffset: 0, into: $0) }) ?? 0
                 let claim = count == 8 ? UInt64(littleEndian: value) : 0

@@ -1,0 +1,163 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Listeners: several per identifier, queues, starting points, async sequences, stalls.
+@Suite("Listening")
+struct ListeningTests {
+    @Test(.timeLimit(.minutes(1)))
+    func severalListenersOfOneIdentifierEachReceiveEveryMessage() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let collectors = (0..<3).map { _ in Collector<Int>() }
+        let tokens = try collectors.map { collector in
+            try wormhole.listenForMessage(withIdentifier: "n", as: Int.self) { collector.append($0) }
+        }
+        for value in 1...50 { try wormhole.passMessage(value, identifier: "n") }
+        for collector in collectors { #expect(await collector.wait(for: 50) == Array(1...50)) }
+        tokens[0].cancel()
+        try wormhole.passMessage(51, identifier: "n")
+        await collectors[1].wait(for: 51)
+        await collectors[2].wait(for: 51)
+        await settle()
+        #expect(collectors[0].count == 50)
+        #expect(collectors[1].all.last == 51 && collectors[2].all.last == 51)
+        for token in tokens { token.cancel() }
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func listenerRunsOnTheQueueTheCallerChose() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let queue = DispatchQueue(label: "ui", attributes: .concurrent)
+        let key = DispatchSpecificKey<String>()
+        queue.setSpecific(key: key, value: "ui")
+        let seen = Collector<String?>()
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: String.self, queue: queue) { _ in
+            seen.append(DispatchQueue.getSpecific(key: key))
+        }
+        for index in 0..<20 { try wormhole.passMessage("m\(index)", identifier: "n") }
+        #expect(await seen.wait(for: 20) == Array(repeating: "ui", count: 20))
+        token.cancel()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func startingPointsChooseWhatIsReplayed() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 5
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        for value in 1...23 { try wormhole.passMessage(value, identifier: "n") }
+        let history = Collector<Int>(), latest = Collector<Int>(), after = Collector<Int>(), now = Collector<Int>()
+        let tokens = [
+            try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .history) { history.append($0) },
+            try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .latest) { latest.append($0) },
+            try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .after(sequence: 20)) { after.append($0) },
+            try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .now) { now.append($0) },
+        ]
+        await history.wait(for: 5)
+        try wormhole.passMessage(24, identifier: "n")
+        #expect(await history.wait(for: 6) == [19, 20, 21, 22, 23, 24], "the retained history: the last 5, then new ones")
+        #expect(await latest.wait(for: 2) == [23, 24])
+        #expect(await after.wait(for: 4) == [21, 22, 23, 24])
+        #expect(await now.wait(for: 1) == [24])
+        for token in tokens { token.cancel() }
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func clearedMessagesAreNotReplayed() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for value in 1...3 { try wormhole.passMessage(value, identifier: "n") }
+        try wormhole.clearMessageContents(forIdentifier: "n")
+        try wormhole.passMessage(4, identifier: "n")
+        let history = Collector<Int>()
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .history) { history.append($0) }
+        await history.wait(for: 1)
+        await settle(100)
+        #expect(history.all == [4])
+        #expect(try wormhole.record(withIdentifier: "n")?.sequence == 4, "sequence numbers go on after a clear")
+        token.cancel()
+    }
+
+    @Test("a listener that stalls while thousands arrive loses none, though the log is compacted meanwhile",
+          .timeLimit(.minutes(2)))
+    func stalledListenerKeepsEverythingThroughCompaction() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let gate = DispatchSemaphore(value: 0)
+        let received = Collector<Int>()
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self) { value in
+            if value == 1 { gate.wait() }
+            received.append(value)
+        }
+        let total = 5000
+        for value in 1...total { try wormhole.passMessage(value, identifier: "n") }
+        // Compaction ran many times while the listener's claim kept its unread records.
+        let history = Collector<Int>()
+        let late = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .history) { history.append($0) }
+        #expect(await history.wait(for: 10) == Array((total - 9)...total))
+        gate.signal()
+        #expect(await received.wait(for: total, seconds: 60) == Array(1...total))
+        token.cancel()
+        late.cancel()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func asyncSequenceDeliversInOrderAndReleasesItsClaimWhenItEnds() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for value in 1...3 { try wormhole.passMessage(Note(text: "\(value)"), identifier: "notes") }
+        var texts: [String] = []
+        for try await note in wormhole.messages(withIdentifier: "notes", as: Note.self, startingFrom: .history) {
+            texts.append(note.text)
+            if texts.count == 3 { try wormhole.passMessage(Note(text: "4"), identifier: "notes") }
+            if texts.count == 4 { break }
+        }
+        #expect(texts == ["1", "2", "3", "4"])
+        let claims = ListenerCursor.directory(in: directory.path, identifier: "notes")
+        let deadline = Date().addingTimeInterval(5)
+        while (try? FileManager.default.contentsOfDirectory(atPath: claims))?.isEmpty == false && Date() < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: claims).isEmpty)
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func cancellingTheConsumingTaskOrStoppingEndsTheSequence() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let first = Task {
+            var count = 0
+            for try await _ in wormhole.records(withIdentifier: "a") { count += 1 }
+            return count
+        }
+        let second = Task {
+            var values: [String] = []
+            for try await value in wormhole.messages(withIdentifier: "b", as: String.self) { values.append(value) }
+            return values
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        first.cancel()
+        #expect(try await first.value == 0)
+        try wormhole.passMessage("x", identifier: "b")
+        try await Task.sleep(for: .milliseconds(200))
+        wormhole.stopListeningForMessage(withIdentifier: "b")
+        #expect(try await second.value == ["x"])
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func droppingTheWormholeStopsItsListeners() async throws {
+        let directory = TemporaryDirectory()
+        let received = Collector<String>()
+        var wormhole: Wormhole? = try Wormhole(directory: directory.path)
+        let token = try wormhole?.listenForMessage(withIdentifier: "n", as: String.self) { received.append($0) }
+        wormhole = nil
+        #expect(token?.isCancelled == true)
+        try Wormhole(directory: directory.path).passMessage("x", identifier: "n")
+        await settle()
+        #expect(received.count == 0)
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// The Darwin-notification analogue on its own.
+@Suite("Darwin notification center")
+struct NotificationCenterTests {
+    @Test(.timeLimit(.minutes(1)))
+    func postReachesObserverOnTheChosenQueue() async throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        let queue = DispatchQueue(label: "chosen")
+        let key = DispatchSpecificKey<Bool>()
+        queue.setSpecific(key: key, value: true)
+        let calls = Collector<Bool>()
+        let observation = try center.addObserver(forName: "ping", queue: queue) { name in
+            calls.append(name == "ping" && DispatchQueue.getSpecific(key: key) == true)
+        }
+        try center.post("ping")
+        await calls.wait(for: 1)
+        observation.cancel()
+        #expect(calls.all == [true])
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func everyObserverHearsAPostAtLeastOnceAfterIt() async throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        let other = try DarwinNotificationCenter(directory: directory.path)
+        let first = Collector<String>(), second = Collector<String>(), unrelated = Collector<String>()
+        let a = try center.addObserver(forName: "ping") { first.append($0) }
+        let b = try other.addObserver(forName: "ping") { second.append($0) }
+        let c = try center.addObserver(forName: "pong") { unrelated.append($0) }
+        for _ in 0..<100 { try center.post("ping") }
+        await first.wait(for: 1)
+        await second.wait(for: 1)
+        await settle()
+        // Posts coalesce: at least one notification, at most one per post.
+        #expect((1...100).contains(first.count))
+        #expect((1...100).contains(second.count))
+        #expect(unrelated.count == 0)
+        for observation in [a, b, c] { observation.cancel() }
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func stateIsStoredPerNameAndSettingItDoesNotPost() async throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        #expect(try center.state(forName: "level") == 0)
+        let calls = Collector<String>()
+        let observation = try center.addObserver(forName: "level") { calls.append($0) }
+        try center.setState(0xDEAD_BEEF_0000_0001, forName: "level")
+        try center.setState(7, forName: "other")
+        await settle()
+        #expect(calls.count == 0)
+        #expect(try DarwinNotificationCenter(directory: directory.path).state(forName: "level") == 0xDEAD_BEEF_0000_0001)
+        #expect(try center.state(forName: "other") == 7)
+        try center.post("level")
+        await calls.wait(for: 1)
+        #expect(calls.count == 1)
+        observation.cancel()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func nothingArrivesAfterCancel() async throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        let calls = Collector<String>()
+        let observation = try center.addObserver(forName: "ping") { calls.append($0) }
+        observation.cancel()
+        try center.post("ping")
+        await settle()
+        #expect(calls.count == 0)
+        #expect(observation.isCancelled)
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func asyncSequenceDeliversPostsAndEndsWithItsTask() async throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        let received = Collector<String>()
+        let task = Task {
+            for try await name in center.notifications(named: "tick") { received.append(name) }
+        }
+        // The first post may come before iteration has started: post until one is heard.
+        var attempts = 0
+        while received.count == 0 && attempts < 200 {
+            try center.post("tick")
+            try await Task.sleep(for: .milliseconds(20))
+            attempts += 1
+        }
+        #expect(received.all.first == "tick")
+        task.cancel()
+        let ended: Void? = try? await task.value
+        #expect(ended != nil, "cancelling the task ends the loop without an error")
+    }
+
+    @Test func postToAHostileNameFails() throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        let error = #expect(throws: WormholeError.self) { try center.post("../outside") }
+        #expect(error?.code == .invalidIdentifier)
+    }
+}

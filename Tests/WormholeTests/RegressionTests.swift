@@ -1,0 +1,48 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Bugs found in review, each with the test that would have caught it.
+@Suite("Regressions")
+struct RegressionTests {
+    @Test("a .latest listener on a log with a header but no record yet receives the first message",
+          .timeLimit(.minutes(1)))
+    func latestOnAnEmptyLogDoesNotWrapAround() async throws {
+        let directory = TemporaryDirectory()
+        var header = LogFormat.Header()
+        header.logID = 42
+        header.compactionRecordThreshold = 2000
+        header.compactionByteThreshold = 1 << 30
+        try Data(header.encoded()).write(to: URL(fileURLWithPath: directory.file("n.wormhole")))
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<String>()
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: String.self, startingFrom: .latest) { received.append($0) }
+        try wormhole.passMessage("first", identifier: "n")
+        #expect(await received.wait(for: 1) == ["first"])
+        token.cancel()
+    }
+
+    @Test("a listener claim of UInt64.max does not trap compaction")
+    func maximalClaimIsSafe() throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 2
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let reader = try wormhole.transiting.makeReader(identifier: "n", startingFrom: .after(sequence: .max))
+        for index in 1...20 { try wormhole.passMessage("m\(index)", identifier: "n") }
+        #expect(try wormhole.message(withIdentifier: "n", as: String.self) == "m20")
+        reader.close()
+    }
+
+    @Test("posting through a symbolic link named like a notification file does not touch its target")
+    func postDoesNotFollowSymbolicLinks() throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.file("c"))
+        let target = directory.file("outside")
+        FileManager.default.createFile(atPath: target, contents: nil, attributes: [.modificationDate: Date(timeIntervalSince1970: 0)])
+        try FileManager.default.createSymbolicLink(atPath: directory.file("c/ping.notification"), withDestinationPath: target)
+        try center.post("ping")
+        let modified = try FileManager.default.attributesOfItem(atPath: target)[.modificationDate] as? Date
+        #expect(modified == Date(timeIntervalSince1970: 0))
+    }
+}
