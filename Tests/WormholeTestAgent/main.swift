@@ -2,13 +2,19 @@
 //
 //   WormholeTestAgent write  DIR ID COUNT TAG [SIZE]   pass COUNT messages "TAG:i:<padding>"
 //   WormholeTestAgent spray  DIR COUNT ID...           pass COUNT messages round-robin over IDs
-//   WormholeTestAgent flood  DIR ID TAG                pass messages until killed
+//   WormholeTestAgent flood  DIR ID TAG STARTED [ACKS] pass messages until killed
 //   WormholeTestAgent listen DIR ID COUNT OUT [START]  record COUNT messages to OUT, one
 //                                                      "sequence payload" line each; OUT.ready
 //                                                      appears once listening has started
 //   WormholeTestAgent observe DIR NAME COUNT OUT       count COUNT posts of NAME
 //   WormholeTestAgent cycles DIR N                     N listen/cancel cycles; prints
 //                                                      "descriptors threads" before and after
+//   WormholeTestAgent probe DIR                        try to listen; print "ok" or
+//                                                      "error <code>: <description>"
+//   WormholeTestAgent pace DIR ID COUNT MICROSECONDS TAG   pass COUNT messages, one per interval
+//   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
+//                                                      (no memory kept per message); write
+//                                                      "received duplicates disorder" to OUT
 import Foundation
 import Wormhole
 
@@ -52,13 +58,22 @@ do {
         }
 
     case "flood":
-        let wormhole = try Wormhole(directory: argument(1))
+        // flood DIR ID TAG STARTED [ACKS]: after each pass returns, its index is appended
+        // to ACKS, so a test knows which messages were acknowledged before the kill.
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 20
+        let wormhole = try Wormhole(directory: argument(1), configuration: configuration)
         let identifier = argument(2)
         let tag = argument(3)
+        let acknowledgements: Int32 = arguments.count > 5 ? open(argument(5), O_WRONLY | O_CREAT | O_APPEND, 0o600) : -1
         var index = 1
         while true {
             // Sizes vary so that records straddle pages and the kill lands anywhere.
             try wormhole.passMessage(payload(tag: tag, index: index, size: 40 + (index * 7919) % 9000), identifier: identifier)
+            if acknowledgements >= 0 {
+                let line = Array("\(index)\n".utf8)
+                _ = line.withUnsafeBytes { write(acknowledgements, $0.baseAddress, $0.count) }
+            }
             if index == 1 { _ = FileManager.default.createFile(atPath: argument(4), contents: nil) }
             index += 1
         }
@@ -125,6 +140,52 @@ do {
             after = (descriptors(), threads())
         }
         print("\(before.0) \(before.1) \(after.0) \(after.1)")
+
+    case "probe":
+        let wormhole = try Wormhole(directory: argument(1))
+        do throws(WormholeError) {
+            let token = try wormhole.listenForMessage(withIdentifier: "probe", as: String.self) { _ in }
+            token.cancel()
+            print("ok")
+        } catch {
+            print("error \(error.code): \(error)")
+        }
+
+    case "pace":
+        let wormhole = try Wormhole(directory: argument(1))
+        let identifier = argument(2)
+        let count = Int(argument(3)) ?? 0
+        let interval = UInt32(argument(4)) ?? 1000
+        let tag = argument(5)
+        for index in 1...max(count, 1) where count > 0 {
+            try wormhole.passMessage(payload(tag: tag, index: index, size: 64 + index % 512), identifier: identifier)
+            usleep(interval)
+        }
+
+    case "soak-listen":
+        let wormhole = try Wormhole(directory: argument(1))
+        let expected = Int(argument(3)) ?? 0
+        let output = argument(4)
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var received = 0, duplicates = 0, disorder = 0
+        nonisolated(unsafe) var lastSequence: UInt64 = 0
+        nonisolated(unsafe) var lastIndex: [Substring: Int] = [:]
+        let token = try wormhole.listenForRecords(withIdentifier: argument(2)) { record in
+            if record.sequence <= lastSequence { duplicates += 1 } else if record.sequence != lastSequence + 1 { disorder += 1 }
+            lastSequence = max(lastSequence, record.sequence)
+            let text = String(decoding: record.payload, as: UTF8.self)
+            let parts = text.split(separator: ":", maxSplits: 2)
+            if parts.count == 3, let index = Int(parts[1]) {
+                if index != (lastIndex[parts[0]] ?? 0) + 1 { disorder += 1 }
+                lastIndex[parts[0]] = index
+            }
+            received += 1
+            if received == expected { done.signal() }
+        }
+        _ = FileManager.default.createFile(atPath: output + ".ready", contents: nil)
+        done.wait()
+        token.cancel()
+        try "\(received) \(duplicates) \(disorder)\n".write(toFile: output, atomically: true, encoding: .utf8)
 
     default:
         fail("unknown command \(command)")

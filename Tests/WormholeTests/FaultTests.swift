@@ -1,0 +1,189 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Crashes, a full disk, exhausted kernel limits and a sustained load.
+@Suite("Faults")
+struct FaultTests {
+    @Test("writers and listeners killed at random instants: survivors lose no acknowledged message",
+          .timeLimit(.minutes(5)))
+    func killedWritersAndListenersLoseNothingAcknowledged() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 20
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let received = Collector<WormholeRecord>()
+        let errors = Collector<WormholeError>()
+        let survivor = try wormhole.listenForRecords(withIdentifier: "crash", onError: { errors.append($0) }) { received.append($0) }
+        let cycles = 200
+        for cycle in 0..<cycles {
+            let started = directory.file("started-\(cycle)")
+            let writer = try Agent.start(["flood", directory.path, "crash", "c\(cycle)", started, directory.file("acks-\(cycle)")])
+            let listener = try Agent.start(["listen", directory.path, "crash", "100000000", directory.file("victim-\(cycle)")])
+            await waitForFile(started, seconds: 10)
+            try await Task.sleep(for: .microseconds(Int.random(in: 0...15_000)))
+            let victims = Bool.random() ? [writer, listener] : [listener, writer]
+            for victim in victims {
+                kill(victim.processIdentifier, SIGKILL)
+                try await Task.sleep(for: .microseconds(Int.random(in: 0...3_000)))
+            }
+            writer.waitUntilExit()
+            listener.waitUntilExit()
+        }
+        // One more round of passes compacts the log, which removes the dead listeners' claims.
+        var last: UInt64 = 0
+        for index in 0..<50 { last = try wormhole.passMessage("final \(index)", identifier: "crash") }
+        let records = await received.wait(for: Int(last), seconds: 120)
+        survivor.cancel()
+
+        #expect(errors.all.isEmpty, "no torn or corrupt record: \(errors.all.prefix(3))")
+        #expect(records.map(\.sequence) == Array(1...last), "every committed message once, in order")
+        let payloads = Set(records.map { String(decoding: $0.payload, as: UTF8.self).split(separator: ":").prefix(2).joined(separator: ":") })
+        var acknowledged = 0
+        for cycle in 0..<cycles {
+            let acks = (try? String(contentsOfFile: directory.file("acks-\(cycle)"), encoding: .utf8)) ?? ""
+            for line in acks.split(separator: "\n") {
+                acknowledged += 1
+                #expect(payloads.contains("c\(cycle):\(line)"), "acknowledged message c\(cycle):\(line) reached the survivor")
+            }
+        }
+        let claims = try FileManager.default.contentsOfDirectory(atPath: ListenerCursor.directory(in: directory.path, identifier: "crash"))
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".compacting") }
+        #expect(claims.count <= 1, "dead listeners' claims were removed: \(claims.count) left")
+        #expect(leftovers.count <= 1)
+        print("faults: \(cycles) cycles, \(2 * cycles) processes killed; \(acknowledged) acknowledged, \(last) committed, all received by the survivor; lost = 0, torn = 0; claims left \(claims.count), temporary files left \(leftovers.count)")
+    }
+
+    @Test("a full filesystem: a clear error, earlier messages intact, passing works again once space is freed",
+          .enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"), .timeLimit(.minutes(1)))
+    func fullFilesystemFailsCleanlyAndRecovers() async throws {
+        let parent = TemporaryDirectory()
+        let mountPoint = parent.file("small")
+        mkdir(mountPoint, 0o700)
+        try #require(mount("tmpfs", mountPoint, "tmpfs", 0, "size=512k,mode=0700") == 0, "mount: \(String(cString: strerror(errno)))")
+        defer { umount2(mountPoint, Int32(MNT_DETACH)) }
+        let filler = mountPoint + "/filler"
+        FileManager.default.createFile(atPath: filler, contents: Data(count: 128 * 1024))
+
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 100_000
+        configuration.retainedByteCount = 64 << 20
+        let wormhole = try Wormhole(directory: mountPoint + "/c", configuration: configuration)
+        let received = Collector<String>()
+        let token = try wormhole.listenForMessage(withIdentifier: "fill", as: String.self) { received.append($0) }
+        let block = String(repeating: "x", count: 1000)
+        var passed = 0
+        var failure: WormholeError?
+        while failure == nil && passed < 10_000 {
+            do throws(WormholeError) {
+                try wormhole.passMessage("\(passed):\(block)", identifier: "fill")
+                passed += 1
+            } catch {
+                failure = error
+            }
+        }
+        let error = try #require(failure)
+        #expect(error.errno == .noSpace)
+        #expect(error.description.contains("no space left"))
+        #expect(error.description.contains("was not passed"))
+        #expect(passed > 100)
+
+        // Everything acknowledged is intact and readable while the disk is still full:
+        // for the listener, for one read of the whole log, and as the latest message.
+        #expect(await received.wait(for: passed).count == passed)
+        let snapshot = try #require(try LogSnapshot(path: mountPoint + "/c/fill.wormhole", identifier: "fill", wholeLog: true))
+        #expect(snapshot.records.map { String(decoding: $0.payload, as: UTF8.self) } == (0..<passed).map { "\($0):\(block)" })
+        #expect(try wormhole.summaries().first?.messageCount == passed)
+        #expect(try wormhole.message(withIdentifier: "fill", as: String.self) == "\(passed - 1):\(block)")
+
+        try FileManager.default.removeItem(atPath: filler)
+        try wormhole.passMessage("after", identifier: "fill")
+        #expect(await received.wait(for: passed + 1).last == "after")
+        #expect(try wormhole.record(withIdentifier: "fill")?.sequence == UInt64(passed + 1))
+        let history = try wormhole.transiting.makeReader(identifier: "fill", startingFrom: .history).read(maximumCount: 100_000)
+        #expect(history.count == passed + 1)
+        #expect(history.allSatisfy { (try? $0.get()) != nil })
+        token.cancel()
+    }
+
+    /// Runs the agent's probe in a user namespace whose inotify limit is `value`.
+    private func probe(limit: String, value: Int) throws -> String {
+        let directory = TemporaryDirectory()
+        let process = Process()
+        let pipe = Pipe()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        process.arguments = ["--user", "--map-root-user", "/bin/sh", "-c",
+                             "echo \(value) > /proc/sys/user/\(limit) && exec \"$0\" probe \"$1\"", Agent.path, directory.path]
+        process.standardOutput = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    @Test("no inotify instance left for this user: a clear error, not a hang",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare")), .timeLimit(.minutes(1)))
+    func exhaustedInotifyInstancesGiveAClearError() throws {
+        let output = try probe(limit: "max_inotify_instances", value: 0)
+        #expect(output.hasPrefix("error notificationLimitReached:"), "\(output)")
+        #expect(output.contains("inotify instances"))
+        #expect(output.contains("max_user_instances"))
+    }
+
+    @Test("no inotify watch left for this user: a clear error, not a hang",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare")), .timeLimit(.minutes(1)))
+    func exhaustedInotifyWatchesGiveAClearError() throws {
+        let output = try probe(limit: "max_inotify_watches", value: 0)
+        #expect(output.hasPrefix("error notificationLimitReached:"), "\(output)")
+        #expect(output.contains("inotify watches"))
+        let fine = try probe(limit: "max_inotify_watches", value: 100)
+        #expect(fine == "ok\n")
+    }
+
+    /// Resident memory (kB), descriptors and threads of a process.
+    private func footprint(_ pid: Int32) -> (memory: Int, descriptors: Int, threads: Int) {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let memory = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }
+            .flatMap { Int($0.split(whereSeparator: \.isWhitespace).dropFirst().first ?? "") } ?? -1
+        let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").count) ?? -1
+        return (memory, descriptors, threads)
+    }
+
+    @Test("soak: writers and listeners for a minute; memory, descriptors and threads flat; every message accounted for",
+          .timeLimit(.minutes(5)))
+    func soak() async throws {
+        let seconds = Int(ProcessInfo.processInfo.environment["WORMHOLE_SOAK_SECONDS"] ?? "") ?? 60
+        let directory = TemporaryDirectory()
+        let writers = 3, interval = 500   // microseconds between passes
+        let perWriter = seconds * 1_000_000 / (interval + 150)
+        let expected = writers * perWriter
+        var listeners: [(Process, String)] = []
+        for index in 0..<2 {
+            let output = directory.file("soak\(index).txt")
+            listeners.append((try Agent.start(["soak-listen", directory.path, "soak", "\(expected)", output]), output))
+            #expect(await waitForFile(output + ".ready"))
+        }
+        let started = Date()
+        let writerProcesses = try (0..<writers).map {
+            try Agent.start(["pace", directory.path, "soak", "\(perWriter)", "\(interval)", "w\($0)"])
+        }
+        try await Task.sleep(for: .seconds(min(5, seconds / 4)))
+        let early = listeners.map { footprint($0.0.processIdentifier) }
+        while writerProcesses.contains(where: \.isRunning) && Date().timeIntervalSince(started) < Double(seconds) - 1 {
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        let late = listeners.map { footprint($0.0.processIdentifier) }
+        for process in writerProcesses { #expect(await waitForExit(process, seconds: Double(seconds) * 2) == 0) }
+        let elapsed = Date().timeIntervalSince(started)
+        for (index, (process, output)) in listeners.enumerated() {
+            #expect(await waitForExit(process, seconds: 60) == 0)
+            let numbers = try String(contentsOfFile: output, encoding: .utf8).split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+            #expect(numbers == [expected, 0, 0], "received, duplicates, out of order")
+            #expect(late[index].descriptors == early[index].descriptors)
+            #expect(late[index].threads <= early[index].threads + 1)
+            #expect(late[index].memory - early[index].memory < 2048, "resident memory grew \(late[index].memory - early[index].memory) kB")
+            print("soak listener \(index): \(expected) messages from \(writers) writers over \(String(format: "%.0f", elapsed)) s; RSS \(early[index].memory) -> \(late[index].memory) kB, descriptors \(early[index].descriptors) -> \(late[index].descriptors), threads \(early[index].threads) -> \(late[index].threads); lost 0")
+        }
+    }
+}
