@@ -17,6 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         // Diagnostics for listeners that have no error handler of their own.
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        // Tests only: generated inputs for the fuzz tests of the record reader and identifiers.
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
         // Commands, options, help, usage errors and shell completion for the CLI and examples.
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
@@ -42,7 +44,10 @@ let package = Package(
         ),
         .testTarget(
             name: "WormholeTests",
-            dependencies: ["Wormhole", "CInotifyTools", "WormholeTestAgent"]
+            dependencies: [
+                "Wormhole", "CInotifyTools", "WormholeTestAgent",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]
         ),
         // The `wormhole` command-line tool: a thin user of the library.
         .executableTarget(

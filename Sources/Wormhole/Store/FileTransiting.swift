@@ -253,7 +253,15 @@ public final class FileTransiting: WormholeTransiting {
                     continue
                 }
                 do throws(WormholeError) {
-                    var log = LockedLog(fd: fd, path: path, header: try Self.readHeader(fd, path: path))
+                    let header = try Self.readHeader(fd, path: path)
+                    // Under the lock a log's data is always written before its header: a
+                    // commit offset past the end of the file is damage, not a write in flight.
+                    if let header, header.committedEnd > UInt64(status.st_size) {
+                        throw WormholeError(.unsupportedFormat,
+                            "'\(path)' has a damaged header (commit offset \(header.committedEnd) is past the end of the file); move it out of the container or delete it",
+                            path: path)
+                    }
+                    var log = LockedLog(fd: fd, path: path, header: header)
                     let result = try body(&log)
                     Syscalls.unlock(fd)
                     return result

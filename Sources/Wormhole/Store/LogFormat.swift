@@ -12,6 +12,10 @@ enum LogFormat {
     static let recordMagic: [UInt8] = Array("WHR1".utf8)
     static let recordHeaderSize = 36
     static let fileSuffix = ".wormhole"
+    /// No record declares a larger payload: the largest configurable message.
+    static let maximumPayloadLength = 1 << 30
+    /// No log is larger: a commit offset past this is damage.
+    static let maximumLogSize: UInt64 = 1 << 40
 
     struct Header: Equatable {
         /// Offset just past the last committed record.
@@ -75,8 +79,14 @@ enum LogFormat {
             header.compactionRecordThreshold = get(bytes, 52)
             header.compactionByteThreshold = get(bytes, 56)
             header.lastRecordOffset = get(bytes, 64)
-            guard header.committedEnd >= UInt64(LogFormat.headerSize) else {
+            // Offsets come from a file anyone in the container can write: bound them before
+            // any arithmetic or allocation uses them.
+            guard (UInt64(LogFormat.headerSize)...LogFormat.maximumLogSize).contains(header.committedEnd) else {
                 throw WormholeError(.unsupportedFormat, "'\(path)' has a damaged header (commit offset \(header.committedEnd))", path: path)
+            }
+            guard header.lastRecordOffset == 0
+                || (UInt64(LogFormat.headerSize)..<header.committedEnd).contains(header.lastRecordOffset) else {
+                throw WormholeError(.unsupportedFormat, "'\(path)' has a damaged header (last record at \(header.lastRecordOffset))", path: path)
             }
             return header
         }
@@ -133,6 +143,9 @@ enum LogFormat {
             return .corrupt("no record marker at offset \(offset)", length: nil)
         }
         let payloadLength = Int(get(bytes, offset + 4) as UInt32)
+        guard payloadLength <= maximumPayloadLength else {
+            return .corrupt("the record at offset \(offset) declares \(payloadLength) bytes, more than any message may have", length: nil)
+        }
         let length = recordHeaderSize + payloadLength
         guard offset + length <= bytes.count else { return .incomplete }
         let record = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
@@ -154,6 +167,28 @@ enum LogFormat {
                            date: Date(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000),
                            processID: processID, kind: kind, payload: payload),
             length: length)
+    }
+
+    /// Every record in `bytes` (the part of a log after its header, up to the commit
+    /// offset), each either valid or the reason it is not. After a damaged record the scan
+    /// goes on at the next record marker, so one bad record costs only itself.
+    static func scan(_ bytes: UnsafeRawBufferPointer, identifier: String, path: String) -> [Result<WormholeRecord, WormholeError>] {
+        var results: [Result<WormholeRecord, WormholeError>] = []
+        var offset = 0
+        while offset < bytes.count {
+            switch parseRecord(bytes, at: offset, identifier: identifier) {
+            case .record(let record, let length):
+                results.append(.success(record))
+                offset += length
+            case .incomplete:
+                results.append(.failure(.corrupt("the record at offset \(offset) runs past the commit offset", path: path)))
+                offset = nextMarker(in: bytes, after: offset) ?? bytes.count
+            case .corrupt(let detail, _):
+                results.append(.failure(.corrupt(detail, path: path)))
+                offset = nextMarker(in: bytes, after: offset) ?? bytes.count
+            }
+        }
+        return results
     }
 
     /// The offset of the next record marker after `offset`, for resynchronising after a

@@ -22,19 +22,8 @@ struct LogSnapshot {
         var latest: WormholeRecord?
         if wholeLog {
             let bytes = try Self.read(fd, from: LogFormat.headerSize, to: Int(header.committedEnd), path: path)
-            bytes.withUnsafeBytes { buffer in
-                var offset = 0
-                while offset < buffer.count {
-                    switch LogFormat.parseRecord(buffer, at: offset, identifier: identifier) {
-                    case .record(let record, let length):
-                        records.append(record)
-                        offset += length
-                    case .incomplete:
-                        offset = buffer.count
-                    case .corrupt:
-                        offset = LogFormat.nextMarker(in: buffer, after: offset) ?? buffer.count
-                    }
-                }
+            records = bytes.withUnsafeBytes { buffer in
+                LogFormat.scan(buffer, identifier: identifier, path: path).compactMap { try? $0.get() }
             }
         } else if header.lastRecordOffset >= UInt64(LogFormat.headerSize), header.lastSequence > header.clearedThrough {
             let start = Int(header.lastRecordOffset)
@@ -61,6 +50,11 @@ struct LogSnapshot {
 
     static func read(_ fd: FileDescriptor, from start: Int, to end: Int, path: String) throws(WormholeError) -> [UInt8] {
         guard end > start else { return [] }
+        var end = end
+        if end - start > 1 << 20, case .success(let status) = Syscalls.fileStatus(fd) {
+            // A damaged header may claim more than the file holds: allocate only what is there.
+            end = min(end, max(start, Int(status.st_size)))
+        }
         var bytes = [UInt8](repeating: 0, count: end - start)
         do {
             var filled = 0
