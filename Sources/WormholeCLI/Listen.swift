@@ -87,7 +87,9 @@ struct Listen: AsyncParsableCommand {
             let format = self.format
             var tokens: [ListenerToken] = []
             defer { tokens.forEach { $0.cancel() } }
-            for identifier in identifiers {
+            // Each identifier once: naming one twice must not print its messages twice.
+            var seen = Set<String>()
+            for identifier in identifiers where seen.insert(identifier).inserted {
                 tokens.append(try wormhole.listenForRecords(
                     withIdentifier: identifier,
                     startingFrom: startingPoint,

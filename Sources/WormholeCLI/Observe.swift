@@ -53,7 +53,8 @@ struct Observe: AsyncParsableCommand {
             let showState = state
             var observations: [NotificationObservation] = []
             defer { observations.forEach { $0.cancel() } }
-            for name in names {
+            var seen = Set<String>()
+            for name in names where seen.insert(name).inserted {
                 observations.append(try center.addObserver(forName: name, queue: session.queue) { name in
                     session.admit {
                         if showState {

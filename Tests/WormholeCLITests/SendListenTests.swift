@@ -93,6 +93,14 @@ struct SendListenTests {
         #expect(result.lines == ["alpha: to alpha", "beta: to beta"])
     }
 
+    @Test func anIdentifierNamedTwiceIsHeardOnce() async throws {
+        let sandbox = Sandbox()
+        _ = try await sandbox.run(["send", "twice", "once"])
+        let result = try await sandbox.run(["listen", "twice", "twice", "--history", "--timeout", "0.5"])
+        #expect(result.status == 0)
+        #expect(result.lines == ["once"])
+    }
+
     @Test func aTimeoutWithNoMessageExitsTwoWithOneLineOnStandardError() async throws {
         let sandbox = Sandbox()
         let started = Date()
