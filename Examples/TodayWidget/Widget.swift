@@ -44,6 +44,8 @@ struct Widget: AsyncParsableCommand {
                 return
             }
 
+            let typing = isatty(STDIN_FILENO) == 1
+            if typing { say("widget: [ Reset ] press Enter to reset the count; q or Ctrl-D closes the widget") }
             let ending = Ending()
             let shown = Atomic<Int>(0)
             let limit = updates
@@ -59,8 +61,6 @@ struct Widget: AsyncParsableCommand {
                 say("widget: no steps yet; waiting for the app (swift run today-widget app)")
             }
 
-            let typing = isatty(STDIN_FILENO) == 1
-            if typing { say("widget: [ Reset ] press Enter to reset the count; q or Ctrl-D closes the widget") }
             let input = Thread {
                 while let line = readLine() {
                     if typing && (line == "q" || line == "quit") { break }

@@ -14,13 +14,13 @@ struct Clear: ParsableCommand {
               wormhole clear --all
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Argument(help: "The identifiers to clear.")
     var identifiers: [String] = []
 
     @Flag(name: .long, help: "Clear every identifier in the container.")
     var all = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
         if all && !identifiers.isEmpty {

@@ -12,10 +12,10 @@ struct List: ParsableCommand {
               wormhole list --json
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Flag(name: .long, help: "Print one JSON object per identifier and line.")
     var json = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func run() throws {
         try Failures.reported {

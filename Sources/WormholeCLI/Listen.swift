@@ -21,10 +21,8 @@ struct Listen: AsyncParsableCommand {
               wormhole listen chat | grep --line-buffered error
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Argument(help: "The identifiers to listen to.")
-    var identifiers: [String] = []
+    var identifiers: [String]
 
     @Option(name: .shortAndLong, help: "Exit after this many messages (across all identifiers).")
     var count: Int?
@@ -49,6 +47,8 @@ struct Listen: AsyncParsableCommand {
 
     @Flag(name: .shortAndLong, help: "Say on standard error where it listens, once it listens (scripts can wait for that line).")
     var verbose = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
         if identifiers.isEmpty {
@@ -87,7 +87,9 @@ struct Listen: AsyncParsableCommand {
             let format = self.format
             var tokens: [ListenerToken] = []
             defer { tokens.forEach { $0.cancel() } }
-            for identifier in identifiers {
+            // Each identifier once: naming one twice must not print its messages twice.
+            var seen = Set<String>()
+            for identifier in identifiers where seen.insert(identifier).inserted {
                 tokens.append(try wormhole.listenForRecords(
                     withIdentifier: identifier,
                     startingFrom: startingPoint,

@@ -19,10 +19,8 @@ struct Observe: AsyncParsableCommand {
               wormhole observe --state --count 1 --timeout 30 battery
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Argument(help: "The names to observe.")
-    var names: [String] = []
+    var names: [String]
 
     @Option(name: .shortAndLong, help: "Exit after this many notifications.")
     var count: Int?
@@ -35,6 +33,8 @@ struct Observe: AsyncParsableCommand {
 
     @Flag(name: .shortAndLong, help: "Say on standard error where it observes, once it observes (scripts can wait for that line).")
     var verbose = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
         if names.isEmpty {
@@ -53,7 +53,8 @@ struct Observe: AsyncParsableCommand {
             let showState = state
             var observations: [NotificationObservation] = []
             defer { observations.forEach { $0.cancel() } }
-            for name in names {
+            var seen = Set<String>()
+            for name in names where seen.insert(name).inserted {
                 observations.append(try center.addObserver(forName: name, queue: session.queue) { name in
                     session.admit {
                         if showState {

@@ -11,7 +11,7 @@ struct Path: ParsableCommand {
               wormhole path --group group.com.example.notes
             """)
 
-    @OptionGroup var container: ContainerOptions
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func run() throws {
         try Failures.reported {

@@ -15,13 +15,13 @@ struct Post: ParsableCommand {
               wormhole post --state 42 battery
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Argument(help: "The names to post.")
-    var names: [String] = []
+    var names: [String]
 
     @Option(name: .long, help: ArgumentHelp("Set the names' state value (an unsigned 64-bit integer) before posting.", valueName: "value"))
     var state: UInt64?
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
         if names.isEmpty {

@@ -15,8 +15,6 @@ struct Read: ParsableCommand {
               wormhole read --json status
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Argument(help: "The identifier to read.")
     var identifier: String
 
@@ -25,6 +23,8 @@ struct Read: ParsableCommand {
 
     @Flag(name: .long, help: "Write the payload exactly as it is, with no newline added.")
     var raw = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
         if json && raw {

@@ -20,8 +20,6 @@ struct Send: ParsableCommand {
               wormhole send --file photo.jpg photo
             """)
 
-    @OptionGroup var container: ContainerOptions
-
     @Argument(help: "The identifier to pass the message under, such as 'chat'.")
     var identifier: String
 
@@ -36,6 +34,8 @@ struct Send: ParsableCommand {
 
     @Flag(name: .long, help: "Print the message's sequence number in the identifier's order.")
     var printSequence = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
         if file != nil, let message, message != "-" {

@@ -83,4 +83,23 @@ struct ExamplesTests {
         #expect(restarted.output.contains("pressed reset"))
         #expect(restarted.output.contains("0 of 10,000 steps (0%) (reset by the widget"))
     }
+
+    @Test func aWidgetKilledAtAnyTimeLeavesTheAppRunningAndANewWidgetShowsTheCountAtOnce() async throws {
+        let sandbox = Sandbox()
+        let app = try sandbox.start(["app", "--interval", "0.1", "--increment", "10", "--updates", "600"], product: "today-widget")
+        #expect(await app.waitForStandardOutput(containing: "(started, update #1)"))
+        for _ in 0..<3 {
+            let widget = try sandbox.start(["widget"], product: "today-widget", interactive: true)
+            #expect(await widget.waitForStandardOutput(containing: "steps"))
+            widget.send(SIGKILL)
+            _ = await widget.finish()
+        }
+        #expect(app.process.isRunning)
+        let updates = String(decoding: app.stdout, as: UTF8.self).components(separatedBy: "update #").count - 1
+        #expect(await app.waitForStandardOutput(containing: "update #\(updates + 2))"))
+        let last = try #require(try await sandbox.run(["widget", "--once"], product: "today-widget").lines.last)
+        #expect(last.hasPrefix("widget: ") && last.hasSuffix("%)"))
+        app.send(SIGKILL)
+        _ = await app.finish()
+    }
 }

@@ -1,0 +1,167 @@
+function __wormhole_should_offer_completions_for_flags_or_options -a expected_commands
+    set -l non_repeating_flags_or_options $argv[2..]
+    set -l non_repeating_flags_or_options_absent 0
+    set -l positional_index 0
+    set -l commands
+    __wormhole_parse_tokens
+    test "$commands" = "$expected_commands"; and return $non_repeating_flags_or_options_absent
+end
+
+function __wormhole_should_offer_completions_for_positional -a expected_commands positional_index_comparison expected_positional_index
+    set -l non_repeating_flags_or_options
+    set -l non_repeating_flags_or_options_absent 0
+    set -l positional_index 0
+    set -l commands
+    __wormhole_parse_tokens
+    test "$commands" = "$expected_commands" -a \( "$positional_index" "$positional_index_comparison" "$expected_positional_index" \)
+end
+
+function __wormhole_parse_tokens -S
+    set -l unparsed_tokens (__wormhole_tokens -pc)
+    switch $unparsed_tokens[1]
+    case 'wormhole'
+        __wormhole_parse_subcommand 0 'version' 'h/help'
+        switch $unparsed_tokens[1]
+        case 'send'
+            __wormhole_parse_subcommand 2 'file=' 'json' 'print-sequence' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'listen'
+            __wormhole_parse_subcommand -r 1 'c/count=' 't/timeout=' 'history' 'latest' 'json' 'prefix' 'raw' 'v/verbose' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'read'
+            __wormhole_parse_subcommand 1 'json' 'raw' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'clear'
+            __wormhole_parse_subcommand -r 1 'all' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'list'
+            __wormhole_parse_subcommand 0 'json' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'post'
+            __wormhole_parse_subcommand -r 1 'state=' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'observe'
+            __wormhole_parse_subcommand -r 1 'c/count=' 't/timeout=' 'state' 'v/verbose' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'path'
+            __wormhole_parse_subcommand 0 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+        case 'help'
+            __wormhole_parse_subcommand -r 1 'version'
+        end
+    end
+end
+
+function __wormhole_tokens
+    if test (string split -m 1 -f 1 -- . "$FISH_VERSION") -gt 3
+        commandline --tokens-raw $argv
+    else
+        commandline -o $argv
+    end
+end
+
+function __wormhole_parse_subcommand -S -a positional_count
+    argparse -s r -- $argv
+    set -l option_specs $argv[2..]
+    set -l is_repeating_positional $_flag_r
+    set -el _flag_r
+    set -a commands $unparsed_tokens[1]
+    set positional_index 0
+    while true
+        set -e unparsed_tokens[1]
+        argparse -sn "$commands" $option_specs -- $unparsed_tokens 2> /dev/null
+        set unparsed_tokens $argv
+        set positional_index (math $positional_index + 1)
+        for non_repeating_flag_or_option in $non_repeating_flags_or_options
+            if set -ql "_flag_$(string replace -a - _ -- $non_repeating_flag_or_option)"
+                set non_repeating_flags_or_options_absent 1
+                break
+            end
+        end
+        test (count $unparsed_tokens) -eq 0 -o \( -z "$is_repeating_positional" -a "$positional_index" -gt "$positional_count" \) && break
+    end
+end
+
+function __wormhole_complete_directories
+    set -l token (commandline -t)
+    string match -- '*/' $token
+    set -l subdirs $token*/
+    printf %s\n $subdirs
+end
+
+function __wormhole_custom_completion
+    set -x SAP_SHELL fish
+    set -x SAP_SHELL_VERSION $FISH_VERSION
+    set -l tokens (__wormhole_tokens -p)
+    if test -z "$(__wormhole_tokens -t)"
+        set -l index (count (__wormhole_tokens -pc))
+        set tokens $tokens[..$index] \'\' $tokens[(math $index + 1)..]
+    end
+    command $tokens[1] $argv $tokens
+end
+
+complete -c 'wormhole' -f
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'send' -d 'Pass a message to every listener of an identifier.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'listen' -d 'Print each message passed under the identifiers, as it arrives.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'read' -d 'Print the latest message of an identifier.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'clear' -d 'Remove the messages of identifiers, or of all of them.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'list' -d 'List the identifiers that have messages: count, bytes and last update.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'post' -d 'Post payload-free notifications, optionally setting a name\'s 64-bit state first.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'observe' -d 'Print a line each time one of the names is posted.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'path' -d 'Print the container directory that the options select (creating it if needed).'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'help' -d 'Show subcommand help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" file' -l 'file' -d 'Send the bytes of this file, unchanged (\'-\' for standard input).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" json' -l 'json' -d 'Check that the message is JSON and store it as a JSON message.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" print-sequence' -l 'print-sequence' -d 'Print the message\'s sequence number in the identifier\'s order.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" c count' -l 'count' -s 'c' -d 'Exit after this many messages (across all identifiers).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" t timeout' -l 'timeout' -s 't' -d 'Stop listening after this many seconds; exit 2 if the messages waited for did not all arrive.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" history' -l 'history' -d 'Start from the retained history: print the messages kept from before, oldest first, then new ones.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" latest' -l 'latest' -d 'Start with the latest message, when there is one, then new ones.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" json' -l 'json' -d 'Print one JSON object per line: identifier, sequence, time, pid (of the sender), kind and payload.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" prefix' -l 'prefix' -d 'Prefix each line with the identifier and \': \'.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" raw' -l 'raw' -d 'Write each payload exactly as it is, with no newline added (for one binary message with --count 1).'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" v verbose' -l 'verbose' -s 'v' -d 'Say on standard error where it listens, once it listens (scripts can wait for that line).'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole listen" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole read" json' -l 'json' -d 'Print one JSON object: identifier, sequence, time, pid (of the sender), kind and payload.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole read" raw' -l 'raw' -d 'Write the payload exactly as it is, with no newline added.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole read" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole read" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole read" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole read" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole read" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole clear" all' -l 'all' -d 'Clear every identifier in the container.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole clear" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole clear" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole clear" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole clear" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole clear" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole list" json' -l 'json' -d 'Print one JSON object per identifier and line.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole list" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole list" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole list" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole list" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole list" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole post" state' -l 'state' -d 'Set the names\' state value (an unsigned 64-bit integer) before posting.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole post" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole post" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole post" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole post" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole post" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" c count' -l 'count' -s 'c' -d 'Exit after this many notifications.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" t timeout' -l 'timeout' -s 't' -d 'Stop observing after this many seconds; exit 2 if the notifications waited for did not all arrive.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" state' -l 'state' -d 'Print the name\'s state value after the name.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" v verbose' -l 'verbose' -s 'v' -d 'Say on standard error where it observes, once it observes (scripts can wait for that line).'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole observe" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole path" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole path" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole path" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole path" version' -l 'version' -d 'Show the version.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole path" h help' -s 'h' -l 'help' -d 'Show help information.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole help" version' -l 'version' -d 'Show the version.'
