@@ -30,6 +30,15 @@ func payload(tag: String, index: Int, size: Int) -> String {
     return head + String(format: "%07d:", fill) + String(repeating: "x", count: fill)
 }
 
+// An agent never outlives the test that started it, even when that test process is
+// killed, and never runs longer than five minutes: a watchdog ends it.
+let parent = getppid()
+let deadline = Date().addingTimeInterval(300)
+Thread {
+    while getppid() == parent && Date() < deadline { usleep(100_000) }
+    _exit(3)
+}.start()
+
 let arguments = CommandLine.arguments.dropFirst().map { $0 }
 guard let command = arguments.first else { fail("no command") }
 func argument(_ index: Int) -> String {

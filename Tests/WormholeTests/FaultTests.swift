@@ -15,7 +15,7 @@ struct FaultTests {
         let received = Collector<WormholeRecord>()
         let errors = Collector<WormholeError>()
         let survivor = try wormhole.listenForRecords(withIdentifier: "crash", onError: { errors.append($0) }) { received.append($0) }
-        let cycles = 200
+        let cycles = scaled(200)
         for cycle in 0..<cycles {
             let started = directory.file("started-\(cycle)")
             let writer = try Agent.start(["flood", directory.path, "crash", "c\(cycle)", started, directory.file("acks-\(cycle)")])
@@ -27,8 +27,8 @@ struct FaultTests {
                 kill(victim.processIdentifier, SIGKILL)
                 try await Task.sleep(for: .microseconds(Int.random(in: 0...3_000)))
             }
-            writer.waitUntilExit()
-            listener.waitUntilExit()
+            _ = await waitForExit(writer, seconds: 10)
+            _ = await waitForExit(listener, seconds: 10)
         }
         // One more round of passes compacts the log, which removes the dead listeners' claims.
         var last: UInt64 = 0

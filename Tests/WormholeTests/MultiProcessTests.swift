@@ -9,7 +9,7 @@ struct MultiProcessTests {
           .timeLimit(.minutes(5)))
     func burstFromSeveralWritersReachesEveryListenerOnceInOneOrder() async throws {
         let directory = TemporaryDirectory()
-        let writers = 4, perWriter = 10_000, total = writers * perWriter
+        let writers = 4, perWriter = scaled(10_000), total = writers * perWriter
         var listeners: [(Process, String)] = []
         for index in 0..<2 {
             let output = directory.file("listener\(index).txt")
@@ -51,14 +51,14 @@ struct MultiProcessTests {
         let received = Collector<WormholeRecord>()
         let errors = Collector<WormholeError>()
         let token = try wormhole.listenForRecords(withIdentifier: "flood", onError: { errors.append($0) }) { received.append($0) }
-        let cycles = 120
+        let cycles = scaled(120)
         for cycle in 0..<cycles {
             let started = directory.file("started-\(cycle)")
             let writer = try Agent.start(["flood", directory.path, "flood", "k\(cycle)", started])
             await waitForFile(started, seconds: 10)
             try await Task.sleep(for: .microseconds(Int.random(in: 0...20_000)))
             kill(writer.processIdentifier, SIGKILL)
-            writer.waitUntilExit()
+            _ = await waitForExit(writer, seconds: 10)
         }
         let last = try wormhole.passMessage("after the kills", identifier: "flood")
         let records = await received.wait(for: Int(last), seconds: 60)

@@ -118,3 +118,10 @@ func listenerLines(_ path: String) throws -> [(sequence: UInt64, payload: String
         return (UInt64(line[..<space]) ?? 0, String(line[line.index(after: space)...]))
     }
 }
+
+/// Scales the heaviest process tests: `WORMHOLE_TEST_SCALE=0.25` runs a quarter of the
+/// messages and kill cycles (the sanitizer runs use it; instrumented code is ~10x slower).
+func scaled(_ count: Int) -> Int {
+    let scale = Double(ProcessInfo.processInfo.environment["WORMHOLE_TEST_SCALE"] ?? "") ?? 1
+    return max(1, Int((Double(count) * scale).rounded()))
+}
