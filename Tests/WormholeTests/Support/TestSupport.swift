@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 @testable import Wormhole
 
 /// A fresh directory under /tmp, removed when the test ends.
@@ -20,7 +19,7 @@ final class TemporaryDirectory: Sendable {
 
 /// Collects values from any thread; waits for a count with a deadline.
 final class Collector<Value: Sendable>: Sendable {
-    private let values = Mutex<[Value]>([])
+    private let values = Locked<[Value]>([])
 
     func append(_ value: Value) { values.withLock { $0.append(value) } }
     var all: [Value] { values.withLock { $0 } }
