@@ -4,7 +4,7 @@ import Glibc
 import Foundation
 import Testing
 
-@Suite("Bad input: exit status and one line on standard error", .timeLimit(.minutes(3)))
+@Suite("Bad input: exit status and one line on standard error", .timeLimit(.minutes(10)))
 struct BadInputTests {
     /// Checks the status and that standard error is exactly one `wormhole: ...` line.
     func expectFailure(_ result: CommandResult, status: Int32, mentioning words: [String],

@@ -4,7 +4,7 @@ import Glibc
 import Foundation
 import Testing
 
-@Suite("The examples, run as real processes", .timeLimit(.minutes(3)))
+@Suite("The examples, run as real processes", .timeLimit(.minutes(10)))
 struct ExamplesTests {
     func output(_ command: RunningCommand) -> String { String(decoding: command.stdout, as: UTF8.self) }
 

@@ -4,7 +4,7 @@ import Glibc
 import Foundation
 import Testing
 
-@Suite("post and observe across processes", .timeLimit(.minutes(3)))
+@Suite("post and observe across processes", .timeLimit(.minutes(10)))
 struct NotificationCommandsTests {
     func observer(_ sandbox: Sandbox, _ arguments: [String]) async throws -> RunningCommand {
         let observer = try sandbox.start(["observe", "--verbose"] + arguments)

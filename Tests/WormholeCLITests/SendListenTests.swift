@@ -4,7 +4,7 @@ import Glibc
 import Foundation
 import Testing
 
-@Suite("Sending and listening across processes", .timeLimit(.minutes(3)))
+@Suite("Sending and listening across processes", .timeLimit(.minutes(10)))
 struct SendListenTests {
     /// Starts `wormhole listen` and waits until it says it listens.
     func listener(_ sandbox: Sandbox, _ arguments: [String]) async throws -> RunningCommand {
