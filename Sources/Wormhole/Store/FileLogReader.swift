@@ -31,7 +31,7 @@ final class FileLogReader: WormholeTransitingReader {
         let cursor = try ListenerCursor(container: transiting.directory, identifier: identifier)
         self.cursor = cursor
         if case .after(let sequence) = start { delivered = sequence }
-        if let fd = try openLog(), let header = try? FileTransiting.readHeader(fd, path: path) {
+        if let fd = try openLog(), let header = try? FileTransiting.readHeaderUnlocked(fd, path: path) {
             logID = header.logID
             switch start {
             case .now:
@@ -76,7 +76,7 @@ final class FileLogReader: WormholeTransitingReader {
             }
             let header: LogFormat.Header
             do throws(WormholeError) {
-                guard let read = try FileTransiting.readHeader(fd, path: path) else { break readLoop }
+                guard let read = try FileTransiting.readHeaderUnlocked(fd, path: path) else { break readLoop }
                 header = read
             } catch where error.code == .unsupportedFormat {
                 if !reportedForeignFile { results.append(.failure(error)) }

@@ -297,6 +297,22 @@ public final class FileTransiting: WormholeTransiting {
         return nil
     }
 
+    /// Reads a header without holding the lock, as readers do. A writer may be rewriting
+    /// it at that instant, and a read that overlaps the write can mix old and new fields
+    /// (seen: a new last-record offset with an old commit offset), so a header that looks
+    /// damaged is read again before it is reported.
+    static func readHeaderUnlocked(_ fd: FileDescriptor, path: String) throws(WormholeError) -> LogFormat.Header? {
+        var attempt = 0
+        while true {
+            do throws(WormholeError) {
+                return try readHeader(fd, path: path)
+            } catch where error.code == .unsupportedFormat && attempt < 3 {
+                attempt += 1
+                sched_yield()
+            }
+        }
+    }
+
     static func readHeader(_ fd: FileDescriptor, path: String) throws(WormholeError) -> LogFormat.Header? {
         var bytes = [UInt8](repeating: 0, count: LogFormat.headerSize)
         let count: Int

@@ -17,7 +17,7 @@ struct LogSnapshot {
             throw WormholeError.system("open", errno, path: path)
         }
         defer { try? fd.close() }
-        guard let header = try FileTransiting.readHeader(fd, path: path) else { return nil }
+        guard let header = try FileTransiting.readHeaderUnlocked(fd, path: path) else { return nil }
         var records: [WormholeRecord] = []
         var latest: WormholeRecord?
         if wholeLog {
