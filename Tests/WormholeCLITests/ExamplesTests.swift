@@ -64,7 +64,7 @@ struct ExamplesTests {
 
     @Test func theWidgetsButtonReachesTheAppLiveAndAfterARestart() async throws {
         let sandbox = Sandbox()
-        let app = try sandbox.start(["app", "--interval", "0.2", "--increment", "100", "--updates", "300"], product: "today-widget")
+        let app = try sandbox.start(["app", "--interval", "0.2", "--increment", "100", "--updates", "100000"], product: "today-widget")
         #expect(await app.waitForStandardOutput(containing: "(started, update #1)"))
         let widget = try sandbox.start(["widget"], product: "today-widget", interactive: true)
         #expect(await widget.waitForStandardOutput(containing: "steps"))
@@ -86,7 +86,7 @@ struct ExamplesTests {
 
     @Test func aWidgetKilledAtAnyTimeLeavesTheAppRunningAndANewWidgetShowsTheCountAtOnce() async throws {
         let sandbox = Sandbox()
-        let app = try sandbox.start(["app", "--interval", "0.1", "--increment", "10", "--updates", "600"], product: "today-widget")
+        let app = try sandbox.start(["app", "--interval", "0.1", "--increment", "10", "--updates", "100000"], product: "today-widget")
         #expect(await app.waitForStandardOutput(containing: "(started, update #1)"))
         for _ in 0..<3 {
             let widget = try sandbox.start(["widget"], product: "today-widget", interactive: true)

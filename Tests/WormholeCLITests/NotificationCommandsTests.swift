@@ -14,7 +14,7 @@ struct NotificationCommandsTests {
 
     @Test func anObserverInAnotherProcessSeesAPost() async throws {
         let sandbox = Sandbox()
-        let observer = try await observer(sandbox, ["refresh", "--count", "1", "--timeout", "60"])
+        let observer = try await observer(sandbox, ["refresh", "--count", "1"])
         #expect(try await sandbox.run(["post", "refresh"]).status == 0)
         let result = await observer.finish()
         #expect(result.status == 0)
@@ -23,7 +23,7 @@ struct NotificationCommandsTests {
 
     @Test func theStateValueTravelsWithThePost() async throws {
         let sandbox = Sandbox()
-        let observer = try await observer(sandbox, ["battery", "--state", "--count", "1", "--timeout", "60"])
+        let observer = try await observer(sandbox, ["battery", "--state", "--count", "1"])
         #expect(try await sandbox.run(["post", "--state", "87", "battery"]).status == 0)
         let result = await observer.finish()
         #expect(result.status == 0)
@@ -32,7 +32,7 @@ struct NotificationCommandsTests {
 
     @Test func sendingAMessagePostsItsIdentifiersName() async throws {
         let sandbox = Sandbox()
-        let observer = try await observer(sandbox, ["chat", "--count", "1", "--timeout", "60"])
+        let observer = try await observer(sandbox, ["chat", "--count", "1"])
         _ = try await sandbox.run(["send", "chat", "hello"])
         let result = await observer.finish()
         #expect(result.status == 0)

@@ -75,7 +75,7 @@ struct PayloadRoundTripTests {
         let sandbox = Sandbox()
         let file = sandbox.root.file("blob.bin")
         try Self.binary.write(to: URL(fileURLWithPath: file))
-        let listener = try sandbox.start(["listen", "--verbose", "--raw", "--count", "1", "--timeout", "60", "blob"])
+        let listener = try sandbox.start(["listen", "--verbose", "--raw", "--count", "1", "blob"])
         #expect(await listener.waitForStandardError(containing: "listening to"))
         _ = try await sandbox.run(["send", "--file", file, "blob"])
         let result = await listener.finish()

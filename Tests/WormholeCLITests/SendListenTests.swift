@@ -6,7 +6,9 @@ import Testing
 
 @Suite("Sending and listening across processes", .timeLimit(.minutes(10)))
 struct SendListenTests {
-    /// Starts `wormhole listen` and waits until it says it listens.
+    /// Starts `wormhole listen` and waits until it says it listens. The listeners of these
+    /// tests have no `--timeout`: the test's own wait bounds them, and it does not run
+    /// out while other tests keep the test process busy.
     func listener(_ sandbox: Sandbox, _ arguments: [String]) async throws -> RunningCommand {
         let listener = try sandbox.start(["listen", "--verbose"] + arguments)
         let ready = await listener.waitForStandardError(containing: "listening to")
@@ -16,7 +18,7 @@ struct SendListenTests {
 
     @Test func aListenerInAnotherProcessPrintsEachMessageOnItsOwnLineAndExitsZeroAtTheCount() async throws {
         let sandbox = Sandbox()
-        let listener = try await listener(sandbox, ["chat", "--count", "3", "--timeout", "60"])
+        let listener = try await listener(sandbox, ["chat", "--count", "3"])
         for text in ["one", "two", "three"] {
             let send = try await sandbox.run(["send", "chat", text])
             #expect(send.status == 0, "\(send.stderr)")
@@ -28,7 +30,7 @@ struct SendListenTests {
 
     @Test func eachLineIsWrittenAsSoonAsTheMessageArrives() async throws {
         let sandbox = Sandbox()
-        let listener = try await listener(sandbox, ["chat", "--count", "2", "--timeout", "60"])
+        let listener = try await listener(sandbox, ["chat", "--count", "2"])
         _ = try await sandbox.run(["send", "chat", "first"])
         // The listener is still running: the first line must already be out, unbuffered.
         #expect(await listener.waitForStandardOutput(containing: "first\n", seconds: 20))
@@ -41,7 +43,7 @@ struct SendListenTests {
 
     @Test func jsonLinesNameTheIdentifierSequenceTimeAndSendingProcess() async throws {
         let sandbox = Sandbox()
-        let listener = try await listener(sandbox, ["status", "--json", "--count", "1", "--timeout", "60"])
+        let listener = try await listener(sandbox, ["status", "--json", "--count", "1"])
         let sender = try sandbox.start(["send", "status", "ready"])
         let sent = await sender.finish()
         #expect(sent.status == 0)
@@ -85,7 +87,7 @@ struct SendListenTests {
 
     @Test func severalIdentifiersAreHeardWithTheirPrefix() async throws {
         let sandbox = Sandbox()
-        let listener = try await listener(sandbox, ["alpha", "beta", "--prefix", "--count", "2", "--timeout", "60"])
+        let listener = try await listener(sandbox, ["alpha", "beta", "--prefix", "--count", "2"])
         _ = try await sandbox.run(["send", "alpha", "to alpha"])
         _ = try await sandbox.run(["send", "beta", "to beta"])
         let result = await listener.finish()
