@@ -116,6 +116,15 @@ final class RunningCommand: @unchecked Sendable {
 
     var pid: Int32 { process.processIdentifier }
 
+    /// A command the test no longer holds is killed: a failed expectation must not leave
+    /// a listener running after the test (it would keep `swift test` waiting on its output).
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
     /// Writes `text` to the standard input of a command started with `interactive`.
     func type(_ text: String) throws {
         try inputPipe?.fileHandleForWriting.write(contentsOf: Data(text.utf8))
