@@ -1,0 +1,9 @@
+import Benchmark
+import Foundation
+import Wormhole
+
+let benchmarks: @Sendable () -> Void = {
+    Benchmark("placeholder") { benchmark in
+        for _ in benchmark.scaledIterations { blackHole(1) }
+    }
+}
