@@ -119,11 +119,21 @@ public final class ListenerToken: Sendable, Hashable {
 /// Forwards observation events to a listener that did not exist yet when the
 /// observation began.
 final class EventRelay: Sendable {
-    private let target = Mutex<(@Sendable (WormholeTransitingEvent) -> Void)?>(nil)
-    func connect(_ handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) {
-        target.withLock { $0 = handler }
+    /// The handler sits in a struct: a closure stored directly as a `Mutex`'s value is
+    /// re-abstracted on every `withLock` and written back wrapped in one more thunk, so
+    /// the n-th event ran through n thunks.
+    private struct Target {
+        let handler: @Sendable (WormholeTransitingEvent) -> Void
     }
+
+    private let target = Mutex<Target?>(nil)
+
+    func connect(_ handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) {
+        target.withLock { $0 = Target(handler: handler) }
+    }
+
     func forward(_ event: WormholeTransitingEvent) {
-        target.withLock { $0 }?(event)
+        target.withLock { $0 }?.handler(event)
     }
 }
+
