@@ -167,6 +167,15 @@ final class FileLogReader: WormholeTransitingReader {
             }
             retriedHeader = false
             if position == 0 { break }
+            // Caught up with the commit offset this read saw. While this file is still
+            // the log, whatever is committed after that is posted after it, and the post
+            // wakes the next read: reading the header again now would only cost a call.
+            // A file already replaced (its link count is 0) may have been replaced before
+            // the wake-up this read answers, so go on to the new file now.
+            if offset >= end && !results.isEmpty {
+                let status = try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
+                if status.st_nlink > 0 { break }
+            }
         }
         if !results.isEmpty { cursor?.update(delivered) }
         return results

@@ -67,17 +67,21 @@ public final class ListenerToken: Sendable, Hashable {
     private func scheduleDrain() {
         guard !drainScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         queue.async { [self] in
-            drainScheduled.store(false, ordering: .releasing)
+            drainScheduled.store(false, ordering: .sequentiallyConsistent)
             drain()
         }
     }
 
+    /// Reads and delivers until the reader is caught up. A batch smaller than the
+    /// maximum means it is: records committed later are posted later, and that post
+    /// schedules the next drain.
     private func drain() {
+        let maximumCount = 256
         while !isCancelled {
             let batch: [Result<WormholeRecord, WormholeError>]
             do throws(WormholeError) {
                 batch = try reader.withLock { (reader) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] in
-                    try reader?.read(maximumCount: 256) ?? []
+                    try reader?.read(maximumCount: maximumCount) ?? []
                 }
             } catch {
                 onError(error)
@@ -91,6 +95,7 @@ public final class ListenerToken: Sendable, Hashable {
                 case .failure(let error): onError(error)
                 }
             }
+            if batch.count < maximumCount { return }
         }
     }
 
