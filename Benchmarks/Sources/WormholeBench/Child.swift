@@ -10,6 +10,8 @@ import Glibc
 final class Child {
     let pid: pid_t
     private let output: Int32
+    /// The write end of the child's standard input, when it was given one.
+    private var input: Int32 = -1
     private var pending: [UInt8] = []
     private var exited = false
 
@@ -22,7 +24,7 @@ final class Child {
 
     /// Starts `path` with `arguments` (not counting the program name).
     /// The corresponding C function is `posix_spawn`.
-    init(path: String = Child.selfPath, _ arguments: [String], passing descriptor: Int32? = nil, quiet: Bool = false) throws(BenchError) {
+    init(path: String = Child.selfPath, _ arguments: [String], passing descriptor: Int32? = nil, quiet: Bool = false, withInput: Bool = false) throws(BenchError) {
         var ends: [Int32] = [0, 0]
         guard makePipe(&ends) else { throw BenchError("pipe: \(String(cString: strerror(errno)))") }
         var actions = posix_spawn_file_actions_t()
@@ -30,6 +32,11 @@ final class Child {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, ends[1], 1)
         if quiet { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
+        var inputEnds: [Int32] = [-1, -1]
+        if withInput {
+            guard makePipe(&inputEnds) else { throw BenchError("pipe: \(String(cString: strerror(errno)))") }
+            posix_spawn_file_actions_adddup2(&actions, inputEnds[0], 0)
+        }
         var passed: Int32 = -1
         if let descriptor {
             // A copy above 3, so that dup2 always makes a new, inheritable descriptor 3.
@@ -42,17 +49,27 @@ final class Child {
         let status = posix_spawn(&pid, path, &actions, nil, argv, environ)
         close(ends[1])
         if passed >= 0 { close(passed) }
+        if withInput { close(inputEnds[0]) }
         guard status == 0 else {
             close(ends[0])
             throw BenchError("cannot start \(path): \(String(cString: strerror(status)))")
         }
         self.pid = pid
         self.output = ends[0]
+        self.input = inputEnds[1]
+    }
+
+    /// Writes a line to the child's standard input.
+    func send(_ line: String) {
+        guard input >= 0 else { return }
+        let text = line + "\n"
+        text.utf8CString.withUnsafeBufferPointer { _ = write(input, $0.baseAddress, $0.count - 1) }
     }
 
     deinit {
         if !exited { terminate() }
         close(output)
+        if input >= 0 { close(input) }
     }
 
     /// The next line the child prints, or `nil` at end of file or after `timeout` seconds.

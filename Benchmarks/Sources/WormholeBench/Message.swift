@@ -9,6 +9,9 @@ enum Frame {
     static let minimumSize = 16
     static let warmUpBit: UInt64 = 1 << 63
 
+    /// How many warm-up messages a Wormhole sender passes: one per identifier, 20 at least.
+    static func warmUpCount(identifiers: Int) -> Int { max(20, identifiers) }
+
     @inline(__always)
     static func write(stamp: UInt64, index: UInt64, into bytes: UnsafeMutableRawPointer) {
         bytes.storeBytes(of: stamp.littleEndian, toByteOffset: 0, as: UInt64.self)
@@ -32,4 +35,11 @@ struct BenchMessage: Codable, Sendable {
 /// Identifier number `index` of `count` in use.
 func identifierName(_ index: Int, of count: Int) -> String {
     count == 1 ? "bench" : "bench-\(index)"
+}
+
+/// The number of the identifier that message `index` is sent to, of `count` in use.
+/// Consecutive messages go to identifiers far apart (7919 is a prime that divides no
+/// count used), so that even fewer messages than identifiers spread over all of them.
+func identifierNumber(forMessage index: Int, of count: Int) -> Int {
+    count <= 1 ? 0 : (index % count) * 7919 % count
 }

@@ -87,8 +87,9 @@ struct Outcome: Sendable {
 
     /// Listener CPU time per message received, in microseconds (mean over listeners).
     var listenerMicrosecondsPerMessage: Double {
-        let total = listeners.reduce(0.0) { $0 + Double($1.cpuMicroseconds) / Double(max(1, $1.received)) }
-        return total / Double(max(1, listeners.count))
+        let counted = listeners.filter { $0.received > 0 }
+        let total = counted.reduce(0.0) { $0 + Double($1.cpuMicroseconds) / Double($1.received) }
+        return total / Double(max(1, counted.count))
     }
 }
 
@@ -147,7 +148,11 @@ struct Runner {
                 }
             }
             for listener in listeners { _ = try listener.expect("READY", timeout: 300) }
-            sender = try Child(["wormhole-send"] + sendArguments + ["--dir", directory, "--ids", String(scenario.identifiers), "--mode", mode])
+            sender = try Child(["wormhole-send"] + sendArguments + ["--dir", directory, "--ids", String(scenario.identifiers), "--mode", mode, "--handshake"],
+                               withInput: true)
+            _ = try sender.expect("WARMED", timeout: 300)
+            for listener in listeners { _ = try listener.expect("WARM", timeout: 300) }
+            sender.send("GO")
         }
         let sent = fields(of: try sender.expect("RESULT", timeout: timeout))
         sender.wait()

@@ -19,14 +19,19 @@ struct Tally: Sendable {
     private(set) var highestIndex: Int = -1
     /// Nanoseconds, in the order received.
     private(set) var latencies: [UInt64] = []
+    /// Warm-up messages this listener should receive, and those it did.
+    let expectedWarmUps: Int
+    private(set) var warmUps = 0
     private var seen: [Bool]
+    private var usageAtFirst: ResourceUsage?
     private var lastIndexOfIdentifier: [Int]
 
     /// Counts messages `0..<count`, sent round-robin over `identifiers`, of which this
     /// listener hears those of identifiers `slice` (all by default).
     init(count: Int, identifiers: Int, slice: Range<Int>? = nil) {
         let slice = slice ?? 0..<max(1, identifiers)
-        self.expected = (0..<count).reduce(0) { slice.contains($1 % max(1, identifiers)) ? $0 + 1 : $0 }
+        self.expectedWarmUps = (0..<Frame.warmUpCount(identifiers: identifiers)).reduce(0) { slice.contains($1 % max(1, identifiers)) ? $0 + 1 : $0 }
+        self.expected = (0..<count).reduce(0) { slice.contains(identifierNumber(forMessage: $1, of: identifiers)) ? $0 + 1 : $0 }
         self.identifiers = max(1, identifiers)
         seen = [Bool](repeating: false, count: count)
         lastIndexOfIdentifier = [Int](repeating: -1, count: max(1, identifiers))
@@ -36,20 +41,28 @@ struct Tally: Sendable {
 
     /// Counts message `index`, stamped `stamp` by its sender, received at `now`.
     mutating func record(index: UInt64, stamp: UInt64, at now: UInt64) {
-        guard index & Frame.warmUpBit == 0, index < UInt64(count) else { return }
+        if index & Frame.warmUpBit != 0 {
+            warmUps += 1
+            return
+        }
+        guard index < UInt64(count) else { return }
         let index = Int(index)
         if seen[index] {
             duplicates += 1
             return
         }
         seen[index] = true
-        let slot = index % identifiers
+        let slot = identifierNumber(forMessage: index, of: identifiers)
         if lastIndexOfIdentifier[slot] > index { outOfOrder += 1 }
         lastIndexOfIdentifier[slot] = max(lastIndexOfIdentifier[slot], index)
         highestIndex = max(highestIndex, index)
         received += 1
         latencies.append(now >= stamp ? now - stamp : 0)
-        if firstReceipt == 0 { firstReceipt = now }
+        if firstReceipt == 0 {
+            firstReceipt = now
+            // CPU is counted from the first measured message, not from the warm-up.
+            usageAtFirst = ResourceUsage.current()
+        }
         lastReceipt = now
     }
 
@@ -60,8 +73,11 @@ struct Tally: Sendable {
         let usage = ResourceUsage.current()
         var text = "RESULT expected=\(expected) received=\(received) duplicates=\(duplicates) order=\(outOfOrder)"
         text += " first=\(firstReceipt) last=\(lastReceipt)"
-        text += " cpu_us=\(usage.cpuMicroseconds - start.cpuMicroseconds) rss_kb=\(usage.maximumResidentKiB)"
-        text += " switches=\(usage.voluntarySwitches - start.voluntarySwitches)\n"
+        let from = usageAtFirst ?? start
+        text += " cpu_us=\(usage.cpuMicroseconds - from.cpuMicroseconds) rss_kb=\(usage.maximumResidentKiB)"
+        text += " switches=\(usage.voluntarySwitches - from.voluntarySwitches)"
+        let missing = seen.indices.lazy.filter { !self.seen[$0] }.prefix(5).map(String.init)
+        text += " missing=" + (missing.isEmpty ? "none" : missing.joined(separator: ",")) + "\n"
         text += "SAMPLES " + latencies.map(String.init).joined(separator: ",") + "\n"
         return text
     }
@@ -76,11 +92,14 @@ final class SharedTally: Sendable {
     /// Counts one message (see ``Tally/record(index:stamp:at:)``); wakes ``waitForEnd``
     /// when it was the last one expected.
     func record(index: UInt64, stamp: UInt64, at now: UInt64) {
-        let completed = state.withLock { tally -> Bool in
+        let (completed, warmed) = state.withLock { tally -> (Bool, Bool) in
             let wasComplete = tally.isComplete
+            let wasWarm = tally.warmUps >= tally.expectedWarmUps
             tally.record(index: index, stamp: stamp, at: now)
-            return !wasComplete && tally.isComplete
+            return (!wasComplete && tally.isComplete, !wasWarm && tally.warmUps >= tally.expectedWarmUps)
         }
+        // The harness starts the clock once every listener has read its warm-up.
+        if warmed { emit("WARM") }
         if completed { done.signal() }
     }
 
@@ -90,6 +109,7 @@ final class SharedTally: Sendable {
     /// first, or nothing at all within `start` seconds. Wakes ten times a second at most
     /// while it waits, so that it does not disturb what is measured.
     func waitForEnd(idle: Double, start: Double) {
+        if read({ $0.isComplete }) { return }
         let begin = Monotonic.now()
         while true {
             if done.wait(timeout: .now() + 0.1) == .success { return }

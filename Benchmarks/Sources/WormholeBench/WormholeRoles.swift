@@ -44,6 +44,7 @@ enum WormholeRoles {
         }
         let start = ResourceUsage.current()
         emit("READY")
+        if tally.read({ $0.expectedWarmUps == 0 }) { emit("WARM") }
         if options.flag("idle") {
             while true { pause() }
         }
@@ -82,18 +83,25 @@ enum WormholeRoles {
             }
         }
 
-        for number in 0..<max(20, identifiers) {
+        for number in 0..<Frame.warmUpCount(identifiers: identifiers) {
             try pass(Frame.warmUpBit | UInt64(number), names[number % identifiers])
         }
-        // Let the listeners read the warm-up before the clock starts.
-        Monotonic.sleep(seconds: 0.05 + Double(identifiers) * 20e-6 + Double(size) * 20 / 1e9)
+        // The clock starts when the harness says that every listener has read the
+        // warm-up (a `GO` line on standard input), or after a pause without a harness.
+        if options.flag("handshake") {
+            emit("WARMED")
+            _ = readLine()
+        } else {
+            Monotonic.sleep(seconds: 0.05 + Double(identifiers) * 20e-6 + Double(size) * 20 / 1e9)
+        }
+        Monotonic.sleep(seconds: 0.01)
         let before = ResourceUsage.current()
         var passTimes = [UInt64](repeating: 0, count: count)
         let start = Monotonic.now()
         for index in 0..<count {
             if interval > 0 { Monotonic.sleep(until: start + UInt64(index) * interval) }
             let begin = Monotonic.now()
-            try pass(UInt64(index), names[index % identifiers])
+            try pass(UInt64(index), names[identifierNumber(forMessage: index, of: identifiers)])
             passTimes[index] = Monotonic.now() - begin
         }
         let end = Monotonic.now()
