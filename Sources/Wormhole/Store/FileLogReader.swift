@@ -18,6 +18,9 @@ final class FileLogReader: WormholeTransitingReader {
     /// The sequence number of the last record delivered (or skipped by the start).
     private var delivered: UInt64 = 0
     private var cursor: ListenerCursor?
+    /// What the claim will say at the next read: the records up to it were returned,
+    /// and a claim must never pass what was delivered.
+    private var pendingClaim: UInt64?
     private var sawUnlinked = false
     private var reportedForeignFile = false
     private var closed = false
@@ -63,6 +66,10 @@ final class FileLogReader: WormholeTransitingReader {
 
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
         guard !closed else { return [] }
+        if let pendingClaim {
+            cursor?.update(pendingClaim)
+            self.pendingClaim = nil
+        }
         var results: [Result<WormholeRecord, WormholeError>] = []
         var retriedHeader = false
         readLoop: while results.count < maximumCount {
@@ -167,17 +174,14 @@ final class FileLogReader: WormholeTransitingReader {
             }
             retriedHeader = false
             if position == 0 { break }
-            // Caught up with the commit offset this read saw. While this file is still
-            // the log, whatever is committed after that is posted after it, and the post
-            // wakes the next read: reading the header again now would only cost a call.
-            // A file already replaced (its link count is 0) may have been replaced before
-            // the wake-up this read answers, so go on to the new file now.
-            if offset >= end && !results.isEmpty {
-                let status = try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
-                if status.st_nlink > 0 { break }
-            }
+            // Caught up with the commit offset this read saw: hand these records over
+            // now. Whether more were committed since, or the file was replaced, is the
+            // next read's question (a listener asks it after delivering these), so that
+            // the first record reaches its listener after two reads and nothing else.
+            if offset >= end && !results.isEmpty { break }
         }
-        if !results.isEmpty { cursor?.update(delivered) }
+        // The claim moves at the next read, once the caller has delivered these.
+        if !results.isEmpty { pendingClaim = delivered }
         return results
     }
 

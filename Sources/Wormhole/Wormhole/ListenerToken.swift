@@ -72,9 +72,9 @@ public final class ListenerToken: Sendable, Hashable {
         }
     }
 
-    /// Reads and delivers until the reader is caught up. A batch smaller than the
-    /// maximum means it is: records committed later are posted later, and that post
-    /// schedules the next drain.
+    /// Reads and delivers until a read finds nothing new. The first read hands over
+    /// what was committed when it looked; the last one, after delivery, checks that
+    /// nothing came since and that the log file was not replaced meanwhile.
     private func drain() {
         let maximumCount = 256
         while !isCancelled {
@@ -95,7 +95,6 @@ public final class ListenerToken: Sendable, Hashable {
                 case .failure(let error): onError(error)
                 }
             }
-            if batch.count < maximumCount { return }
         }
     }
 
