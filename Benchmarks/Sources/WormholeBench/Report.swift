@@ -31,13 +31,13 @@ struct Row: Sendable {
 
     var csv: String {
         func number(_ value: Double?, _ digits: Int = 1) -> String { value.map { String(format: "%.\(digits)f", $0) } ?? "" }
-        var cells: [String] = [section, fileSystem, mechanism, String(listeners), String(identifiers), String(size), String(messages)]
+        var cells: [String] = [section, csvQuoted(fileSystem), csvQuoted(mechanism), String(listeners), String(identifiers), String(size), String(messages)]
         cells += [number(p50), number(p90), number(p99), number(max), number(rate, 0), number(megabytesPerSecond)]
         cells.append(lost.map(String.init) ?? "")
         cells.append(duplicates.map(String.init) ?? "")
         cells += [number(senderMicroseconds, 2), number(listenerMicroseconds, 2)]
         cells.append(residentKiB.map(String.init) ?? "")
-        cells.append("\"" + note.replacingOccurrences(of: "\"", with: "'") + "\"")
+        cells.append(csvQuoted(note))
         return cells.joined(separator: ",")
     }
 
@@ -62,6 +62,11 @@ struct Row: Sendable {
         listenerMicroseconds = outcome.listenerMicrosecondsPerMessage
         residentKiB = outcome.listeners.map(\.residentKiB).max()
     }
+}
+
+/// `text` as one CSV field: in double quotes, with inner quotes doubled.
+func csvQuoted(_ text: String) -> String {
+    "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
 }
 
 /// A Markdown table.

@@ -316,7 +316,8 @@ struct Suite {
                 .write(toFile: outputDirectory + "/latest.csv", atomically: true, encoding: .utf8)
             var lines = ["filesystem,mechanism,latency_us"]
             for (fileSystem, mechanism, values) in samples {
-                for value in values { lines.append("\(fileSystem),\(mechanism),\(String(format: "%.2f", Double(value) / 1000))") }
+                let prefix = csvQuoted(fileSystem) + "," + csvQuoted(mechanism) + ","
+                for value in values { lines.append(prefix + String(format: "%.2f", Double(value) / 1000)) }
             }
             try (lines.joined(separator: "\n") + "\n").write(toFile: outputDirectory + "/latency-samples.csv", atomically: true, encoding: .utf8)
             try report.write(toFile: outputDirectory + "/latest.md", atomically: true, encoding: .utf8)
