@@ -27,7 +27,18 @@ public final class FileTransiting: WormholeTransiting {
 
     /// Open log descriptors kept for writing, at most ``cachedLogLimit`` of them.
     private let logs = Mutex<[String: LogHandle]>([:])
-    static let cachedLogLimit = 64
+    ///
+    /// A pass to a log that is not cached costs an `open` and the `close` of another:
+    /// about as much again as the pass itself. The limit is an eighth of the process's
+    /// descriptor limit, between 64 and 1,024, so that a writer to a few hundred
+    /// identifiers keeps them all open while a program with the usual limit of 1,024
+    /// gives the cache 128 at most.
+    static let cachedLogLimit: Int = {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 64 }
+        let soft = Int(clamping: limit.rlim_cur)
+        return min(1024, max(64, soft / 8))
+    }()
 
     /// Uses `directory` (created 0700 when missing, refused when unsafe).
     public init(directory: String, configuration: Wormhole.Configuration = .init()) throws(WormholeError) {
