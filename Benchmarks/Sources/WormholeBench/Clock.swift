@@ -52,12 +52,21 @@ struct ResourceUsage {
 struct ProcessSample {
     /// User plus system CPU time, in clock ticks (`/proc/<pid>/stat` fields 14 and 15).
     var cpuTicks: UInt64
-    /// Voluntary plus involuntary context switches of all its threads.
-    var contextSwitches: UInt64
+    /// Voluntary plus involuntary context switches of each of its threads, by thread id.
+    var switchesOfThread: [String: UInt64]
     /// Resident memory now, in KiB (`VmRSS`).
     var residentKiB: UInt64
     /// Threads.
     var threads: UInt64
+
+    /// Context switches since `earlier`: of the threads alive in both samples, and all
+    /// of those started since. (A thread that ended in between takes its count with it.)
+    func switches(since earlier: ProcessSample) -> UInt64 {
+        switchesOfThread.reduce(0) { total, entry in
+            let before = earlier.switchesOfThread[entry.key] ?? 0
+            return total + (entry.value >= before ? entry.value - before : 0)
+        }
+    }
 
     /// Clock ticks per second, for turning ``cpuTicks`` into time.
     static let ticksPerSecond = UInt64(sysconf(Int32(_SC_CLK_TCK)))
@@ -67,12 +76,12 @@ struct ProcessSample {
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         // After the command name: state is field 3, so utime (14) and stime (15) are at 11, 12.
         guard fields.count > 12, let user = UInt64(fields[11]), let system = UInt64(fields[12]) else { return nil }
-        var sample = ProcessSample(cpuTicks: user + system, contextSwitches: 0, residentKiB: 0, threads: 0)
+        var sample = ProcessSample(cpuTicks: user + system, switchesOfThread: [:], residentKiB: 0, threads: 0)
         // Switches are counted per thread: add them up over /proc/<pid>/task/*.
         for task in directoryEntries("/proc/\(pid)/task") {
             for line in (readText("/proc/\(pid)/task/\(task)/status") ?? "").split(separator: "\n")
             where line.hasPrefix("voluntary_ctxt_switches") || line.hasPrefix("nonvoluntary_ctxt_switches") {
-                sample.contextSwitches += UInt64(line.split(separator: "\t").last.map { $0.trimmingSpaces } ?? "") ?? 0
+                sample.switchesOfThread[task, default: 0] += UInt64(line.split(separator: "\t").last.map { $0.trimmingSpaces } ?? "") ?? 0
             }
         }
         for line in (readText("/proc/\(pid)/status") ?? "").split(separator: "\n") {

@@ -196,8 +196,8 @@ struct Suite {
             Monotonic.sleep(seconds: idleSeconds)
             guard let after = ProcessSample.read(child.pid) else { throw BenchError("cannot read /proc/\(child.pid)") }
             child.terminate()
-            let ticks = after.cpuTicks - before.cpuTicks
-            let switches = after.contextSwitches - before.contextSwitches
+            let ticks = after.cpuTicks >= before.cpuTicks ? after.cpuTicks - before.cpuTicks : 0
+            let switches = after.switches(since: before)
             var row = Row(section: "process", fileSystem: fileSystem, mechanism: label)
             row.residentKiB = after.residentKiB
             row.note = String(format: "CPU %.0f ms and %llu wake-ups in %.0f s idle; %llu threads",
