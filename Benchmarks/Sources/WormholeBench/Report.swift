@@ -22,12 +22,17 @@ struct Row: Sendable {
     var duplicates: Int?
     /// Sender time per message (mean of its pass calls), microseconds.
     var senderMicroseconds: Double?
-    /// Listener CPU time per message, microseconds.
+    /// Listener CPU time per message in the burst, microseconds (a burst lets one
+    /// wake-up read many messages of one identifier).
     var listenerMicroseconds: Double?
+    /// Listener CPU time per message when paced (one wake-up per message), microseconds.
+    var pacedListenerMicroseconds: Double?
+    /// Sender time per pass when paced, microseconds.
+    var pacedSenderMicroseconds: Double?
     var residentKiB: UInt64?
     var note = ""
 
-    static let csvHeader = "section,filesystem,mechanism,listeners,identifiers,size_bytes,messages,p50_us,p90_us,p99_us,max_us,msgs_per_s,mb_per_s,lost,duplicates,sender_us_per_msg,listener_cpu_us_per_msg,rss_kib,note"
+    static let csvHeader = "section,filesystem,mechanism,listeners,identifiers,size_bytes,messages,p50_us,p90_us,p99_us,max_us,msgs_per_s,mb_per_s,lost,duplicates,sender_us_per_msg,listener_cpu_us_per_msg,paced_sender_us_per_msg,paced_listener_cpu_us_per_msg,rss_kib,note"
 
     var csv: String {
         func number(_ value: Double?, _ digits: Int = 1) -> String { value.map { String(format: "%.\(digits)f", $0) } ?? "" }
@@ -36,6 +41,7 @@ struct Row: Sendable {
         cells.append(lost.map(String.init) ?? "")
         cells.append(duplicates.map(String.init) ?? "")
         cells += [number(senderMicroseconds, 2), number(listenerMicroseconds, 2)]
+        cells += [number(pacedSenderMicroseconds, 2), number(pacedListenerMicroseconds, 2)]
         cells.append(residentKiB.map(String.init) ?? "")
         cells.append(csvQuoted(note))
         return cells.joined(separator: ",")
@@ -50,6 +56,8 @@ struct Row: Sendable {
         max = Double(sorted.last ?? 0) / 1000
         lost = (lost ?? 0) + outcome.lost
         duplicates = (duplicates ?? 0) + outcome.duplicates + outcome.outOfOrder
+        pacedListenerMicroseconds = outcome.listenerMicrosecondsPerMessage
+        pacedSenderMicroseconds = Double(outcome.sender.passMeanNanoseconds) / 1000
     }
 
     /// Fills the rate fields from a burst outcome.
