@@ -163,9 +163,10 @@ struct Suite {
         defer { removeTree(directory) }
         let runs = quick ? 10 : 40
         if let cli {
-            progress("  `wormhole send` as a whole process, \(runs) runs (and /bin/true for the cost of any process)")
+            progress("  `wormhole send` as a whole process, \(runs) runs (and /bin/true and a Swift program that does nothing)")
             for (label, path, arguments) in [
                 ("/bin/true (any process)", "/bin/true", [String]()),
+                ("a Swift program that prints its usage (Foundation loaded)", Child.selfPath, ["help"]),
                 ("wormhole send (whole process)", cli, ["send", "--directory", directory, "bench", "hello"]),
             ] {
                 _ = try spawnAndWait(path, arguments)
