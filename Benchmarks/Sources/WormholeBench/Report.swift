@@ -60,6 +60,24 @@ struct Row: Sendable {
         pacedSenderMicroseconds = Double(outcome.sender.passMeanNanoseconds) / 1000
     }
 
+    /// Fills the latency fields from paced runs: the percentiles of all their messages.
+    mutating func latency(from outcomes: [Outcome]) {
+        guard var merged = outcomes.first else { return }
+        merged.listeners = outcomes.flatMap(\.listeners)
+        latency(from: merged)
+        pacedListenerMicroseconds = median(outcomes.map(\.listenerMicrosecondsPerMessage))
+        pacedSenderMicroseconds = median(outcomes.map { Double($0.sender.passMeanNanoseconds) / 1000 })
+    }
+
+    /// Fills the rate fields from bursts: the median round, lost messages of all.
+    mutating func rate(from outcomes: [Outcome]) {
+        let sorted = outcomes.sorted { $0.throughput < $1.throughput }
+        guard !sorted.isEmpty else { return }
+        rate(from: sorted[sorted.count / 2])
+        lost = outcomes.reduce(0) { $0 + $1.lost }
+        duplicates = outcomes.reduce(0) { $0 + $1.duplicates + $1.outOfOrder }
+    }
+
     /// Fills the rate fields from a burst outcome.
     mutating func rate(from outcome: Outcome) {
         rate = outcome.throughput
@@ -70,6 +88,14 @@ struct Row: Sendable {
         listenerMicroseconds = outcome.listenerMicrosecondsPerMessage
         residentKiB = outcome.listeners.map(\.residentKiB).max()
     }
+}
+
+/// The middle value (the mean of the two middle ones for an even count); 0 when empty.
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return 0 }
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
 }
 
 /// `text` as one CSV field: in double quotes, with inner quotes doubled.

@@ -20,12 +20,15 @@ struct Suite {
     var rows: [Row] = []
     /// Per-sample latencies of the latency section: (file system, mechanism, ns).
     var samples: [(String, String, [UInt64])] = []
+    /// How many times the latency and burst sections run each mechanism.
+    var rounds: Int
     var verdicts: [(String, Bool, String)] = []
 
     static let allSections = ["latency", "burst", "fanout", "sizes", "identifiers", "process"]
 
     init(_ options: Options) throws(BenchError) {
         quick = options.flag("quick")
+        rounds = max(1, try options.int("rounds", default: options.flag("quick") ? 1 : 3))
         let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].flatMap { $0.hasPrefix("/") ? $0 : nil }
         let tmpfs = options.string("tmpfs-dir", default: (runtime ?? "/dev/shm") + "/wormhole-bench-\(getuid())")
         let disk = options.string("disk-dir", default: "/var/tmp/wormhole-bench-\(getuid())")
@@ -90,27 +93,45 @@ struct Suite {
 
     // MARK: - Sections
 
+    /// Runs every mechanism once per round, the rounds one after the other, so that
+    /// whatever else the machine does at some moment falls on ours and the baselines
+    /// alike.
+    private func interleaved(_ runner: Runner, _ scenario: (Mechanism) -> Scenario) throws(BenchError) -> [Mechanism: [Outcome]] {
+        var outcomes: [Mechanism: [Outcome]] = [:]
+        for round in 1...rounds {
+            if rounds > 1 { progress("   round \(round) of \(rounds)") }
+            for mechanism in Mechanism.allCases {
+                outcomes[mechanism, default: []].append(try measure(runner, scenario(mechanism)))
+            }
+        }
+        return outcomes
+    }
+
     private mutating func latency(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
-        progress("  one-way latency, paced: \(quick ? 500 : 2000) small messages 300 us apart")
+        let count = quick ? 500 : 2000
+        progress("  one-way latency, paced: \(count) small messages 300 us apart, \(rounds) rounds")
+        let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count) }
         for mechanism in Mechanism.allCases {
-            let outcome = try measure(runner, Scenario(mechanism: mechanism, count: quick ? 500 : 2000))
-            var row = Row(section: "latency", fileSystem: fileSystem, mechanism: mechanism.label, messages: outcome.scenario.count)
-            row.latency(from: outcome)
-            row.senderMicroseconds = Double(outcome.sender.passMeanNanoseconds) / 1000
+            let runs = outcomes[mechanism] ?? []
+            var row = Row(section: "latency", fileSystem: fileSystem, mechanism: mechanism.label, messages: count * runs.count)
+            row.latency(from: runs)
+            row.senderMicroseconds = median(runs.map { Double($0.sender.passMeanNanoseconds) / 1000 })
             if mechanism == .naive { row.note = "last value wins: lost = messages never seen" }
             rows.append(row)
-            samples.append((fileSystem, mechanism.label, outcome.latencies))
+            samples.append((fileSystem, mechanism.label, runs.flatMap(\.latencies)))
         }
     }
 
     private mutating func burst(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
         let count = quick ? 5000 : 20000
-        progress("  burst throughput: \(count) small messages as fast as the sender can")
+        progress("  burst throughput: \(count) small messages as fast as the sender can, \(rounds) rounds")
+        let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count, intervalNanoseconds: 0) }
         for mechanism in Mechanism.allCases {
-            let outcome = try measure(runner, Scenario(mechanism: mechanism, count: count, intervalNanoseconds: 0))
+            let runs = outcomes[mechanism] ?? []
             var row = Row(section: "burst", fileSystem: fileSystem, mechanism: mechanism.label, messages: count)
-            row.rate(from: outcome)
-            if mechanism == .naive { row.note = "rate counts every message sent; lost = never seen (coalesced)" }
+            row.rate(from: runs)
+            row.note = "median of \(runs.count) rounds: " + runs.map { Format.rate($0.throughput) }.joined(separator: " / ") + " msg/s"
+            if mechanism == .naive { row.note += "; rate counts every message sent; lost = never seen (coalesced)" }
             rows.append(row)
         }
     }

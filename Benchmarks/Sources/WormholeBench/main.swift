@@ -4,7 +4,7 @@ import Glibc
 
 // WormholeBench: Wormhole's multi-process benchmark.
 //
-//   WormholeBench run [--quick] [--filesystems tmpfs,disk] [--sections latency,burst,...]
+//   WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections latency,burst,...]
 //                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH-TO-wormhole]
 //
 // `run` starts this executable again as child processes in the roles below, one sender
@@ -29,7 +29,7 @@ do {
     case "naive-listen": status = try BaselineRoles.naiveListen(options)
     default:
         print("""
-            usage: WormholeBench run [--quick] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
+            usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
                                      [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH]
             roles: wormhole-listen, wormhole-send, stream-send, stream-receive, naive-send, naive-listen
             """)
