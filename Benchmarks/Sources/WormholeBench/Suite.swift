@@ -152,9 +152,11 @@ struct Suite {
     private mutating func sizes(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
         progress("  message size: 16 B to 4 MiB, pipe and Wormhole")
         for size in [16, 256, 4096, 65536, 1 << 20, 4 << 20] {
-            let paced = size <= 65536 ? (quick ? 200 : 500) : (size <= 1 << 20 ? (quick ? 30 : 100) : (quick ? 10 : 40))
+            // Paced slowly enough for the largest messages that each is delivered before the
+            // next is passed: this measures latency, not a queue.
+            let paced = size <= 65536 ? (quick ? 200 : 500) : (size <= 1 << 20 ? (quick ? 20 : 50) : (quick ? 10 : 20))
             let burst = size <= 4096 ? (quick ? 2000 : 5000) : size <= 65536 ? (quick ? 500 : 2000) : size <= 1 << 20 ? (quick ? 50 : 200) : (quick ? 20 : 50)
-            let interval: UInt64 = size <= 65536 ? 300_000 : size <= 1 << 20 ? 5_000_000 : 20_000_000
+            let interval: UInt64 = size <= 4096 ? 300_000 : size <= 65536 ? 1_000_000 : size <= 1 << 20 ? 20_000_000 : 60_000_000
             for mechanism in [Mechanism.pipe, .wormholeRaw] {
                 var row = Row(section: "sizes", fileSystem: fileSystem, mechanism: mechanism.label, size: size, messages: burst)
                 row.latency(from: try measure(runner, Scenario(mechanism: mechanism, size: size, count: paced, intervalNanoseconds: interval)))
