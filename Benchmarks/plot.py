@@ -5,7 +5,8 @@
     python3 Benchmarks/plot.py [Benchmarks/Results/latency-samples.csv] [Docs/Images/latency.png]
 
 The input is what `Benchmarks/run` writes: one line per message of the paced latency
-measurement (filesystem, mechanism, latency in microseconds). The chart has one panel
+measurement, in the order they arrived, round after round (filesystem, mechanism,
+latency in microseconds). The chart has one panel
 per file system: the distribution of one-way latency of each mechanism, as the share of
 messages delivered within a time (log scale), with the p50 and p99 marked.
 """

@@ -69,6 +69,10 @@ struct Outcome: Sendable {
     var sender: SenderReport
     var listeners: [ListenerReport]
 
+    /// Every listener's latencies in the order each received its messages, listener
+    /// after listener, in nanoseconds.
+    var latenciesInOrder: [UInt64] { listeners.flatMap(\.latencies) }
+
     /// Every listener's latencies together, sorted, in nanoseconds.
     var latencies: [UInt64] { listeners.flatMap(\.latencies).sorted() }
 

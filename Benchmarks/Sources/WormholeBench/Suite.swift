@@ -118,7 +118,7 @@ struct Suite {
             row.senderMicroseconds = median(runs.map { Double($0.sender.passMeanNanoseconds) / 1000 })
             if mechanism == .naive { row.note = "last value wins: lost = messages never seen" }
             rows.append(row)
-            samples.append((fileSystem, mechanism.label, runs.flatMap(\.latencies)))
+            samples.append((fileSystem, mechanism.label, runs.flatMap(\.latenciesInOrder)))
         }
     }
 
