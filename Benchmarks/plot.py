@@ -8,7 +8,8 @@ The input is what `Benchmarks/run` writes: one line per message of the paced lat
 measurement, in the order they arrived, round after round (filesystem, mechanism,
 latency in microseconds). The chart has one panel
 per file system: the distribution of one-way latency of each mechanism, as the share of
-messages delivered within a time (log scale), with the p50 and p99 marked.
+messages delivered within a time (log scale), with the p50 marked; the legend gives
+p50, p99 and, from latest.csv beside the input, the messages that never arrived.
 """
 import csv
 import os
@@ -38,7 +39,20 @@ def percentile(values, p):
     return values[rank]
 
 
+def losses():
+    """Messages lost in the latency section, by (filesystem, mechanism), from latest.csv."""
+    lost = {}
+    path = os.path.join(os.path.dirname(os.path.abspath(SOURCE)), "latest.csv")
+    if os.path.exists(path):
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                if row["section"] == "latency" and row["lost"]:
+                    lost[(row["filesystem"], row["mechanism"])] = int(row["lost"])
+    return lost
+
+
 def main():
+    lost = losses()
     samples = defaultdict(lambda: defaultdict(list))
     with open(SOURCE, newline="") as handle:
         for row in csv.DictReader(handle):
@@ -50,8 +64,10 @@ def main():
             values.sort()
             shares = [(index + 1) / len(values) for index in range(len(values))]
             p50, p99 = percentile(values, 50), percentile(values, 99)
+            missing = lost.get((system, mechanism), 0)
+            note = f", {missing} of {len(values) + missing} lost" if missing else ""
             axis.step(values, shares, where="post", color=COLOURS.get(mechanism), linewidth=1.6,
-                      label=f"{mechanism}: p50 {p50:.0f} µs, p99 {p99:.0f} µs")
+                      label=f"{mechanism}: p50 {p50:.0f} µs, p99 {p99:.0f} µs{note}")
             axis.plot([p50], [0.5], "o", color=COLOURS.get(mechanism), markersize=4)
         axis.set_xscale("log")
         axis.set_xlim(1, None)
