@@ -43,6 +43,16 @@ let benchmarks: @Sendable () -> Void = {
         benchmark.stopMeasurement()
     }
 
+    Benchmark("JSON round trip of a small Codable message, coders reused") { benchmark in
+        let message = Note(stamp: 1_234_567_890, index: 42, text: "ping")
+        let encoder = JSONEncoder()
+        let decoder = JSONDecoder()
+        for _ in benchmark.scaledIterations {
+            let data = try encoder.encode(message)
+            blackHole(try decoder.decode(Note.self, from: data))
+        }
+    }
+
     Benchmark("JSON round trip of a small Codable message") { benchmark in
         let message = Note(stamp: 1_234_567_890, index: 42, text: "ping")
         for _ in benchmark.scaledIterations {
