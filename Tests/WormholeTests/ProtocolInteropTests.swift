@@ -10,6 +10,30 @@ import Testing
 struct ProtocolInteropTests {
     // MARK: - The document's examples
 
+    @Test("CRC-32 of every length from 0 to 600 bytes, whole or in two pieces, is the bitwise definition's")
+    func checksumMatchesTheBitwiseDefinition() {
+        func reference(_ bytes: [UInt8]) -> UInt32 {
+            var crc: UInt32 = 0xFFFF_FFFF
+            for byte in bytes {
+                crc ^= UInt32(byte)
+                for _ in 0..<8 { crc = (crc & 1) != 0 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+            }
+            return ~crc
+        }
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<600).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        for length in 0...600 {
+            let slice = Array(bytes[0..<length])
+            let expected = reference(slice)
+            #expect(slice.withUnsafeBytes { CRC32.update(0, $0) } == expected, "length \(length)")
+            let cut = length / 3
+            let pieces = slice.withUnsafeBytes { buffer in
+                CRC32.update(CRC32.update(0, UnsafeRawBufferPointer(rebasing: buffer[..<cut])), UnsafeRawBufferPointer(rebasing: buffer[cut...]))
+            }
+            #expect(pieces == expected, "length \(length) cut at \(cut)")
+        }
+    }
+
     @Test func documentedChecksumAndExamplesAreWhatTheLibraryWrites() throws {
         #expect(Array("123456789".utf8).withUnsafeBytes { CRC32.update(0, $0) } == 0xCBF4_3926)
 

@@ -8,6 +8,19 @@ enum Identifier {
     /// Throws ``WormholeError/Code/invalidIdentifier`` with the reason when `value` cannot
     /// name a file inside the container.
     static func validate(_ value: String, kind: String = "identifier") throws(WormholeError) {
+        // Every pass validates its identifier: one look at each byte decides whether it
+        // is acceptable; only a rejected one is examined again, for the reason.
+        let acceptable: Bool? = value.utf8.withContiguousStorageIfAvailable { bytes in
+            guard !bytes.isEmpty, bytes.count <= maximumLength, bytes[0] != UInt8(ascii: ".") else { return false }
+            for byte in bytes where byte < 0x20 || byte == 0x7F || byte == UInt8(ascii: "/") { return false }
+            return true
+        }
+        if acceptable == true { return }
+        try explainRejection(value, kind: kind)
+    }
+
+    /// Throws the reason `value` is not an acceptable identifier (nothing if it is).
+    private static func explainRejection(_ value: String, kind: String) throws(WormholeError) {
         func reject(_ why: String) -> WormholeError {
             WormholeError(.invalidIdentifier, "\(kind) '\(printable(value))' \(why)")
         }

@@ -87,8 +87,64 @@ enum Syscalls {
         return .success(names)
     }
 
+    /// Reads up to `buffer.count` bytes at `offset`, again after EINTR; fewer only at the
+    /// end of the file. The corresponding C function is `pread`.
+    static func read(_ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Result<Int, Errno> {
+        var filled = 0
+        while filled < buffer.count {
+            let result = retrying { pread(fd.rawValue, buffer.baseAddress! + filled, buffer.count - filled, off_t(offset) + off_t(filled)) }
+            switch result {
+            case .success(0): return .success(filled)
+            case .success(let count): filled += count
+            case .failure(let errno): return .failure(errno)
+            }
+        }
+        return .success(filled)
+    }
+
+    /// Writes `first` then `second` at `offset`, as one `pwritev` when the kernel takes
+    /// it all (it does for regular files unless the disk is full), looping on short
+    /// writes. The corresponding C function is `pwritev`.
+    static func write(_ fd: FileDescriptor, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0), at offset: Int64) -> Result<Void, Errno> {
+        let total = first.count + second.count
+        var done = 0
+        while done < total {
+            let result: Result<Int, Errno>
+            if done < first.count {
+                result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
+                    vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress! + done), iov_len: first.count - done)
+                    vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count)
+                    return retrying { pwritev(fd.rawValue, vectors.baseAddress, second.isEmpty ? 1 : 2, off_t(offset) + off_t(done)) }
+                }
+            } else {
+                let skip = done - first.count
+                result = retrying { pwrite(fd.rawValue, second.baseAddress! + skip, second.count - skip, off_t(offset) + off_t(done)) }
+            }
+            switch result {
+            case .success(let count):
+                // A regular file accepts at least one byte, or fails (ENOSPC).
+                if count == 0 { return .failure(.ioError) }
+                done += count
+            case .failure(let errno):
+                return .failure(errno)
+            }
+        }
+        return .success(())
+    }
+
     static var effectiveUserID: uid_t { geteuid() }
     static var processID: Int32 { getpid() }
+    /// This process's id, read once: records carry it for information only, and glibc
+    /// no longer caches `getpid`, so asking for every message would cost a system call.
+    static let cachedProcessID: Int32 = getpid()
+
+    /// Wall-clock time in nanoseconds since 1970. The corresponding C function is
+    /// `clock_gettime(CLOCK_REALTIME)`.
+    static func wallClockNanoseconds() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME, &time)
+        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
+    }
 }
 
 extension Result where Failure == Errno {

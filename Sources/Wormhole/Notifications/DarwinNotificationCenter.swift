@@ -66,7 +66,11 @@ public final class DarwinNotificationCenter: Sendable {
     ///   name, or a system error when the file cannot be touched.
     public func post(_ name: String) throws(WormholeError) {
         try Identifier.validate(name, kind: "notification name")
-        let path = path(forName: name)
+        try post(validatedName: name, path: path(forName: name))
+    }
+
+    /// ``post(_:)`` for a name already validated, whose file path the caller keeps.
+    func post(validatedName name: String, path: String) throws(WormholeError) {
         switch Syscalls.touch(path) {
         case .success:
             return

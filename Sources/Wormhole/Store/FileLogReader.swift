@@ -18,7 +18,15 @@ final class FileLogReader: WormholeTransitingReader {
     /// The sequence number of the last record delivered (or skipped by the start).
     private var delivered: UInt64 = 0
     private var cursor: ListenerCursor?
+    /// What the claim will say at the next read: the records up to it were returned,
+    /// and a claim must never pass what was delivered.
+    private var pendingClaim: UInt64?
     private var sawUnlinked = false
+    /// Set when this reader moved to a new file (after a compaction): the file begins
+    /// with retained records it has delivered already.
+    private var mayStartWithDelivered = false
+    /// Delivered records at least this long are skipped by their header alone.
+    static let largeRecord = 64 << 10
     private var reportedForeignFile = false
     private var closed = false
 
@@ -63,6 +71,10 @@ final class FileLogReader: WormholeTransitingReader {
 
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
         guard !closed else { return [] }
+        if let pendingClaim {
+            cursor?.update(pendingClaim)
+            self.pendingClaim = nil
+        }
         var results: [Result<WormholeRecord, WormholeError>] = []
         var retriedHeader = false
         readLoop: while results.count < maximumCount {
@@ -111,7 +123,13 @@ final class FileLogReader: WormholeTransitingReader {
                 self.fd = nil
                 offset = LogFormat.headerSize
                 sawUnlinked = false
+                mayStartWithDelivered = true
                 continue
+            }
+            if mayStartWithDelivered {
+                mayStartWithDelivered = false
+                skipDeliveredLargeRecords(fd, end: end)
+                if offset >= end { continue }
             }
             let chunkEnd = min(end, offset + max(1 << 20, LogFormat.recordHeaderSize))
             var bytes = try LogSnapshot.read(fd, from: offset, to: chunkEnd, path: path)
@@ -167,9 +185,31 @@ final class FileLogReader: WormholeTransitingReader {
             }
             retriedHeader = false
             if position == 0 { break }
+            // Caught up with the commit offset this read saw: hand these records over
+            // now. Whether more were committed since, or the file was replaced, is the
+            // next read's question (a listener asks it after delivering these), so that
+            // the first record reaches its listener after two reads and nothing else.
+            if offset >= end && !results.isEmpty { break }
         }
-        if !results.isEmpty { cursor?.update(delivered) }
+        // The claim moves at the next read, once the caller has delivered these.
+        if !results.isEmpty { pendingClaim = delivered }
         return results
+    }
+
+    /// Moves past the records at the start of a new file that were delivered already
+    /// and are large, reading only their 36-byte headers: after a compaction the file
+    /// begins with the retained history, up to 16 MiB by default, and reading it only to
+    /// skip it would cost more than the message that woke the reader. Small records are
+    /// left to the chunked read, which skips them by their headers in memory.
+    private func skipDeliveredLargeRecords(_ fd: FileDescriptor, end: Int) {
+        while offset + LogFormat.recordHeaderSize <= end {
+            let peeked = withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize, alignment: 8) { buffer -> (sequence: UInt64, length: Int)? in
+                guard case .success(LogFormat.recordHeaderSize) = Syscalls.read(fd, into: buffer, at: Int64(offset)) else { return nil }
+                return LogFormat.peek(UnsafeRawBufferPointer(buffer), at: 0)
+            }
+            guard let (sequence, length) = peeked, sequence <= delivered, length >= Self.largeRecord, offset + length <= end else { return }
+            offset += length
+        }
     }
 
     private func openLog() throws(WormholeError) -> FileDescriptor? {

@@ -27,7 +27,18 @@ public final class FileTransiting: WormholeTransiting {
 
     /// Open log descriptors kept for writing, at most ``cachedLogLimit`` of them.
     private let logs = Locked<[String: LogHandle]>([:])
-    static let cachedLogLimit = 64
+    ///
+    /// A pass to a log that is not cached costs an `open` and the `close` of another:
+    /// about as much again as the pass itself. The limit is an eighth of the process's
+    /// descriptor limit, between 64 and 1,024, so that a writer to a few hundred
+    /// identifiers keeps them all open while a program with the usual limit of 1,024
+    /// gives the cache 128 at most.
+    static let cachedLogLimit: Int = {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 64 }
+        let soft = Int(clamping: limit.rlim_cur)
+        return min(1024, max(64, soft / 8))
+    }()
 
     /// Uses `directory` (created 0700 when missing, refused when unsafe).
     public init(directory: String, configuration: Wormhole.Configuration = .init()) throws(WormholeError) {
@@ -48,9 +59,10 @@ public final class FileTransiting: WormholeTransiting {
             throw WormholeError(.messageTooLarge,
                 "message for '\(identifier)' is \(payload.count) bytes; the limit is \(configuration.maximumMessageSize) bytes (Wormhole.Configuration.maximumMessageSize)")
         }
-        let date = Date()
-        let processID = Syscalls.processID
-        let record: WormholeRecord? = try withLockedLog(identifier, create: true) { (log: inout LockedLog) throws(WormholeError) -> WormholeRecord in
+        let nanoseconds = Syscalls.wallClockNanoseconds()
+        let processID = Syscalls.cachedProcessID
+        let handle = handle(for: identifier)
+        let sequence: UInt64? = try withLockedLog(handle, create: true) { (log: inout LockedLog) throws(WormholeError) -> UInt64 in
             var header: LogFormat.Header
             if let existing = log.header {
                 header = existing
@@ -58,12 +70,16 @@ public final class FileTransiting: WormholeTransiting {
                 header = try log.initialize(configuration)
             }
             let sequence = header.lastSequence + 1
-            var bytes: [UInt8] = []
-            LogFormat.appendRecord(to: &bytes, sequence: sequence, date: date, processID: processID, kind: kind, payload: payload)
-            do {
-                _ = try log.fd.writeAll(toAbsoluteOffset: Int64(header.committedEnd), bytes)
-            } catch {
-                let errno = (error as? Errno) ?? .ioError
+            // The record is its 36-byte header (on the stack) and the payload where it
+            // is: one pwritev, no copy of the message.
+            let written: Result<Void, Errno> = payload.withUnsafeBytes { payload in
+                withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize, alignment: 8) { recordHeader in
+                    LogFormat.writeRecordHeader(into: recordHeader, sequence: sequence, nanoseconds: nanoseconds,
+                                                processID: processID, kind: kind, payload: payload)
+                    return Syscalls.write(log.fd, UnsafeRawBufferPointer(recordHeader), payload, at: Int64(header.committedEnd))
+                }
+            }
+            if case .failure(let errno) = written {
                 if errno == .noSpace {
                     throw WormholeError(.systemError,
                         "no space left on the device of '\(log.path)': the message for '\(identifier)' was not passed; earlier messages are intact. Free some space and pass it again",
@@ -72,7 +88,7 @@ public final class FileTransiting: WormholeTransiting {
                 throw WormholeError.system("append to", errno, path: log.path)
             }
             header.lastRecordOffset = header.committedEnd
-            header.committedEnd += UInt64(bytes.count)
+            header.committedEnd += UInt64(LogFormat.recordHeaderSize + payload.count)
             header.lastSequence = sequence
             header.recordCount += 1
             try log.write(header)
@@ -84,11 +100,13 @@ public final class FileTransiting: WormholeTransiting {
                     Logger(label: "Wormhole").warning("could not compact '\(log.path)': \(error)")
                 }
             }
-            return WormholeRecord(identifier: identifier, sequence: sequence, date: date, processID: processID, kind: kind, payload: payload)
+            return sequence
         }
-        guard let record else { throw WormholeError(.containerUnavailable, "cannot create '\(logPath(identifier))'", path: logPath(identifier)) }
-        try notificationCenter.post(identifier)
-        return record
+        guard let sequence else { throw WormholeError(.containerUnavailable, "cannot create '\(handle.path)'", path: handle.path) }
+        try notificationCenter.post(validatedName: identifier, path: handle.notificationPath)
+        return WormholeRecord(identifier: identifier, sequence: sequence,
+                              date: Date(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000),
+                              processID: processID, kind: kind, payload: payload)
     }
 
     public func clearMessageContents(identifier: String) throws(WormholeError) {
@@ -183,20 +201,33 @@ public final class FileTransiting: WormholeTransiting {
             return header
         }
 
+        /// Writes the header with one 128-byte `pwrite` (the commit point of an append).
         mutating func write(_ header: LogFormat.Header) throws(WormholeError) {
-            do {
-                _ = try fd.writeAll(toAbsoluteOffset: 0, header.encoded())
-            } catch {
-                throw WormholeError.system("write the header of", (error as? Errno) ?? .ioError, path: path)
+            let fd = self.fd
+            let result = withUnsafeTemporaryAllocation(byteCount: LogFormat.headerSize, alignment: 8) { bytes in
+                header.encode(into: bytes)
+                return Syscalls.write(fd, UnsafeRawBufferPointer(bytes), at: 0)
             }
+            try result.orThrow("write the header of", path: path)
             self.header = header
         }
     }
 
-    /// A cached descriptor for one identifier's log. Its mutex keeps threads of this
-    /// process apart (a `flock` is shared by every thread using the same descriptor).
+    /// A cached descriptor for one identifier's log, and the paths of its files. Its
+    /// mutex keeps threads of this process apart (a `flock` is shared by every thread
+    /// using the same descriptor).
     final class LogHandle: Sendable {
         let descriptor = Locked<FileDescriptor?>(nil)
+        /// `<directory>/<identifier>.wormhole`.
+        let path: String
+        /// `<directory>/<identifier>.notification`, touched after each append.
+        let notificationPath: String
+
+        init(path: String, notificationPath: String) {
+            self.path = path
+            self.notificationPath = notificationPath
+        }
+
         func close() {
             descriptor.withLock { fd in
                 try? fd?.close()
@@ -212,7 +243,7 @@ public final class FileTransiting: WormholeTransiting {
             while logs.count >= Self.cachedLogLimit, let key = logs.keys.first {
                 evicted.append(logs.removeValue(forKey: key)!)
             }
-            let handle = LogHandle()
+            let handle = LogHandle(path: logPath(identifier), notificationPath: notificationCenter.path(forName: identifier))
             logs[identifier] = handle
             return (handle, evicted)
         }
@@ -225,8 +256,12 @@ public final class FileTransiting: WormholeTransiting {
     /// deleted since it was opened is opened again. Returns `nil` when the log does not
     /// exist and `create` is false.
     func withLockedLog<T: Sendable>(_ identifier: String, create: Bool, _ body: (inout LockedLog) throws(WormholeError) -> T) throws(WormholeError) -> T? {
-        let path = logPath(identifier)
-        let handle = handle(for: identifier)
+        try withLockedLog(handle(for: identifier), create: create, body)
+    }
+
+    /// ``withLockedLog(_:create:_:)`` with the handle already found.
+    func withLockedLog<T: Sendable>(_ handle: LogHandle, create: Bool, _ body: (inout LockedLog) throws(WormholeError) -> T) throws(WormholeError) -> T? {
+        let path = handle.path
         return try handle.descriptor.withLock { (cached: inout FileDescriptor?) throws(WormholeError) -> T? in
             for _ in 0..<64 {
                 let fd: FileDescriptor
@@ -313,17 +348,17 @@ public final class FileTransiting: WormholeTransiting {
         }
     }
 
+    /// Reads and decodes the header with one `pread` into a buffer on the stack; `nil`
+    /// for an empty file (a log being created).
     static func readHeader(_ fd: FileDescriptor, path: String) throws(WormholeError) -> LogFormat.Header? {
-        var bytes = [UInt8](repeating: 0, count: LogFormat.headerSize)
-        let count: Int
-        do {
-            count = try bytes.withUnsafeMutableBytes { try fd.read(fromAbsoluteOffset: 0, into: $0) }
-        } catch {
-            throw WormholeError.system("read the header of", (error as? Errno) ?? .ioError, path: path)
-        }
-        return try bytes.withUnsafeBytes { buffer in
-            Result { () throws(WormholeError) in
-                try LogFormat.Header.decode(UnsafeRawBufferPointer(rebasing: buffer[..<count]), path: path)
+        try withUnsafeTemporaryAllocation(byteCount: LogFormat.headerSize, alignment: 8) { bytes -> Result<LogFormat.Header?, WormholeError> in
+            switch Syscalls.read(fd, into: bytes, at: 0) {
+            case .success(let count):
+                return Result { () throws(WormholeError) in
+                    try LogFormat.Header.decode(UnsafeRawBufferPointer(rebasing: bytes[..<count]), path: path)
+                }
+            case .failure(let errno):
+                return .failure(WormholeError.system("read the header of", errno, path: path))
             }
         }.get()
     }
@@ -337,14 +372,7 @@ public final class FileTransiting: WormholeTransiting {
     /// readers holding the old one read it to its end, then move to the new one.
     func compact(_ log: inout LockedLog, identifier: String) throws(WormholeError) {
         guard let header = log.header else { return }
-        let length = Int(header.committedEnd) - LogFormat.headerSize
-        var bytes = [UInt8](repeating: 0, count: length)
-        do {
-            let count = try bytes.withUnsafeMutableBytes { try log.fd.read(fromAbsoluteOffset: Int64(LogFormat.headerSize), into: $0) }
-            bytes.removeSubrange(count...)
-        } catch {
-            throw WormholeError.system("read", (error as? Errno) ?? .ioError, path: log.path)
-        }
+        let bytes = try LogSnapshot.read(log.fd, from: LogFormat.headerSize, to: Int(header.committedEnd), path: log.path)
         // Where each record starts, and its sequence number and size.
         var entries: [(offset: Int, sequence: UInt64, length: Int)] = []
         bytes.withUnsafeBytes { buffer in

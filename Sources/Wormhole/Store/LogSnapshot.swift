@@ -48,6 +48,9 @@ struct LogSnapshot {
         return last
     }
 
+    /// The bytes `[start, end)` of the file, fewer if it ends sooner. The array is
+    /// filled by `pread` without being zeroed first (a megabyte message is not written
+    /// twice).
     static func read(_ fd: FileDescriptor, from start: Int, to end: Int, path: String) throws(WormholeError) -> [UInt8] {
         guard end > start else { return [] }
         var end = end
@@ -55,20 +58,17 @@ struct LogSnapshot {
             // A damaged header may claim more than the file holds: allocate only what is there.
             end = min(end, max(start, Int(status.st_size)))
         }
-        var bytes = [UInt8](repeating: 0, count: end - start)
-        do {
-            var filled = 0
-            while filled < bytes.count {
-                let count = try bytes.withUnsafeMutableBytes { buffer in
-                    try fd.read(fromAbsoluteOffset: Int64(start + filled), into: UnsafeMutableRawBufferPointer(rebasing: buffer[filled...]))
-                }
-                if count == 0 { break }
-                filled += count
+        guard end > start else { return [] }
+        var failure: Errno?
+        let bytes = [UInt8](unsafeUninitializedCapacity: end - start) { buffer, count in
+            switch Syscalls.read(fd, into: UnsafeMutableRawBufferPointer(buffer), at: Int64(start)) {
+            case .success(let filled): count = filled
+            case .failure(let errno):
+                failure = errno
+                count = 0
             }
-            bytes.removeSubrange(filled...)
-        } catch {
-            throw WormholeError.system("read", (error as? Errno) ?? .ioError, path: path)
         }
+        if let failure { throw WormholeError.system("read", failure, path: path) }
         return bytes
     }
 }

@@ -58,6 +58,30 @@ final class InotifyEngine: Sendable {
         /// `nil` while the directory does not exist.
         var watch: Int32?
         var subscribers: [UInt64: Subscriber] = [:]
+        /// The subscribers of each file name, so that an event costs the same whether
+        /// the directory has one subscriber or ten thousand.
+        var subscribersOfName: [String: Set<UInt64>] = [:]
+        /// Subscribers of every name in the directory.
+        var wildcardSubscribers: Set<UInt64> = []
+
+        mutating func add(_ id: UInt64, _ subscriber: Subscriber) {
+            subscribers[id] = subscriber
+            if let name = subscriber.name {
+                subscribersOfName[name, default: []].insert(id)
+            } else {
+                wildcardSubscribers.insert(id)
+            }
+        }
+
+        mutating func remove(_ id: UInt64) {
+            guard let subscriber = subscribers.removeValue(forKey: id) else { return }
+            if let name = subscriber.name {
+                subscribersOfName[name]?.remove(id)
+                if subscribersOfName[name]?.isEmpty == true { subscribersOfName[name] = nil }
+            } else {
+                wildcardSubscribers.remove(id)
+            }
+        }
     }
 
     private struct Session {
@@ -104,7 +128,7 @@ final class InotifyEngine: Sendable {
                 }
                 let id = state.nextSubscription
                 state.nextSubscription += 1
-                state.containers[directory]?.subscribers[id] = Subscriber(name: name, handler: handler)
+                state.containers[directory]?.add(id, Subscriber(name: name, handler: handler))
                 state.containerOfSubscription[id] = directory
                 return .success(id)
             } catch {
@@ -119,7 +143,7 @@ final class InotifyEngine: Sendable {
     func unsubscribe(_ id: UInt64) {
         state.withLock { state in
             guard let path = state.containerOfSubscription.removeValue(forKey: id) else { return }
-            state.containers[path]?.subscribers[id] = nil
+            state.containers[path]?.remove(id)
             if state.containers[path]?.subscribers.isEmpty == true {
                 Self.removeContainer(path, &state)
             }
@@ -289,16 +313,25 @@ final class InotifyEngine: Sendable {
         return events
     }
 
+    /// One delivery of one kind of event to one subscriber, so that events read
+    /// together reach each subscriber once.
+    private struct DeliveryKey: Hashable {
+        let subscription: UInt64
+        /// 0 changed, 1 rescan, 2 failed.
+        let kind: UInt8
+        let name: String?
+    }
+
     /// Decides under the lock who hears what; calls the handlers after releasing it.
     private func handle(_ events: [RawEvent], generation: UInt64) {
         var deliveries: [(Handler, DirectoryEvent)] = []
-        var seen = Set<String>()
+        var seen = Set<DeliveryKey>()
         func deliver(_ id: UInt64, _ subscriber: Subscriber, _ event: DirectoryEvent) {
-            let key: String
+            let key: DeliveryKey
             switch event {
-            case .changed(let name): key = "\(id)/c/\(name)"
-            case .rescan: key = "\(id)/r"
-            case .failed: key = "\(id)/f"
+            case .changed(let name): key = DeliveryKey(subscription: id, kind: 0, name: name)
+            case .rescan: key = DeliveryKey(subscription: id, kind: 1, name: nil)
+            case .failed: key = DeliveryKey(subscription: id, kind: 2, name: nil)
             }
             if seen.insert(key).inserted { deliveries.append((subscriber.handler, event)) }
         }
@@ -317,8 +350,11 @@ final class InotifyEngine: Sendable {
                 }
                 if let path = state.containerOfWatch[event.watch], let container = state.containers[path] {
                     if event.mask & UInt32(IN_ATTRIB) != 0, let name = event.name {
-                        for (id, subscriber) in container.subscribers where subscriber.name == nil || subscriber.name == name {
-                            deliver(id, subscriber, .changed(name: name))
+                        for id in container.subscribersOfName[name] ?? [] {
+                            if let subscriber = container.subscribers[id] { deliver(id, subscriber, .changed(name: name)) }
+                        }
+                        for id in container.wildcardSubscribers {
+                            if let subscriber = container.subscribers[id] { deliver(id, subscriber, .changed(name: name)) }
                         }
                     }
                     if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {

@@ -1,0 +1,216 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// What carries the messages in a measurement.
+enum Mechanism: String, CaseIterable, Sendable {
+    case pipe
+    case socket = "unix-socket"
+    case wormholeRaw = "wormhole-raw"
+    case wormholeCodable = "wormhole-codable"
+    case naive = "naive-rename"
+
+    /// The name in tables and charts.
+    var label: String {
+        switch self {
+        case .pipe: "pipe"
+        case .socket: "Unix socket"
+        case .wormholeRaw: "Wormhole, raw bytes"
+        case .wormholeCodable: "Wormhole, Codable"
+        case .naive: "naive file + rename (MMWormhole-style)"
+        }
+    }
+
+    var usesDirectory: Bool { self != .pipe && self != .socket }
+}
+
+/// One measurement: a sender process, listener processes, and how messages are sent.
+struct Scenario: Sendable {
+    var mechanism: Mechanism
+    var listeners = 1
+    var identifiers = 1
+    var size = 16
+    var count = 2000
+    /// Identifiers per listener process at most. A listener holds two descriptors per
+    /// identifier (its position in the log and its claim), and a process may hold 20,000
+    /// on these machines: more identifiers are shared out among several processes.
+    static let identifiersPerProcess = 5000
+    /// 0: as fast as the sender can (a burst).
+    var intervalNanoseconds: UInt64 = 300_000
+}
+
+/// What one listener process reported.
+struct ListenerReport: Sendable {
+    var expected: Int
+    var received: Int
+    var duplicates: Int
+    var outOfOrder: Int
+    var firstReceipt: UInt64
+    var lastReceipt: UInt64
+    var cpuMicroseconds: UInt64
+    var residentKiB: UInt64
+    var latencies: [UInt64]
+}
+
+/// What the sender process reported.
+struct SenderReport: Sendable {
+    var first: UInt64
+    var end: UInt64
+    var passMedianNanoseconds: UInt64
+    var passMeanNanoseconds: UInt64
+    var cpuMicroseconds: UInt64
+    var residentKiB: UInt64
+}
+
+/// The result of one ``Scenario``.
+struct Outcome: Sendable {
+    var scenario: Scenario
+    var sender: SenderReport
+    var listeners: [ListenerReport]
+
+    /// Every listener's latencies in the order each received its messages, listener
+    /// after listener, in nanoseconds.
+    var latenciesInOrder: [UInt64] { listeners.flatMap(\.latencies) }
+
+    /// Every listener's latencies together, sorted, in nanoseconds.
+    var latencies: [UInt64] { listeners.flatMap(\.latencies).sorted() }
+
+    /// Messages some listener did not receive, over all listeners.
+    var lost: Int { listeners.reduce(0) { $0 + max(0, $1.expected - $1.received) } }
+    var duplicates: Int { listeners.reduce(0) { $0 + $1.duplicates } }
+    var outOfOrder: Int { listeners.reduce(0) { $0 + $1.outOfOrder } }
+
+    /// Messages per second delivered to every listener: the count over the time from
+    /// the first send to the last receipt by the slowest listener.
+    var throughput: Double {
+        let last = listeners.map(\.lastReceipt).max() ?? 0
+        guard last > sender.first else { return 0 }
+        return Double(scenario.count) / (Double(last - sender.first) / 1e9)
+    }
+
+    /// Listener CPU time per message received, in microseconds (mean over listeners).
+    var listenerMicrosecondsPerMessage: Double {
+        let counted = listeners.filter { $0.received > 0 }
+        let total = counted.reduce(0.0) { $0 + Double($1.cpuMicroseconds) / Double($1.received) }
+        return total / Double(max(1, counted.count))
+    }
+}
+
+/// Runs scenarios in a directory on one file system.
+struct Runner {
+    /// Where containers are made, one per scenario, removed after it.
+    let base: String
+
+    func run(_ scenario: Scenario) throws(BenchError) -> Outcome {
+        let directory = base + "/" + scenario.mechanism.rawValue + "-\(scenario.listeners)-\(scenario.identifiers)-\(scenario.size)"
+        removeTree(directory)
+        defer { removeTree(directory) }
+        var common = ["--count", String(scenario.count), "--size", String(scenario.size)]
+        let sendArguments = common + ["--interval-ns", String(scenario.intervalNanoseconds)]
+        // Enough time for whatever the sender does: its paced duration, then plenty.
+        let timeout = Double(scenario.count) * Double(scenario.intervalNanoseconds) / 1e9 + 120
+        var listeners: [Child] = []
+        let sender: Child
+        switch scenario.mechanism {
+        case .pipe, .socket:
+            var ends: [Int32] = [0, 0]
+            if scenario.mechanism == .pipe {
+                guard makePipe(&ends) else { throw BenchError("pipe: \(String(cString: strerror(errno)))") }
+                // The default 64 KiB is what a program gets; make no special case.
+            } else {
+                guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+                    throw BenchError("socketpair: \(String(cString: strerror(errno)))")
+                }
+            }
+            let receiver = try Child(["stream-receive"] + common, passing: ends[0])
+            close(ends[0])
+            listeners = [receiver]
+            _ = try receiver.expect("READY", timeout: 30)
+            sender = try Child(["stream-send"] + sendArguments, passing: ends[1])
+            close(ends[1])
+        case .naive:
+            mkdir(directory, 0o700)
+            common += ["--dir", directory]
+            let listener = try Child(["naive-listen"] + common)
+            listeners = [listener]
+            _ = try listener.expect("READY", timeout: 30)
+            sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
+        case .wormholeRaw, .wormholeCodable:
+            let mode = scenario.mechanism == .wormholeCodable ? "codable" : "raw"
+            common += ["--dir", directory, "--ids", String(scenario.identifiers), "--mode", mode]
+            // The container exists before the listeners start, as an app's would.
+            mkdir(directory, 0o700)
+            let perProcess = Scenario.identifiersPerProcess
+            for _ in 0..<scenario.listeners {
+                if scenario.identifiers <= perProcess {
+                    listeners.append(try Child(["wormhole-listen"] + common))
+                    continue
+                }
+                for first in stride(from: 0, to: scenario.identifiers, by: perProcess) {
+                    listeners.append(try Child(["wormhole-listen"] + common + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
+                }
+            }
+            for listener in listeners { _ = try listener.expect("READY", timeout: 300) }
+            sender = try Child(["wormhole-send"] + sendArguments + ["--dir", directory, "--ids", String(scenario.identifiers), "--mode", mode, "--handshake"],
+                               withInput: true)
+            _ = try sender.expect("WARMED", timeout: 300)
+            for listener in listeners { _ = try listener.expect("WARM", timeout: 300) }
+            sender.send("GO")
+        }
+        let sent = fields(of: try sender.expect("RESULT", timeout: timeout))
+        sender.wait()
+        var reports: [ListenerReport] = []
+        for listener in listeners {
+            let result = fields(of: try listener.expect("RESULT", timeout: timeout))
+            let samples = try listener.expect("SAMPLES", timeout: 30).dropFirst("SAMPLES ".count)
+            listener.wait()
+            reports.append(ListenerReport(
+                expected: Int(result["expected"] ?? "") ?? scenario.count,
+                received: Int(result["received"] ?? "") ?? 0,
+                duplicates: Int(result["duplicates"] ?? "") ?? 0,
+                outOfOrder: Int(result["order"] ?? "") ?? 0,
+                firstReceipt: UInt64(result["first"] ?? "") ?? 0,
+                lastReceipt: UInt64(result["last"] ?? "") ?? 0,
+                cpuMicroseconds: UInt64(result["cpu_us"] ?? "") ?? 0,
+                residentKiB: UInt64(result["rss_kb"] ?? "") ?? 0,
+                latencies: samples.split(separator: ",").compactMap { UInt64($0) }))
+        }
+        return Outcome(
+            scenario: scenario,
+            sender: SenderReport(
+                first: UInt64(sent["first"] ?? "") ?? 0,
+                end: UInt64(sent["end"] ?? "") ?? 0,
+                passMedianNanoseconds: UInt64(sent["pass_p50_ns"] ?? "") ?? 0,
+                passMeanNanoseconds: UInt64(sent["pass_mean_ns"] ?? "") ?? 0,
+                cpuMicroseconds: UInt64(sent["cpu_us"] ?? "") ?? 0,
+                residentKiB: UInt64(sent["rss_kb"] ?? "") ?? 0),
+            listeners: reports)
+    }
+}
+
+/// Removes a directory tree (a scenario's container); missing is fine.
+func removeTree(_ path: String) {
+    try? FileManager.default.removeItem(atPath: path)
+}
+
+/// The file system `path` is on ("tmpfs", "ext4", ...): the type of the longest mount
+/// point in `/proc/mounts` that contains it.
+func fileSystemName(_ path: String) -> String {
+    var best = ("", "?")
+    for line in (readText("/proc/mounts") ?? "").split(separator: "\n") {
+        let parts = line.split(separator: " ")
+        guard parts.count > 2 else { continue }
+        let mountPoint = String(parts[1])
+        let contains = path == mountPoint || path.hasPrefix(mountPoint == "/" ? "/" : mountPoint + "/")
+        if contains && mountPoint.count >= best.0.count { best = (mountPoint, String(parts[2])) }
+    }
+    return best.1
+}
+
+/// The value at percentile `p` (0-100) of sorted `values`, by nearest rank.
+func percentile(_ sorted: [UInt64], _ p: Double) -> UInt64 {
+    guard !sorted.isEmpty else { return 0 }
+    let rank = Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1
+    return sorted[min(sorted.count - 1, max(0, rank))]
+}

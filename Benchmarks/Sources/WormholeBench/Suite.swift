@@ -1,0 +1,387 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// `WormholeBench run`: every measurement on every file system, the tables, the CSV
+/// files and the targets.
+struct Suite {
+    struct Place {
+        /// "tmpfs" or "disk", as the tables say.
+        var name: String
+        var path: String
+    }
+
+    var places: [Place]
+    var sections: Set<String>
+    var quick: Bool
+    var outputDirectory: String
+    var cli: String?
+    var rows: [Row] = []
+    /// Per-sample latencies of the latency section: (file system, mechanism, ns).
+    var samples: [(String, String, [UInt64])] = []
+    /// How many times the latency and burst sections run each mechanism.
+    var rounds: Int
+    var verdicts: [(String, Bool, String)] = []
+
+    static let allSections = ["latency", "burst", "fanout", "sizes", "identifiers", "process"]
+
+    init(_ options: Options) throws(BenchError) {
+        quick = options.flag("quick")
+        rounds = max(1, try options.int("rounds", default: options.flag("quick") ? 1 : 3))
+        let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+        let tmpfs = options.string("tmpfs-dir", default: (runtime ?? "/dev/shm") + "/wormhole-bench-\(getuid())")
+        let disk = options.string("disk-dir", default: "/var/tmp/wormhole-bench-\(getuid())")
+        let wanted = options.string("filesystems", default: "tmpfs,disk").split(separator: ",").map(String.init)
+        places = []
+        if wanted.contains("tmpfs") { places.append(Place(name: "tmpfs", path: tmpfs)) }
+        if wanted.contains("disk") { places.append(Place(name: "disk", path: disk)) }
+        sections = Set(options.string("sections", default: Self.allSections.joined(separator: ",")).split(separator: ",").map(String.init))
+        outputDirectory = options.string("out", default: "Results")
+        cli = options.flag("cli") ? try options.string("cli") : nil
+    }
+
+    private func progress(_ text: String) {
+        printError(text)
+    }
+
+    private func measure(_ runner: Runner, _ scenario: Scenario) throws(BenchError) -> Outcome {
+        let outcome = try runner.run(scenario)
+        let sorted = outcome.latencies
+        var line = "    \(scenario.mechanism.label): \(scenario.count) x \(Format.size(scenario.size))"
+        if scenario.listeners > 1 { line += ", \(scenario.listeners) listeners" }
+        if scenario.identifiers > 1 { line += ", \(scenario.identifiers) identifiers" }
+        if scenario.intervalNanoseconds > 0 {
+            line += String(format: " paced: p50 %.1f us, p99 %.1f us", Double(percentile(sorted, 50)) / 1000, Double(percentile(sorted, 99)) / 1000)
+        } else {
+            line += " burst: \(Format.rate(outcome.throughput)) msg/s"
+        }
+        line += ", lost \(outcome.lost)"
+        progress(line)
+        return outcome
+    }
+
+    /// The 1-minute load average at the start and at the end of the run: on a shared
+    /// machine it says how much else was running.
+    var loadAtStart = Machine.loadAverage
+    var loadAtEnd = ""
+
+    mutating func run() throws(BenchError) {
+        let started = Monotonic.now()
+        loadAtStart = Machine.loadAverage
+        progress("Wormhole benchmark\(quick ? " (quick)" : "") - \(Machine.summary)")
+        for place in places {
+            try? FileManager.default.createDirectory(atPath: place.path, withIntermediateDirectories: true,
+                                                     attributes: [.posixPermissions: 0o700])
+            let type = fileSystemName(place.path)
+            let fileSystem = type == place.name ? place.name : "\(place.name) (\(type))"
+            progress("\n== \(fileSystem) at \(place.path)")
+            let runner = Runner(base: place.path)
+            if sections.contains("latency") { try latency(runner, fileSystem) }
+            if sections.contains("burst") { try burst(runner, fileSystem) }
+            if sections.contains("fanout") { try fanOut(runner, fileSystem) }
+            if sections.contains("sizes") { try sizes(runner, fileSystem) }
+            if sections.contains("identifiers") { try identifierCounts(runner, fileSystem) }
+            if sections.contains("process") { try process(runner, fileSystem) }
+            removeTree(place.path)
+        }
+        loadAtEnd = Machine.loadAverage
+        judge()
+        try write()
+        progress(String(format: "\nDone in %.0f s.", Double(Monotonic.now() - started) / 1e9))
+    }
+
+    // MARK: - Sections
+
+    /// Runs every mechanism once per round, the rounds one after the other, so that
+    /// whatever else the machine does at some moment falls on ours and the baselines
+    /// alike.
+    private func interleaved(_ runner: Runner, _ scenario: (Mechanism) -> Scenario) throws(BenchError) -> [Mechanism: [Outcome]] {
+        var outcomes: [Mechanism: [Outcome]] = [:]
+        for round in 1...rounds {
+            if rounds > 1 { progress("   round \(round) of \(rounds)") }
+            for mechanism in Mechanism.allCases {
+                outcomes[mechanism, default: []].append(try measure(runner, scenario(mechanism)))
+            }
+        }
+        return outcomes
+    }
+
+    private mutating func latency(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
+        let count = quick ? 500 : 2000
+        progress("  one-way latency, paced: \(count) small messages 300 us apart, \(rounds) rounds")
+        let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count) }
+        for mechanism in Mechanism.allCases {
+            let runs = outcomes[mechanism] ?? []
+            var row = Row(section: "latency", fileSystem: fileSystem, mechanism: mechanism.label, messages: count * runs.count)
+            row.latency(from: runs)
+            row.senderMicroseconds = median(runs.map { Double($0.sender.passMeanNanoseconds) / 1000 })
+            if mechanism == .naive { row.note = "last value wins: lost = messages never seen" }
+            rows.append(row)
+            samples.append((fileSystem, mechanism.label, runs.flatMap(\.latenciesInOrder)))
+        }
+    }
+
+    private mutating func burst(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
+        let count = quick ? 5000 : 20000
+        progress("  burst throughput: \(count) small messages as fast as the sender can, \(rounds) rounds")
+        let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count, intervalNanoseconds: 0) }
+        for mechanism in Mechanism.allCases {
+            let runs = outcomes[mechanism] ?? []
+            var row = Row(section: "burst", fileSystem: fileSystem, mechanism: mechanism.label, messages: count)
+            row.rate(from: runs)
+            row.note = "median of \(runs.count) rounds: " + runs.map { Format.rate($0.throughput) }.joined(separator: " / ") + " msg/s"
+            if mechanism == .naive { row.note += "; rate counts every message sent; lost = never seen (coalesced)" }
+            rows.append(row)
+        }
+    }
+
+    private mutating func fanOut(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
+        let paced = quick ? 300 : 1000
+        let burst = quick ? 2000 : 10000
+        progress("  fan-out: 1, 2, 4, 8 listener processes; \(paced) paced, then \(burst) in a burst")
+        for listeners in [1, 2, 4, 8] {
+            var row = Row(section: "fanout", fileSystem: fileSystem, mechanism: Mechanism.wormholeRaw.label, listeners: listeners, messages: burst)
+            row.latency(from: try measure(runner, Scenario(mechanism: .wormholeRaw, listeners: listeners, count: paced)))
+            row.rate(from: try measure(runner, Scenario(mechanism: .wormholeRaw, listeners: listeners, count: burst, intervalNanoseconds: 0)))
+            row.note = "every listener: \(paced) paced + \(burst) burst"
+            rows.append(row)
+        }
+    }
+
+    private mutating func sizes(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
+        progress("  message size: 16 B to 4 MiB, pipe and Wormhole")
+        for size in [16, 256, 4096, 65536, 1 << 20, 4 << 20] {
+            // Paced slowly enough for the largest messages that each is delivered before the
+            // next is passed: this measures latency, not a queue.
+            let paced = size <= 65536 ? (quick ? 200 : 500) : (size <= 1 << 20 ? (quick ? 20 : 50) : (quick ? 10 : 20))
+            let burst = size <= 4096 ? (quick ? 2000 : 5000) : size <= 65536 ? (quick ? 500 : 2000) : size <= 1 << 20 ? (quick ? 50 : 200) : (quick ? 20 : 50)
+            let interval: UInt64 = size <= 4096 ? 300_000 : size <= 65536 ? 1_000_000 : size <= 1 << 20 ? 20_000_000 : 60_000_000
+            for mechanism in [Mechanism.pipe, .wormholeRaw] {
+                var row = Row(section: "sizes", fileSystem: fileSystem, mechanism: mechanism.label, size: size, messages: burst)
+                row.latency(from: try measure(runner, Scenario(mechanism: mechanism, size: size, count: paced, intervalNanoseconds: interval)))
+                row.rate(from: try measure(runner, Scenario(mechanism: mechanism, size: size, count: burst, intervalNanoseconds: 0)))
+                row.note = "\(paced) paced \(interval / 1000) us apart; \(burst) burst"
+                rows.append(row)
+            }
+        }
+    }
+
+    private mutating func identifierCounts(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
+        let paced = quick ? 500 : 2000
+        let burst = quick ? 5000 : 20000
+        progress("  identifiers in use: 1, 100, 10,000 (listeners of all of them, 5,000 per process at most; messages round-robin)")
+        for identifiers in [1, 100, 10_000] {
+            var row = Row(section: "identifiers", fileSystem: fileSystem, mechanism: Mechanism.wormholeRaw.label, identifiers: identifiers, messages: burst)
+            row.latency(from: try measure(runner, Scenario(mechanism: .wormholeRaw, identifiers: identifiers, count: paced)))
+            row.rate(from: try measure(runner, Scenario(mechanism: .wormholeRaw, identifiers: identifiers, count: burst, intervalNanoseconds: 0)))
+            rows.append(row)
+        }
+    }
+
+    private mutating func process(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
+        let directory = runner.base + "/process"
+        removeTree(directory)
+        mkdir(directory, 0o700)
+        defer { removeTree(directory) }
+        let runs = quick ? 10 : 40
+        if let cli {
+            progress("  `wormhole send` as a whole process, \(runs) runs (and /bin/true and a Swift program that does nothing)")
+            for (label, path, arguments) in [
+                ("/bin/true (any process)", "/bin/true", [String]()),
+                ("a Swift program that prints its usage (Foundation loaded)", Child.selfPath, ["help"]),
+                ("wormhole send (whole process)", cli, ["send", "--directory", directory, "bench", "hello"]),
+            ] {
+                _ = try spawnAndWait(path, arguments)
+                var times: [UInt64] = []
+                for _ in 0..<runs {
+                    let begin = Monotonic.now()
+                    let status = try spawnAndWait(path, arguments)
+                    times.append(Monotonic.now() - begin)
+                    if status != 0 { throw BenchError("\(path) \(arguments.joined(separator: " ")) exited with \(status)") }
+                }
+                times.sort()
+                var row = Row(section: "process", fileSystem: fileSystem, mechanism: label, messages: runs)
+                row.p50 = Double(percentile(times, 50)) / 1000
+                row.p90 = Double(percentile(times, 90)) / 1000
+                row.p99 = Double(percentile(times, 99)) / 1000
+                row.max = Double(times.last ?? 0) / 1000
+                row.note = "wall time from spawn to exit"
+                rows.append(row)
+                progress(String(format: "    %@: p50 %.2f ms", label, row.p50! / 1000))
+            }
+        }
+        let idleSeconds = quick ? 1.0 : 3.0
+        progress("  idle listeners: CPU and wake-ups over \(idleSeconds) s, resident memory")
+        var idle: [(String, Child)] = []
+        idle.append(("idle listener, library, 1 identifier", try Child(["wormhole-listen", "--dir", directory, "--idle"])))
+        if !quick {
+            idle.append(("idle listener, library, 5,000 identifiers", try Child(["wormhole-listen", "--dir", directory, "--ids", "5000", "--idle"])))
+        }
+        if let cli {
+            idle.append(("idle `wormhole listen`", try Child(path: cli, ["listen", "--directory", directory, "bench", "--verbose"], quiet: true)))
+        }
+        for (label, child) in idle {
+            if label.hasPrefix("idle listener") { _ = try child.expect("READY", timeout: 300) } else { Monotonic.sleep(seconds: 1) }
+            Monotonic.sleep(seconds: 0.5)
+            guard let before = ProcessSample.read(child.pid) else { throw BenchError("cannot read /proc/\(child.pid)") }
+            Monotonic.sleep(seconds: idleSeconds)
+            guard let after = ProcessSample.read(child.pid) else { throw BenchError("cannot read /proc/\(child.pid)") }
+            child.terminate()
+            let ticks = after.cpuTicks >= before.cpuTicks ? after.cpuTicks - before.cpuTicks : 0
+            let switches = after.switches(since: before)
+            var row = Row(section: "process", fileSystem: fileSystem, mechanism: label)
+            row.residentKiB = after.residentKiB
+            row.note = String(format: "CPU %.0f ms and %llu wake-ups in %.0f s idle; %llu threads",
+                              Double(ticks) * 1000 / Double(ProcessSample.ticksPerSecond), switches, idleSeconds, after.threads)
+            rows.append(row)
+            progress("    \(label): \(row.note), \(after.residentKiB) KiB resident")
+            if fileSystem.hasPrefix("tmpfs") {
+                verdicts.append(("idle CPU zero: \(label)", ticks == 0 && switches == 0,
+                                 "\(ticks) ticks, \(switches) wake-ups in \(Int(idleSeconds)) s"))
+            }
+        }
+    }
+
+    private func spawnAndWait(_ path: String, _ arguments: [String]) throws(BenchError) -> Int32 {
+        try Child(path: path, arguments, quiet: true).wait()
+    }
+
+    // MARK: - Targets
+
+    private func row(_ section: String, _ mechanism: Mechanism, tmpfs: Bool = true, where condition: (Row) -> Bool = { _ in true }) -> Row? {
+        rows.first { $0.section == section && $0.mechanism == mechanism.label && $0.fileSystem.hasPrefix(tmpfs ? "tmpfs" : "disk") && condition($0) }
+    }
+
+    /// Judges the targets of the issue against the tmpfs figures of this run.
+    private mutating func judge() {
+        if let ours = row("latency", .wormholeRaw), let pipe = row("latency", .pipe), let p50 = ours.p50, let floor = pipe.p50, let p99 = ours.p99 {
+            verdicts.append(("p50 latency <= 6x the pipe's", p50 <= 6 * floor,
+                             String(format: "%.1f us vs pipe %.1f us: %.1fx", p50, floor, p50 / floor)))
+            verdicts.append(("p99 latency <= 250 us", p99 <= 250, String(format: "%.1f us", p99)))
+        }
+        if let raw = row("burst", .wormholeRaw), let rate = raw.rate {
+            verdicts.append(("burst >= 150,000 raw msg/s, none lost", rate >= 150_000 && raw.lost == 0,
+                             "\(Format.rate(rate)) msg/s, \(raw.lost ?? 0) lost"))
+        }
+        if let codable = row("burst", .wormholeCodable), let rate = codable.rate {
+            verdicts.append(("burst >= 100,000 Codable msg/s, none lost", rate >= 100_000 && codable.lost == 0,
+                             "\(Format.rate(rate)) msg/s, \(codable.lost ?? 0) lost"))
+        }
+        if let one = row("identifiers", .wormholeRaw, where: { $0.identifiers == 1 }),
+           let many = row("identifiers", .wormholeRaw, where: { $0.identifiers == 10_000 }),
+           let oneRate = one.rate, let manyRate = many.rate, let oneSend = one.senderMicroseconds, let manySend = many.senderMicroseconds,
+           let oneListen = one.pacedListenerMicroseconds, let manyListen = many.pacedListenerMicroseconds,
+           let oneBurstListen = one.listenerMicroseconds, let manyBurstListen = many.listenerMicroseconds,
+           let oneP50 = one.p50, let manyP50 = many.p50 {
+            // The cost of a message: what the sender spends on it, what the listener spends
+            // on it when each message has its own wake-up (paced), and its latency. The
+            // burst figures are shown too: with one identifier a wake-up reads many
+            // messages, spread over 10,000 it reads one.
+            let ratios = [manySend / oneSend, manyListen / oneListen, manyP50 / oneP50]
+            verdicts.append(("per-message cost flat from 1 to 10,000 identifiers (sender, paced listener CPU, p50: each <= 1.5x)",
+                             ratios.allSatisfy { $0 <= 1.5 } && many.lost == 0,
+                             String(format: "10,000 vs 1: sender %.2fx, listener CPU paced %.2fx, p50 %.2fx; %d lost. Burst: msg/s %.2fx lower, listener CPU %.2fx",
+                                    ratios[0], ratios[1], ratios[2], many.lost ?? 0, oneRate / manyRate, manyBurstListen / oneBurstListen)))
+        }
+        if let eight = row("fanout", .wormholeRaw, where: { $0.listeners == 8 }) {
+            verdicts.append(("fan-out to 8 listeners, every message to every listener", eight.lost == 0 && eight.duplicates == 0,
+                             "\(eight.lost ?? 0) lost, \(eight.duplicates ?? 0) repeated or out of order; \(Format.rate(eight.rate)) msg/s to all 8"))
+        }
+    }
+
+    // MARK: - Output
+
+    private var tables: String {
+        var text = ""
+        var fileSystems: [String] = []
+        for row in rows where !fileSystems.contains(row.fileSystem) { fileSystems.append(row.fileSystem) }
+        for fileSystem in fileSystems {
+            let rows = self.rows.filter { $0.fileSystem == fileSystem }
+            text += "### \(fileSystem)\n\n"
+            func section(_ name: String, _ title: String, _ columns: [String], _ cells: (Row) -> [String]) {
+                let selected = rows.filter { $0.section == name }
+                guard !selected.isEmpty else { return }
+                text += Table(title: title, columns: columns, rows: selected.map(cells)).markdown + "\n"
+            }
+            section("latency", "One-way latency, small messages, paced 300 us apart (us)",
+                    ["mechanism", "p50", "p90", "p99", "max", "lost", "send call (us)"]) {
+                [$0.mechanism, Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.p99), Format.micro($0.max),
+                 Format.integer($0.lost), Format.micro($0.senderMicroseconds)]
+            }
+            section("burst", "Burst throughput, small messages, as fast as the sender can",
+                    ["mechanism", "messages", "msg/s received", "lost", "send call (us)", "listener CPU/msg (us)"]) {
+                [$0.mechanism, Format.grouped($0.messages), Format.rate($0.rate), Format.integer($0.lost),
+                 Format.micro($0.senderMicroseconds), Format.micro($0.listenerMicroseconds)]
+            }
+            section("fanout", "Fan-out: Wormhole raw, every listener receives every message",
+                    ["listeners", "p50 (us)", "p99 (us)", "max (us)", "burst msg/s to all", "lost", "repeated/out of order"]) {
+                [String($0.listeners), Format.micro($0.p50), Format.micro($0.p99), Format.micro($0.max),
+                 Format.rate($0.rate), Format.integer($0.lost), Format.integer($0.duplicates)]
+            }
+            section("sizes", "Message size",
+                    ["size", "mechanism", "p50 (us)", "p99 (us)", "msg/s", "MiB/s", "lost"]) {
+                [Format.size($0.size), $0.mechanism, Format.micro($0.p50), Format.micro($0.p99),
+                 Format.rate($0.rate), String(format: "%.0f", $0.megabytesPerSecond ?? 0), Format.integer($0.lost)]
+            }
+            section("identifiers", "Identifiers in use (listeners of all of them, 5,000 per process at most; messages round-robin)",
+                    ["identifiers", "p50 (us)", "p99 (us)", "listener CPU/msg, paced (us)", "send call, burst (us)", "burst msg/s", "listener CPU/msg, burst (us)", "listener RSS (KiB)", "lost"]) {
+                [Format.grouped($0.identifiers), Format.micro($0.p50), Format.micro($0.p99), Format.micro($0.pacedListenerMicroseconds),
+                 Format.micro($0.senderMicroseconds), Format.rate($0.rate), Format.micro($0.listenerMicroseconds),
+                 $0.residentKiB.map { Format.grouped(Int($0)) } ?? "", Format.integer($0.lost)]
+            }
+            section("process", "Whole processes",
+                    ["what", "p50 (us)", "p90 (us)", "max (us)", "resident (KiB)", "note"]) {
+                [$0.mechanism, Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.max),
+                 $0.residentKiB.map { Format.grouped(Int($0)) } ?? "", $0.note]
+            }
+        }
+        return text
+    }
+
+    private var targets: String {
+        guard !verdicts.isEmpty else { return "" }
+        var text = "### Targets (release build, tmpfs, this run)\n\n| target | result | figures |\n|---|---|---|\n"
+        for (target, met, figures) in verdicts { text += "| \(target) | \(met ? "met" : "**missed**") | \(figures) |\n" }
+        return text
+    }
+
+    private func write() throws(BenchError) {
+        let report = "## Wormhole benchmark\n\n\(Machine.summary)\n\nLoad average (1 minute) at the start of the run: \(loadAtStart); at the end: \(loadAtEnd).\n\n" + tables + targets
+        print(report)
+        do {
+            try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
+            try (([Row.csvHeader] + rows.map(\.csv)).joined(separator: "\n") + "\n")
+                .write(toFile: outputDirectory + "/latest.csv", atomically: true, encoding: .utf8)
+            var lines = ["filesystem,mechanism,latency_us"]
+            for (fileSystem, mechanism, values) in samples {
+                let prefix = csvQuoted(fileSystem) + "," + csvQuoted(mechanism) + ","
+                for value in values { lines.append(prefix + String(format: "%.2f", Double(value) / 1000)) }
+            }
+            try (lines.joined(separator: "\n") + "\n").write(toFile: outputDirectory + "/latency-samples.csv", atomically: true, encoding: .utf8)
+            try report.write(toFile: outputDirectory + "/latest.md", atomically: true, encoding: .utf8)
+        } catch {
+            throw BenchError("cannot write the results to \(outputDirectory): \(error)")
+        }
+        progress("Wrote \(outputDirectory)/latest.csv, latency-samples.csv and latest.md")
+    }
+}
+
+/// What the machine is, for the report.
+enum Machine {
+    /// The 1-minute load average (`/proc/loadavg`).
+    static var loadAverage: String {
+        String((readText("/proc/loadavg") ?? "?").split(separator: " ").first ?? "?")
+    }
+
+    static let summary: String = {
+        let cpu = (readText("/proc/cpuinfo") ?? "").split(separator: "\n")
+            .first { $0.hasPrefix("model name") }.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? "?"
+        var name = utsname()
+        uname(&name)
+        let kernel = withUnsafePointer(to: name.release) { $0.withMemoryRebound(to: CChar.self, capacity: 65) { String(cString: $0) } }
+        let memory = (readText("/proc/meminfo") ?? "").split(separator: "\n").first { $0.hasPrefix("MemTotal") }
+            .flatMap { UInt64($0.split(separator: " ").dropFirst().first ?? "") }.map { "\($0 / 1_048_576) GiB" } ?? "?"
+        return "Machine: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) cores (\(cpu)), \(memory), Linux \(kernel); release build"
+    }()
+}

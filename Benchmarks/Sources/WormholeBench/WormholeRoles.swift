@@ -1,0 +1,130 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import Foundation
+import Wormhole
+
+/// The child processes that use the library: a listener of one or many identifiers, and
+/// a sender. Each prints `READY` when it may be measured and `RESULT ...` at the end.
+enum WormholeRoles {
+    /// `wormhole-listen --dir D [--ids N] [--first-id A --end-id B] [--count C] [--mode raw|codable] [--idle]`
+    ///
+    /// Listens to N identifiers (or those numbered A..<B of them) on one serial queue (as an app listens on its main
+    /// queue), counts what arrives and times it. `--idle` listens until killed, for the
+    /// idle CPU and memory measurement.
+    static func listen(_ options: Options) throws -> Int32 {
+        let directory = try options.string("dir")
+        let identifiers = try options.int("ids", default: 1)
+        let count = try options.int("count", default: 2000)
+        let codable = options.string("mode", default: "raw") == "codable"
+        raiseDescriptorLimit(atLeast: identifiers * 2 + 256)
+        let wormhole = try Wormhole(directory: directory)
+        let queue = DispatchQueue(label: "bench.listener")
+        // A slice of the identifiers, when several processes share them out.
+        let first = try options.int("first-id", default: 0)
+        let end = min(identifiers, try options.int("end-id", default: identifiers))
+        let tally = SharedTally(Tally(count: count, identifiers: identifiers, slice: first..<end))
+        var tokens: [ListenerToken] = []
+        tokens.reserveCapacity(end - first)
+        for number in first..<end {
+            let identifier = identifierName(number, of: identifiers)
+            if codable {
+                tokens.append(try wormhole.listenForMessage(withIdentifier: identifier, as: BenchMessage.self, queue: queue) { message in
+                    tally.record(index: message.index, stamp: message.stamp, at: Monotonic.now())
+                })
+            } else {
+                tokens.append(try wormhole.listenForRecords(withIdentifier: identifier, queue: queue) { record in
+                    let now = Monotonic.now()
+                    guard record.payload.count >= Frame.minimumSize else { return }
+                    let (stamp, index) = record.payload.withUnsafeBytes { Frame.read($0.baseAddress!) }
+                    tally.record(index: index, stamp: stamp, at: now)
+                })
+            }
+        }
+        let start = ResourceUsage.current()
+        emit("READY")
+        if tally.read({ $0.expectedWarmUps == 0 }) { emit("WARM") }
+        if options.flag("idle") {
+            while true { pause() }
+        }
+        tally.waitForEnd(idle: try options.double("idle-timeout", default: 3), start: 60)
+        emit(tally.read { $0.report(since: start) })
+        withExtendedLifetime(tokens) {}
+        return 0
+    }
+
+    /// `wormhole-send --dir D [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable]`
+    ///
+    /// Passes C messages round-robin over N identifiers, one every I nanoseconds (as
+    /// fast as it can when I is 0), each stamped just before it is passed. Warm-up
+    /// messages go first, one per identifier at least.
+    static func send(_ options: Options) throws -> Int32 {
+        let directory = try options.string("dir")
+        let identifiers = try options.int("ids", default: 1)
+        let count = try options.int("count", default: 2000)
+        let size = max(Frame.minimumSize, try options.int("size", default: 16))
+        let interval = UInt64(try options.int("interval-ns", default: 0))
+        let codable = options.string("mode", default: "raw") == "codable"
+        raiseDescriptorLimit(atLeast: 1024)
+        var configuration = Wormhole.Configuration()
+        configuration.maximumMessageSize = max(configuration.maximumMessageSize, size)
+        let wormhole = try Wormhole(directory: directory, configuration: configuration)
+        let names = (0..<identifiers).map { identifierName($0, of: identifiers) }
+        var payload = Data(count: size)
+
+        func pass(_ index: UInt64, _ identifier: String) throws {
+            let stamp = Monotonic.now()
+            if codable {
+                try wormhole.passMessage(BenchMessage(stamp: stamp, index: index, text: "ping"), identifier: identifier)
+            } else {
+                payload.withUnsafeMutableBytes { Frame.write(stamp: stamp, index: index, into: $0.baseAddress!) }
+                try wormhole.passMessage(payload, identifier: identifier)
+            }
+        }
+
+        for number in 0..<Frame.warmUpCount(identifiers: identifiers) {
+            try pass(Frame.warmUpBit | UInt64(number), names[number % identifiers])
+        }
+        // The clock starts when the harness says that every listener has read the
+        // warm-up (a `GO` line on standard input), or after a pause without a harness.
+        if options.flag("handshake") {
+            emit("WARMED")
+            _ = readLine()
+        } else {
+            Monotonic.sleep(seconds: 0.05 + Double(identifiers) * 20e-6 + Double(size) * 20 / 1e9)
+        }
+        Monotonic.sleep(seconds: 0.01)
+        let before = ResourceUsage.current()
+        var passTimes = [UInt64](repeating: 0, count: count)
+        let start = Monotonic.now()
+        for index in 0..<count {
+            if interval > 0 { Monotonic.sleep(until: start + UInt64(index) * interval) }
+            let begin = Monotonic.now()
+            try pass(UInt64(index), names[identifierNumber(forMessage: index, of: identifiers)])
+            passTimes[index] = Monotonic.now() - begin
+        }
+        let end = Monotonic.now()
+        let after = ResourceUsage.current()
+        passTimes.sort()
+        let mean = passTimes.reduce(0, +) / UInt64(max(1, count))
+        emit("RESULT first=\(start) end=\(end) pass_p50_ns=\(passTimes.isEmpty ? 0 : passTimes[count / 2]) pass_mean_ns=\(mean) cpu_us=\(after.cpuMicroseconds - before.cpuMicroseconds) rss_kb=\(after.maximumResidentKiB)")
+        return 0
+    }
+}
+
+/// Raises this process's descriptor limit to at least `count` where it can: a listener
+/// of 10,000 identifiers holds two descriptors per identifier (its position in the log
+/// and its claim).
+func raiseDescriptorLimit(atLeast count: Int) {
+    var limit = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    let wanted = rlim_t(count)
+    guard limit.rlim_cur < wanted else { return }
+    var raised = rlimit(rlim_cur: max(wanted, limit.rlim_cur), rlim_max: max(wanted, limit.rlim_max))
+    if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) != 0 {
+        // Not allowed to raise the hard limit: go as far as it allows.
+        raised = rlimit(rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max)
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised)
+    }
+}

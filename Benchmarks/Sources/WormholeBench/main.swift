@@ -1,0 +1,42 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// WormholeBench: Wormhole's multi-process benchmark.
+//
+//   WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections latency,burst,...]
+//                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH-TO-wormhole]
+//
+// `run` starts this executable again as child processes in the roles below, one sender
+// and one or more listeners per measurement. The roles can be started by hand too (for
+// profiling one side: see Docs/Performance.md).
+let arguments = Array(CommandLine.arguments.dropFirst())
+let role = arguments.first ?? "help"
+let rest = arguments.dropFirst()
+do {
+    let options = try Options(rest)
+    let status: Int32
+    switch role {
+    case "run":
+        var suite = try Suite(options)
+        try suite.run()
+        status = 0
+    case "wormhole-listen": status = try WormholeRoles.listen(options)
+    case "wormhole-send": status = try WormholeRoles.send(options)
+    case "stream-send": status = try BaselineRoles.streamSend(options)
+    case "stream-receive": status = try BaselineRoles.streamReceive(options)
+    case "naive-send": status = try BaselineRoles.naiveSend(options)
+    case "naive-listen": status = try BaselineRoles.naiveListen(options)
+    default:
+        print("""
+            usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
+                                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH]
+            roles: wormhole-listen, wormhole-send, stream-send, stream-receive, naive-send, naive-listen
+            """)
+        status = role == "help" || role == "--help" ? 0 : 64
+    }
+    exit(status)
+} catch {
+    printError("WormholeBench \(role): \(error)")
+    exit(1)
+}
