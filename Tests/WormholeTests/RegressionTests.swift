@@ -70,4 +70,18 @@ struct RegressionTests {
         let modified = try FileManager.default.attributesOfItem(atPath: target)[.modificationDate] as? Date
         #expect(modified == Date(timeIntervalSince1970: 0))
     }
+
+    @Test("a relative directory is taken from the current directory, not created at the root")
+    func relativeDirectoryIsResolvedFromTheCurrentDirectory() throws {
+        let parent = TemporaryDirectory()
+        let previous = FileManager.default.currentDirectoryPath
+        try #require(FileManager.default.changeCurrentDirectoryPath(parent.path))
+        defer { _ = FileManager.default.changeCurrentDirectoryPath(previous) }
+        let name = "relative-\(getpid())"
+        let wormhole = try Wormhole(directory: name + "/sub")
+        try wormhole.passMessage("x", identifier: "n")
+        #expect(wormhole.directory == parent.path + "/" + name + "/sub")
+        #expect(FileManager.default.fileExists(atPath: parent.file(name + "/sub/n.wormhole")))
+        #expect(!FileManager.default.fileExists(atPath: "/" + name))
+    }
 }

@@ -134,8 +134,11 @@ public enum WormholeContainer {
         WormholeError(.containerUnavailable, "cannot create or open container '\(path)': \(errno.description)", path: path, errno: errno)
     }
 
+    /// `path` made absolute (a relative path is taken from the current directory) and
+    /// without trailing slashes: every later step, creating parents among them, works on
+    /// the absolute path.
     static func normalized(_ path: String) -> String {
-        var result = path
+        var result = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
         while result.count > 1 && result.hasSuffix("/") { result.removeLast() }
         return result
     }

@@ -64,7 +64,8 @@ public final class Wormhole: Sendable {
         try self.init(directory: path, configuration: configuration)
     }
 
-    /// A wormhole in `directory`, created (0700) when it is missing.
+    /// A wormhole in `directory`, created (0700) when it is missing. A relative path is
+    /// taken from the current directory.
     public convenience init(directory: String, configuration: Configuration = Configuration()) throws(WormholeError) {
         self.init(transiting: try FileTransiting(directory: directory, configuration: configuration))
     }
