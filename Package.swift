@@ -58,10 +58,12 @@ let package = Package(
             ],
             path: "Sources/WormholeCLI"
         ),
+        // What both examples need to wait for their end (signals, end of input).
+        .target(name: "ExampleSupport", path: "Examples/Support"),
         .executableTarget(
             name: "wormhole-chat",
             dependencies: [
-                "Wormhole",
+                "Wormhole", "ExampleSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Examples/Chat"
@@ -69,7 +71,7 @@ let package = Package(
         .executableTarget(
             name: "today-widget",
             dependencies: [
-                "Wormhole",
+                "Wormhole", "ExampleSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Examples/TodayWidget"

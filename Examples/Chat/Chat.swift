@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ArgumentParser
+import ExampleSupport
 import Foundation
 import Synchronization
 import Wormhole

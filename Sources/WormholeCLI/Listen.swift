@@ -102,24 +102,8 @@ struct Listen: AsyncParsableCommand {
             if verbose {
                 Output.error("listening to \(Self.names(identifiers)) in \(wormhole.directory ?? "the container")")
             }
-            let outcome = await session.wait(timeout: timeout)
-            tokens.forEach { $0.cancel() }
-            session.queue.sync {}
-            switch outcome {
-            case .reachedCount:
-                return
-            case .timedOut:
-                let received = session.received
-                if received == 0 {
-                    throw CommandFailure("no message arrived within \(Self.seconds(timeout)) on \(Self.names(identifiers))",
-                                         exitCode: WormholeExitCode.noMessage)
-                }
-                if let count, received < count {
-                    throw CommandFailure("only \(received) of \(count) messages arrived within \(Self.seconds(timeout))",
-                                         exitCode: WormholeExitCode.noMessage)
-                }
-            case .interrupted(let signal):
-                ListeningSession.endBySignal(signal)
+            try await session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
+                tokens.forEach { $0.cancel() }
             }
         }
     }

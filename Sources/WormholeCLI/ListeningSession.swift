@@ -80,6 +80,35 @@ final class ListeningSession: Sendable {
 
     /// Ends the process by `signal` after the caller has released what it held, so that
     /// the shell sees the usual "killed by SIGINT" and stops a loop around the command.
+    /// Waits for the count, the timeout or a signal, stops what was listening, and turns
+    /// how the wait ended into the command's result: a timeout before anything (or before
+    /// the count) arrived is "no message" (exit status 2); a signal ends the process by it.
+    /// - Parameters:
+    ///   - what: The plural of what was awaited ("messages", "notifications").
+    ///   - names: The identifiers or names, as printed.
+    ///   - stop: Cancels the listeners or observers.
+    func finish(count: Int?, timeout: Double?, what: String, names: String, stop: () -> Void) async throws {
+        let outcome = await wait(timeout: timeout)
+        stop()
+        queue.sync {}
+        switch outcome {
+        case .reachedCount:
+            return
+        case .timedOut:
+            let received = self.received
+            if received == 0 {
+                throw CommandFailure("no \(what.dropLast()) arrived within \(Listen.seconds(timeout)) \(what == "messages" ? "on" : "for") \(names)",
+                                     exitCode: WormholeExitCode.noMessage)
+            }
+            if let count, received < count {
+                throw CommandFailure("only \(received) of \(count) \(what) arrived within \(Listen.seconds(timeout))",
+                                     exitCode: WormholeExitCode.noMessage)
+            }
+        case .interrupted(let signal):
+            Self.endBySignal(signal)
+        }
+    }
+
     static func endBySignal(_ signal: Int32) -> Never {
         Glibc.signal(signal, SIG_DFL)
         // Dispatch's threads block signals: unblock it here and direct it at the process.

@@ -69,24 +69,8 @@ struct Observe: AsyncParsableCommand {
             if verbose {
                 Output.error("observing \(Listen.names(names)) in \(center.directory)")
             }
-            let outcome = await session.wait(timeout: timeout)
-            observations.forEach { $0.cancel() }
-            session.queue.sync {}
-            switch outcome {
-            case .reachedCount:
-                return
-            case .timedOut:
-                let received = session.received
-                if received == 0 {
-                    throw CommandFailure("no notification arrived within \(Listen.seconds(timeout)) for \(Listen.names(names))",
-                                         exitCode: WormholeExitCode.noMessage)
-                }
-                if let count, received < count {
-                    throw CommandFailure("only \(received) of \(count) notifications arrived within \(Listen.seconds(timeout))",
-                                         exitCode: WormholeExitCode.noMessage)
-                }
-            case .interrupted(let signal):
-                ListeningSession.endBySignal(signal)
+            try await session.finish(count: count, timeout: timeout, what: "notifications", names: Listen.names(names)) {
+                observations.forEach { $0.cancel() }
             }
         }
     }
