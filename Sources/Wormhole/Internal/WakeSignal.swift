@@ -41,8 +41,6 @@ final class WakeSignal: Sendable {
         waiter?.resume()
     }
 
-    var isFinished: Bool { state.withLock { $0.finished } }
-
     /// Returns `true` after a wake (at once if one is pending), `false` once finished or
     /// when the task is cancelled.
     func wait() async throws(WormholeError) -> Bool {

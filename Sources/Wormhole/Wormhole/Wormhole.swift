@@ -187,7 +187,7 @@ public final class Wormhole: Sendable {
         listener: @escaping @Sendable (WormholeRecord) -> Void
     ) throws(WormholeError) -> ListenerToken {
         try Identifier.validate(identifier)
-        let id = nextRegistration.add(1, ordering: .relaxed).oldValue
+        let id = makeRegistrationID()
         let token = try ListenerToken(
             transiting: transiting, identifier: identifier, start: start, queue: queue,
             onError: onError ?? Self.logError, listener: listener,

@@ -109,9 +109,6 @@ final class InotifyEngine: Sendable {
 
     private let state = Locked(State())
 
-    /// Whether a reader thread is running; for tests of the lifecycle.
-    var isRunning: Bool { state.withLock { $0.session != nil } }
-
     /// Starts delivering events for `directory` (only those for the file `name`, when
     /// given) to `handler`. The watch is in place when this returns.
     func subscribe(directory: String, name: String?, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
