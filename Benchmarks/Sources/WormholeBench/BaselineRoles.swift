@@ -34,21 +34,10 @@ enum BaselineRoles {
         }
         for number in 0..<20 { try send(Frame.warmUpBit | UInt64(number)) }
         Monotonic.sleep(seconds: 0.05)
-        let before = ResourceUsage.current()
-        var passTimes = [UInt64](repeating: 0, count: count)
-        let start = Monotonic.now()
-        for index in 0..<count {
-            if interval > 0 { Monotonic.sleep(until: start + UInt64(index) * interval) }
-            let begin = Monotonic.now()
+        try sendPaced(count: count, interval: interval) { index in
             try send(UInt64(index))
-            passTimes[index] = Monotonic.now() - begin
         }
-        let end = Monotonic.now()
-        let after = ResourceUsage.current()
         close(3)
-        passTimes.sort()
-        let mean = passTimes.reduce(0, +) / UInt64(max(1, count))
-        emit("RESULT first=\(start) end=\(end) pass_p50_ns=\(passTimes.isEmpty ? 0 : passTimes[count / 2]) pass_mean_ns=\(mean) cpu_us=\(after.cpuMicroseconds - before.cpuMicroseconds) rss_kb=\(after.maximumResidentKiB)")
         return 0
     }
 
@@ -120,20 +109,9 @@ enum BaselineRoles {
         }
         for number in 0..<20 { try send(Frame.warmUpBit | UInt64(number)) }
         Monotonic.sleep(seconds: 0.05)
-        let before = ResourceUsage.current()
-        var passTimes = [UInt64](repeating: 0, count: count)
-        let start = Monotonic.now()
-        for index in 0..<count {
-            if interval > 0 { Monotonic.sleep(until: start + UInt64(index) * interval) }
-            let begin = Monotonic.now()
+        try sendPaced(count: count, interval: interval) { index in
             try send(UInt64(index))
-            passTimes[index] = Monotonic.now() - begin
         }
-        let end = Monotonic.now()
-        let after = ResourceUsage.current()
-        passTimes.sort()
-        let mean = passTimes.reduce(0, +) / UInt64(max(1, count))
-        emit("RESULT first=\(start) end=\(end) pass_p50_ns=\(passTimes.isEmpty ? 0 : passTimes[count / 2]) pass_mean_ns=\(mean) cpu_us=\(after.cpuMicroseconds - before.cpuMicroseconds) rss_kb=\(after.maximumResidentKiB)")
         return 0
     }
 
