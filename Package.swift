@@ -6,11 +6,18 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Wormhole", targets: ["Wormhole"]),
+        // The PostgreSQL back end: compiled only with the `Postgres` trait.
+        .library(name: "WormholePostgres", targets: ["WormholePostgres"]),
         // The command-line tool: `wormhole send`, `wormhole listen`, ...
         .executable(name: "wormhole", targets: ["WormholeCLI"]),
         // Examples: a chat between processes; a containing app and its widget.
         .executable(name: "wormhole-chat", targets: ["wormhole-chat"]),
         .executable(name: "today-widget", targets: ["today-widget"]),
+    ],
+    traits: [
+        // Opt-in: the PostgreSQL back end (`WormholePostgres`) and the CLI's `--postgres`.
+        // Without it nothing of postgres-nio is compiled.
+        .trait(name: "Postgres", description: "The PostgreSQL back end (LISTEN/NOTIFY) and the CLI's --postgres option"),
     ],
     dependencies: [
         // Errno and FileDescriptor: typed system errors and EINTR-safe descriptor calls.
@@ -21,6 +28,12 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
         // Commands, options, help, usage errors and shell completion for the CLI and examples.
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // With the `Postgres` trait only: the PostgreSQL wire protocol, LISTEN/NOTIFY.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // With the `Postgres` trait only, already needed by postgres-nio: event loops,
+        // buffers, and TLS for the `sslmode` of a PostgreSQL URL.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         .target(
@@ -30,22 +43,42 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The PostgreSQL back end: a WormholeTransiting over a table and LISTEN/NOTIFY.
+        // Its sources compile to nothing unless the `Postgres` trait is enabled.
+        .target(
+            name: "WormholePostgres",
+            dependencies: [
+                "Wormhole",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "NIOFoundationCompat", package: "swift-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: .when(traits: ["Postgres"])),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // libinotifytools: the independent reference observer, linked by tests only.
         .systemLibrary(
             name: "CInotifyTools",
             path: "Tests/CInotifyTools",
             providers: [.apt(["libinotifytools0-dev"])]
         ),
+        // How tests and their agent processes open the same container on either back end.
+        .target(
+            name: "WormholeTestSupport",
+            dependencies: ["Wormhole", "WormholePostgres"],
+            path: "Tests/WormholeTestSupport"
+        ),
         // A small program the integration tests start as a real separate process.
         .executableTarget(
             name: "WormholeTestAgent",
-            dependencies: ["Wormhole"],
+            dependencies: ["Wormhole", "WormholeTestSupport"],
             path: "Tests/WormholeTestAgent"
         ),
         .testTarget(
             name: "WormholeTests",
             dependencies: [
-                "Wormhole", "CInotifyTools", "WormholeTestAgent",
+                "Wormhole", "WormholePostgres", "WormholeTestSupport", "CInotifyTools", "WormholeTestAgent",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]
         ),

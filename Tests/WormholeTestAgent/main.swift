@@ -1,5 +1,8 @@
 // A small program the integration tests start as a real, separate process.
 //
+// DIR is a directory, or postgres:<container> for the database at
+// $WORMHOLE_TEST_POSTGRES_URL (WormholeTestSupport's AgentLocation).
+//
 //   WormholeTestAgent write  DIR ID COUNT TAG [SIZE]   pass COUNT messages "TAG:i:<padding>"
 //   WormholeTestAgent spray  DIR COUNT ID...           pass COUNT messages round-robin over IDs
 //   WormholeTestAgent flood  DIR ID TAG STARTED [ACKS] pass messages until killed
@@ -17,6 +20,7 @@
 //                                                      "received duplicates disorder" to OUT
 import Foundation
 import Wormhole
+import WormholeTestSupport
 
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("agent: \(message)\n".utf8))
@@ -49,7 +53,7 @@ func argument(_ index: Int) -> String {
 do {
     switch command {
     case "write":
-        let wormhole = try Wormhole(directory: argument(1))
+        let wormhole = try AgentLocation.wormhole(argument(1))
         let identifier = argument(2)
         let count = Int(argument(3)) ?? 0
         let tag = argument(4)
@@ -59,7 +63,7 @@ do {
         }
 
     case "spray":
-        let wormhole = try Wormhole(directory: argument(1))
+        let wormhole = try AgentLocation.wormhole(argument(1))
         let count = Int(argument(2)) ?? 0
         let identifiers = Array(arguments.dropFirst(3))
         for index in 0..<count {
@@ -71,7 +75,7 @@ do {
         // to ACKS, so a test knows which messages were acknowledged before the kill.
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 20
-        let wormhole = try Wormhole(directory: argument(1), configuration: configuration)
+        let wormhole = try AgentLocation.wormhole(argument(1), configuration: configuration)
         let identifier = argument(2)
         let tag = argument(3)
         let acknowledgements: Int32 = arguments.count > 5 ? open(argument(5), O_WRONLY | O_CREAT | O_APPEND, 0o600) : -1
@@ -88,7 +92,7 @@ do {
         }
 
     case "listen":
-        let wormhole = try Wormhole(directory: argument(1))
+        let wormhole = try AgentLocation.wormhole(argument(1))
         let identifier = argument(2)
         let count = Int(argument(3)) ?? 0
         let output = argument(4)
@@ -124,7 +128,7 @@ do {
         try "\(seen)\n".write(toFile: output, atomically: true, encoding: .utf8)
 
     case "cycles":
-        let wormhole = try Wormhole(directory: argument(1))
+        let wormhole = try AgentLocation.wormhole(argument(1))
         let cycles = Int(argument(2)) ?? 0
         func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1 }
         func threads() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1 }
@@ -151,7 +155,7 @@ do {
         print("\(before.0) \(before.1) \(after.0) \(after.1)")
 
     case "probe":
-        let wormhole = try Wormhole(directory: argument(1))
+        let wormhole = try AgentLocation.wormhole(argument(1))
         do throws(WormholeError) {
             let token = try wormhole.listenForMessage(withIdentifier: "probe", as: String.self) { _ in }
             token.cancel()
@@ -161,7 +165,7 @@ do {
         }
 
     case "pace":
-        let wormhole = try Wormhole(directory: argument(1))
+        let wormhole = try AgentLocation.wormhole(argument(1))
         let identifier = argument(2)
         let count = Int(argument(3)) ?? 0
         let interval = UInt32(argument(4)) ?? 1000
@@ -172,7 +176,7 @@ do {
         }
 
     case "soak-listen":
-        let wormhole = try Wormhole(directory: argument(1))
+        let wormhole = try AgentLocation.wormhole(argument(1))
         let expected = Int(argument(3)) ?? 0
         let output = argument(4)
         let done = DispatchSemaphore(value: 0)

@@ -6,14 +6,15 @@ import Testing
 @Suite("Listening")
 struct ListeningTests {
     @Test("large messages reach a listener once each, in order, across compactions that keep delivered ones",
-          .timeLimit(.minutes(1)))
-    func largeMessagesAcrossCompactionsArriveOnceInOrder() async throws {
+          .timeLimit(.minutes(1)),
+          arguments: Backend.all)
+    func largeMessagesAcrossCompactionsArriveOnceInOrder(backend: Backend) async throws {
         // After a compaction the new file starts with retained records the listener has
         // delivered; large ones are skipped by their headers alone.
-        let directory = TemporaryDirectory()
+        let store = try backend.makeStore()
         var configuration = Wormhole.Configuration()
         configuration.retainedByteCount = 256 << 10
-        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let wormhole = try store.wormhole(configuration: configuration)
         let received = Collector<Data>()
         let token = try wormhole.listenForMessage(withIdentifier: "big", as: Data.self) { received.append($0) }
         let count = 40
@@ -28,10 +29,10 @@ struct ListeningTests {
         #expect(values.allSatisfy { $0.count == 96 << 10 && Set($0).count == 1 })
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func severalListenersOfOneIdentifierEachReceiveEveryMessage() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func severalListenersOfOneIdentifierEachReceiveEveryMessage(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let collectors = (0..<3).map { _ in Collector<Int>() }
         let tokens = try collectors.map { collector in
             try wormhole.listenForMessage(withIdentifier: "n", as: Int.self) { collector.append($0) }
@@ -48,10 +49,10 @@ struct ListeningTests {
         for token in tokens { token.cancel() }
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func listenerRunsOnTheQueueTheCallerChose() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func listenerRunsOnTheQueueTheCallerChose(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let queue = DispatchQueue(label: "ui", attributes: .concurrent)
         let key = DispatchSpecificKey<String>()
         queue.setSpecific(key: key, value: "ui")
@@ -64,12 +65,12 @@ struct ListeningTests {
         token.cancel()
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func startingPointsChooseWhatIsReplayed() async throws {
-        let directory = TemporaryDirectory()
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func startingPointsChooseWhatIsReplayed(backend: Backend) async throws {
+        let store = try backend.makeStore()
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 5
-        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let wormhole = try store.wormhole(configuration: configuration)
         for value in 1...23 { try wormhole.passMessage(value, identifier: "n") }
         let history = Collector<Int>(), latest = Collector<Int>(), after = Collector<Int>(), now = Collector<Int>()
         let tokens = [
@@ -87,10 +88,10 @@ struct ListeningTests {
         for token in tokens { token.cancel() }
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func clearedMessagesAreNotReplayed() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func clearedMessagesAreNotReplayed(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         for value in 1...3 { try wormhole.passMessage(value, identifier: "n") }
         try wormhole.clearMessageContents(forIdentifier: "n")
         try wormhole.passMessage(4, identifier: "n")
@@ -104,12 +105,13 @@ struct ListeningTests {
     }
 
     @Test("a listener that stalls while thousands arrive loses none, though the log is compacted meanwhile",
-          .timeLimit(.minutes(2)))
-    func stalledListenerKeepsEverythingThroughCompaction() async throws {
-        let directory = TemporaryDirectory()
+          .timeLimit(.minutes(2)),
+          arguments: Backend.all)
+    func stalledListenerKeepsEverythingThroughCompaction(backend: Backend) async throws {
+        let store = try backend.makeStore()
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 10
-        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let wormhole = try store.wormhole(configuration: configuration)
         let gate = DispatchSemaphore(value: 0)
         let received = Collector<Int>()
         let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self) { value in
@@ -128,10 +130,10 @@ struct ListeningTests {
         late.cancel()
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func asyncSequenceDeliversInOrderAndReleasesItsClaimWhenItEnds() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func asyncSequenceDeliversInOrderAndReleasesItsClaimWhenItEnds(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         for value in 1...3 { try wormhole.passMessage(Note(text: "\(value)"), identifier: "notes") }
         var texts: [String] = []
         for try await note in wormhole.messages(withIdentifier: "notes", as: Note.self, startingFrom: .history) {
@@ -140,18 +142,18 @@ struct ListeningTests {
             if texts.count == 4 { break }
         }
         #expect(texts == ["1", "2", "3", "4"])
-        let claims = ListenerCursor.directory(in: directory.path, identifier: "notes")
+        // Its claim on unread messages is released: nothing is kept for it any more.
         let deadline = Date().addingTimeInterval(5)
-        while (try? FileManager.default.contentsOfDirectory(atPath: claims))?.isEmpty == false && Date() < deadline {
+        while try store.liveClaims(identifier: "notes") > 0 && Date() < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
-        #expect(try FileManager.default.contentsOfDirectory(atPath: claims).isEmpty)
+        #expect(try store.liveClaims(identifier: "notes") == 0)
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func cancellingTheConsumingTaskOrStoppingEndsTheSequence() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func cancellingTheConsumingTaskOrStoppingEndsTheSequence(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let first = Task {
             var count = 0
             for try await _ in wormhole.records(withIdentifier: "a") { count += 1 }
@@ -171,15 +173,15 @@ struct ListeningTests {
         #expect(try await second.value == ["x"])
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func droppingTheWormholeStopsItsListeners() async throws {
-        let directory = TemporaryDirectory()
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func droppingTheWormholeStopsItsListeners(backend: Backend) async throws {
+        let store = try backend.makeStore()
         let received = Collector<String>()
-        var wormhole: Wormhole? = try Wormhole(directory: directory.path)
+        var wormhole: Wormhole? = try store.wormhole()
         let token = try wormhole?.listenForMessage(withIdentifier: "n", as: String.self) { received.append($0) }
         wormhole = nil
         #expect(token?.isCancelled == true)
-        try Wormhole(directory: directory.path).passMessage("x", identifier: "n")
+        try store.wormhole().passMessage("x", identifier: "n")
         await settle()
         #expect(received.count == 0)
     }

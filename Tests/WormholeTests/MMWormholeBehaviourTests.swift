@@ -5,24 +5,24 @@ import Testing
 /// The behaviours MMWormhole's own test suite checks, on the Swift API.
 @Suite("MMWormhole behaviours")
 struct MMWormholeBehaviourTests {
-    @Test func passThenReadBack() throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(arguments: Backend.all) func passThenReadBack(backend: Backend) throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         try wormhole.passMessage(Note(text: "hello"), identifier: "note")
         #expect(try wormhole.message(withIdentifier: "note", as: Note.self) == Note(text: "hello"))
     }
 
-    @Test func readReturnsTheLatestMessage() throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(arguments: Backend.all) func readReturnsTheLatestMessage(backend: Backend) throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         for index in 1...5 { try wormhole.passMessage("message \(index)", identifier: "text") }
         #expect(try wormhole.message(withIdentifier: "text", as: String.self) == "message 5")
         #expect(try wormhole.message(withIdentifier: "never-passed", as: String.self) == nil)
     }
 
-    @Test func readAfterClearIsNil() throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(arguments: Backend.all) func readAfterClearIsNil(backend: Backend) throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         try wormhole.passMessage("x", identifier: "a")
         try wormhole.clearMessageContents(forIdentifier: "a")
         #expect(try wormhole.message(withIdentifier: "a", as: String.self) == nil)
@@ -30,9 +30,9 @@ struct MMWormholeBehaviourTests {
         #expect(try wormhole.message(withIdentifier: "a", as: String.self) == "y")
     }
 
-    @Test func clearAllEmptiesEveryIdentifier() throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(arguments: Backend.all) func clearAllEmptiesEveryIdentifier(backend: Backend) throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         for identifier in ["a", "b", "c"] { try wormhole.passMessage(identifier, identifier: identifier) }
         try wormhole.clearAllMessageContents()
         for identifier in ["a", "b", "c"] {
@@ -47,9 +47,9 @@ struct MMWormholeBehaviourTests {
         #expect(FileManager.default.fileExists(atPath: directory.file("com.example.state.wormhole")))
     }
 
-    @Test func rawBytesAndTextPassUnchanged() throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(arguments: Backend.all) func rawBytesAndTextPassUnchanged(backend: Backend) throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let bytes = Data((0...255).map { UInt8($0) })
         try wormhole.passMessage(bytes, identifier: "bytes")
         try wormhole.passMessage("héllo\n", identifier: "text")
@@ -59,10 +59,10 @@ struct MMWormholeBehaviourTests {
         #expect(try wormhole.record(withIdentifier: "text")?.kind == .text)
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func listenerFiresExactlyOncePerPass() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func listenerFiresExactlyOncePerPass(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let received = Collector<String>()
         let token = try wormhole.listenForMessage(withIdentifier: "note", as: String.self) { received.append($0) }
         for index in 1...3 { try wormhole.passMessage("m\(index)", identifier: "note") }
@@ -72,12 +72,12 @@ struct MMWormholeBehaviourTests {
         token.cancel()
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func listenerOnAnotherIdentifierOrInstanceDoesNotFire() async throws {
-        let directory = TemporaryDirectory()
-        let other = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
-        let elsewhere = try Wormhole(directory: other.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func listenerOnAnotherIdentifierOrInstanceDoesNotFire(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let other = try backend.makeStore()
+        let wormhole = try store.wormhole()
+        let elsewhere = try other.wormhole()
         let wrongIdentifier = Collector<String>()
         let wrongInstance = Collector<String>()
         let right = Collector<String>()
@@ -93,10 +93,10 @@ struct MMWormholeBehaviourTests {
         for token in [a, b, c] { token.cancel() }
     }
 
-    @Test(.timeLimit(.minutes(1)))
-    func nothingFiresAfterCancelOrStop() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all)
+    func nothingFiresAfterCancelOrStop(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let cancelled = Collector<String>()
         let stopped = Collector<String>()
         let token = try wormhole.listenForMessage(withIdentifier: "a", as: String.self) { cancelled.append($0) }

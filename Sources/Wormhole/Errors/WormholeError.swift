@@ -46,6 +46,9 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let invalidConfiguration = Code("invalidConfiguration")
         /// A system call failed; ``WormholeError/errno`` holds the reason.
         public static let systemError = Code("systemError")
+        /// A database back end (the PostgreSQL one) could not be reached, refused the
+        /// credentials, or failed a statement; the message says which and what to do.
+        public static let databaseError = Code("databaseError")
     }
 
     /// What kind of problem occurred.

@@ -20,7 +20,9 @@ extension Wormhole {
 
         public init() {}
 
-        func validated() throws(WormholeError) -> Configuration {
+        /// The configuration itself, or ``WormholeError/Code/invalidConfiguration``
+        /// naming the value that is out of range. Back ends call it when they start.
+        public func validated() throws(WormholeError) -> Configuration {
             guard retainedMessageCount >= 1 else {
                 throw WormholeError(.invalidConfiguration, "retainedMessageCount must be at least 1, not \(retainedMessageCount)")
             }

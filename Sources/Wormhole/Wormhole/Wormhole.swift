@@ -238,6 +238,16 @@ public final class Wormhole: Sendable {
         WormholeMessages(wormhole: self, identifier: identifier, start: start, onError: onError ?? Self.logError) { $0 }
     }
 
+    // MARK: - Identifiers
+
+    /// Throws ``WormholeError/Code/invalidIdentifier`` with the reason when `identifier`
+    /// cannot be used: empty, longer than 200 UTF-8 bytes, or containing `/`, NUL or a
+    /// control character, or `.`, `..` or a leading `.`. Every call that takes an
+    /// identifier checks it; back ends and tools call this to check one up front.
+    public static func validate(identifier: String) throws(WormholeError) {
+        try Identifier.validate(identifier)
+    }
+
     // MARK: - Registry
 
     func register(_ id: UInt64, _ identifier: String, cancel: @escaping @Sendable () -> Void) {

@@ -1,0 +1,150 @@
+#if Postgres
+import Dispatch
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+import Wormhole
+
+/// The LISTEN side: one connection of its own per ``PostgresTransiting``, listening on
+/// the container's channel, waking the observers of the identifier each notification
+/// names.
+///
+/// A notification's payload is `<sequence> <identifier>`, never the message: the
+/// observers read the messages from the table. When the connection is lost, the notifier
+/// connects again (retrying with a growing pause, up to 2 s) and then wakes every
+/// observer, which reads whatever was passed meanwhile; nothing is lost, because the
+/// messages are in the table and each reader knows its position.
+final class PostgresNotifier: Sendable {
+    typealias Handler = @Sendable (WormholeTransitingEvent) -> Void
+
+    let channel: String
+    private let session: PostgresSession
+
+    private struct State {
+        var connection: PostgresConnection?
+        var observers: [String: [UInt64: Handler]] = [:]
+        var nextID: UInt64 = 1
+        var closed = false
+        var reconnecting = false
+    }
+    private let state = Mutex(State())
+    /// Held while connecting and issuing LISTEN (never by the notification handler,
+    /// which runs on the connection's event loop and must not wait for it).
+    private let connecting = Mutex(())
+
+    init(session: PostgresSession, channel: String) {
+        self.session = session
+        self.channel = channel
+    }
+
+    /// Registers `handler` for `identifier`, listening first when not yet: when this
+    /// returns, every pass committed from now on wakes the handler.
+    func subscribe(_ identifier: String, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
+        try ensureListening()
+        return state.withLock { state in
+            let id = state.nextID
+            state.nextID += 1
+            state.observers[identifier, default: [:]][id] = handler
+            return id
+        }
+    }
+
+    func unsubscribe(_ identifier: String, _ id: UInt64) {
+        state.withLock { state in
+            state.observers[identifier]?[id] = nil
+            if state.observers[identifier]?.isEmpty == true { state.observers[identifier] = nil }
+        }
+    }
+
+    func close() {
+        let connection = state.withLock { state -> PostgresConnection? in
+            state.closed = true
+            state.observers = [:]
+            defer { state.connection = nil }
+            return state.connection
+        }
+        try? connection?.close().wait()
+    }
+
+    private func ensureListening() throws(WormholeError) {
+        try connecting.withLock { (_: inout Void) throws(WormholeError) in
+            let current = state.withLock { $0.closed ? nil : $0.connection }
+            if let current, !current.isClosed { return }
+            if state.withLock({ $0.closed }) {
+                throw WormholeError(.databaseError, "the PostgreSQL back end for \(session.server) was closed")
+            }
+            let connection = try session.connect()
+            connection.addListener(channel: channel) { [weak self] _, notification in
+                self?.deliver(notification.payload)
+            }
+            do {
+                // addListener queues its LISTEN on the connection; this one completes
+                // after it, so listening has begun when it returns.
+                _ = try connection.query(PostgresQuery(unsafeSQL: "LISTEN \"\(channel)\""), logger: session.logger).wait()
+            } catch {
+                try? connection.close().wait()
+                throw PostgresSession.describe(error, doing: "LISTEN on \(session.server)")
+            }
+            connection.closeFuture.whenComplete { [weak self] _ in self?.lost(connection) }
+            state.withLock { $0.connection = connection }
+        }
+    }
+
+    private func deliver(_ payload: String) {
+        guard let space = payload.firstIndex(of: " ") else { return }
+        let identifier = String(payload[payload.index(after: space)...])
+        let handlers = state.withLock { state in state.observers[identifier].map { Array($0.values) } ?? [] }
+        for handler in handlers { handler(.wake) }
+    }
+
+    /// The LISTEN connection closed: unless the notifier was closed, connect again on a
+    /// thread of its own (connecting waits; the event loop must not).
+    private func lost(_ connection: PostgresConnection) {
+        let reconnect = state.withLock { state -> Bool in
+            guard !state.closed, state.connection === connection, !state.reconnecting else { return false }
+            state.connection = nil
+            state.reconnecting = true
+            return true
+        }
+        guard reconnect else { return }
+        Thread.detachNewThread { [self] in
+            var pause = 0.05
+            var warned = false
+            while !state.withLock({ $0.closed }) {
+                do throws(WormholeError) {
+                    try ensureListening()
+                    break
+                } catch {
+                    if !warned {
+                        session.logger.warning("lost the LISTEN connection to \(session.server); reconnecting: \(error)")
+                        warned = true
+                    }
+                    Thread.sleep(forTimeInterval: pause)
+                    pause = min(pause * 2, 2)
+                }
+            }
+            let handlers = state.withLock { state in
+                state.reconnecting = false
+                return state.observers.values.flatMap(\.values)
+            }
+            // Whatever was passed while nobody listened is in the table: read it.
+            for handler in handlers { handler(.wake) }
+        }
+    }
+
+    /// The channel of a container: `wormhole_` and a 64-bit FNV-1a hash of its name in
+    /// hexadecimal (channel names are at most 63 bytes; container names may be longer).
+    /// Two containers that shared a channel would only wake each other's observers for
+    /// nothing: the payload's identifier is looked up in this container alone.
+    static func channel(for container: String) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in container.utf8 {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return "wormhole_" + String(repeating: "0", count: 16 - hex.count) + hex
+    }
+}
+#endif

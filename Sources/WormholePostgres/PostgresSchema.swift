@@ -1,0 +1,216 @@
+#if Postgres
+import Foundation
+import PostgresNIO
+import Wormhole
+
+/// The tables in the database and the statements over them (specified in
+/// `Docs/Scaling.md`, "The schema").
+///
+/// Every statement is a single SQL statement, so each is one transaction:
+/// - a pass takes the identifier's row lock (`INSERT … ON CONFLICT DO UPDATE`) to assign
+///   `last_sequence + 1`, inserts the message and queues the notification, all committed
+///   together. The lock is held to the commit, so passes to one identifier commit in
+///   sequence order and the committed messages are always 1…N without a gap: a reader
+///   that asks for "after my position" never skips one that commits later;
+/// - the notification is delivered at the commit, never before the message is readable.
+enum PostgresSchema {
+    /// The schema this library writes. A database with a higher one was set up by a newer
+    /// Wormhole and is refused rather than misread.
+    static let version: Int32 = 1
+
+    /// Creates the schema when it is missing (under an advisory lock, so that processes
+    /// starting together do not race) and returns the version found.
+    static let create: PostgresQuery = """
+        DO $wormhole$
+        BEGIN
+            PERFORM pg_advisory_xact_lock(2037085541);   -- 'worm', held to the end of this statement
+            CREATE SCHEMA IF NOT EXISTS wormhole;
+            CREATE TABLE IF NOT EXISTS wormhole.version (version integer NOT NULL);
+            IF NOT EXISTS (SELECT 1 FROM wormhole.version) THEN
+                INSERT INTO wormhole.version VALUES (1);
+            END IF;
+            -- One row per identifier: the order's counter and what is retained.
+            CREATE TABLE IF NOT EXISTS wormhole.identifiers (
+                container       text        NOT NULL,
+                identifier      text        NOT NULL,
+                last_sequence   bigint      NOT NULL,
+                cleared_through bigint      NOT NULL DEFAULT 0,
+                retained_count  bigint      NOT NULL DEFAULT 0,
+                retained_bytes  bigint      NOT NULL DEFAULT 0,
+                PRIMARY KEY (container, identifier));
+            -- The messages: one row each, numbered from 1 per identifier.
+            CREATE TABLE IF NOT EXISTS wormhole.messages (
+                container   text        NOT NULL,
+                identifier  text        NOT NULL,
+                sequence    bigint      NOT NULL,
+                sent_at     timestamptz NOT NULL,
+                sender_pid  integer     NOT NULL,
+                kind        smallint    NOT NULL,
+                payload     bytea       NOT NULL,
+                PRIMARY KEY (container, identifier, sequence));
+            -- Live listeners' claims: keep the messages after "position" until read. A
+            -- claim is live while the session that made it is connected.
+            CREATE TABLE IF NOT EXISTS wormhole.listeners (
+                listener      text        PRIMARY KEY,
+                container     text        NOT NULL,
+                identifier    text        NOT NULL,
+                session_pid   integer     NOT NULL,
+                session_start timestamptz,
+                position      bigint      NOT NULL);
+            CREATE INDEX IF NOT EXISTS listeners_by_identifier ON wormhole.listeners (container, identifier);
+        END
+        $wormhole$
+        """
+
+    static let readVersion: PostgresQuery = "SELECT max(version) FROM wormhole.version"
+
+    /// A pass: the next sequence number, the message, the notification; one transaction.
+    static func append(container: String, identifier: String, channel: String, sentAt: Date, processID: Int32,
+                       kind: WormholePayloadKind, payload: Data) throws -> PostgresQuery {
+        let size = Int64(payload.count)
+        let kind = Int16(kind.rawValue)
+        return try """
+            WITH next AS (
+                INSERT INTO wormhole.identifiers AS i (container, identifier, last_sequence, retained_count, retained_bytes)
+                VALUES (\(container), \(identifier), 1, 1, \(size))
+                ON CONFLICT (container, identifier) DO UPDATE
+                    SET last_sequence = i.last_sequence + 1,
+                        retained_count = i.retained_count + 1,
+                        retained_bytes = i.retained_bytes + excluded.retained_bytes
+                RETURNING last_sequence, retained_count, retained_bytes),
+            stored AS (
+                INSERT INTO wormhole.messages (container, identifier, sequence, sent_at, sender_pid, kind, payload)
+                SELECT \(container), \(identifier), last_sequence, \(sentAt), \(processID), \(kind), \(payload) FROM next
+                RETURNING sequence)
+            SELECT stored.sequence, next.retained_count, next.retained_bytes,
+                   pg_notify(\(channel), stored.sequence::text || ' ' || \(identifier))
+            FROM next, stored
+            """
+    }
+
+    /// The condition "this claim's session is still connected". Sessions of other users
+    /// show no start time to an unprivileged user; their process number alone decides.
+    private static let liveClaim = """
+        EXISTS (SELECT 1 FROM pg_stat_activity a
+                WHERE a.pid = l.session_pid
+                  AND (a.backend_start IS NULL OR l.session_start IS NULL OR a.backend_start = l.session_start))
+        """
+
+    /// Deletes what retention and clearing no longer keep, except what a live listener
+    /// has not read, and the claims of sessions that are gone. Returns the number deleted.
+    static func prune(container: String, identifier: String, retainedCount: Int, retainedBytes: Int) -> PostgresQuery {
+        let count = Int64(retainedCount)
+        let bytes = Int64(retainedBytes)
+        return """
+            WITH ranked AS (
+                SELECT sequence,
+                       row_number() OVER newest_first AS n,
+                       sum(octet_length(payload)) OVER newest_first AS bytes
+                FROM wormhole.messages
+                WHERE container = \(container) AND identifier = \(identifier)
+                WINDOW newest_first AS (ORDER BY sequence DESC)),
+            floor AS (
+                SELECT greatest(
+                    (SELECT coalesce(max(sequence), 0) FROM ranked WHERE n > 1 AND (n > \(count) OR bytes > \(bytes))),
+                    (SELECT cleared_through FROM wormhole.identifiers WHERE container = \(container) AND identifier = \(identifier))
+                ) AS through),
+            stale AS (
+                DELETE FROM wormhole.listeners l
+                WHERE l.container = \(container) AND l.identifier = \(identifier) AND NOT \(unescaped: liveClaim)),
+            live AS (
+                SELECT min(l.position) AS position FROM wormhole.listeners l
+                WHERE l.container = \(container) AND l.identifier = \(identifier) AND \(unescaped: liveClaim)),
+            deleted AS (
+                DELETE FROM wormhole.messages m
+                USING floor, live
+                WHERE m.container = \(container) AND m.identifier = \(identifier)
+                  AND m.sequence <= least(floor.through, coalesce(live.position, floor.through))
+                RETURNING octet_length(m.payload) AS size)
+            UPDATE wormhole.identifiers
+            SET retained_count = retained_count - (SELECT count(*) FROM deleted),
+                retained_bytes = retained_bytes - (SELECT coalesce(sum(size), 0) FROM deleted)
+            WHERE container = \(container) AND identifier = \(identifier)
+            RETURNING (SELECT count(*) FROM deleted)
+            """
+    }
+
+    static func clear(container: String, identifier: String) -> PostgresQuery {
+        """
+        UPDATE wormhole.identifiers SET cleared_through = last_sequence
+        WHERE container = \(container) AND identifier = \(identifier)
+        """
+    }
+
+    static func identifiers(container: String) -> PostgresQuery {
+        "SELECT identifier FROM wormhole.identifiers WHERE container = \(container) ORDER BY identifier"
+    }
+
+    private static let recordColumns = "m.sequence, m.sent_at, m.sender_pid, m.kind, m.payload"
+
+    static func latest(container: String, identifier: String) -> PostgresQuery {
+        """
+        SELECT \(unescaped: recordColumns)
+        FROM wormhole.messages m JOIN wormhole.identifiers i USING (container, identifier)
+        WHERE m.container = \(container) AND m.identifier = \(identifier) AND m.sequence > i.cleared_through
+        ORDER BY m.sequence DESC LIMIT 1
+        """
+    }
+
+    static func summaries(container: String) -> PostgresQuery {
+        """
+        SELECT i.identifier, count(m.sequence), coalesce(sum(octet_length(m.payload)), 0)::bigint,
+               i.last_sequence, max(m.sent_at)
+        FROM wormhole.identifiers i
+        LEFT JOIN wormhole.messages m
+               ON m.container = i.container AND m.identifier = i.identifier AND m.sequence > i.cleared_through
+        WHERE i.container = \(container)
+        GROUP BY i.identifier, i.last_sequence
+        ORDER BY i.identifier
+        """
+    }
+
+    /// A listener's claim, made by this session, keeping everything (position 0).
+    static func claim(listener: String, container: String, identifier: String) -> PostgresQuery {
+        """
+        INSERT INTO wormhole.listeners (listener, container, identifier, session_pid, session_start, position)
+        SELECT \(listener), \(container), \(identifier), pg_backend_pid(),
+               (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), 0
+        """
+    }
+
+    /// The identifier's counters, read after the claim exists.
+    static func state(container: String, identifier: String) -> PostgresQuery {
+        """
+        SELECT last_sequence, cleared_through FROM wormhole.identifiers
+        WHERE container = \(container) AND identifier = \(identifier)
+        """
+    }
+
+    /// Moves the claim to `delivered` and reads what follows it: one round trip.
+    static func read(listener: String, container: String, identifier: String, after delivered: UInt64, limit: Int) -> PostgresQuery {
+        let position = Int64(clamping: delivered)
+        let limit = Int64(limit)
+        return """
+            WITH claim AS (UPDATE wormhole.listeners SET position = \(position) WHERE listener = \(listener))
+            SELECT \(unescaped: recordColumns) FROM wormhole.messages m
+            WHERE m.container = \(container) AND m.identifier = \(identifier) AND m.sequence > \(position)
+            ORDER BY m.sequence LIMIT \(limit)
+            """
+    }
+
+    /// Moves this process's claims to the session of a new connection (after the old
+    /// one was lost), so that they count as live again.
+    static func adoptClaims(_ listeners: [String]) -> PostgresQuery {
+        """
+        UPDATE wormhole.listeners
+        SET session_pid = pg_backend_pid(),
+            session_start = (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
+        WHERE listener = ANY(\(listeners))
+        """
+    }
+
+    static func release(listener: String) -> PostgresQuery {
+        "DELETE FROM wormhole.listeners WHERE listener = \(listener)"
+    }
+}
+#endif

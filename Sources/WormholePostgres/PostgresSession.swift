@@ -1,0 +1,133 @@
+#if Postgres
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresNIO
+import Synchronization
+import Wormhole
+
+/// One connection to the server, shared by every call of one ``PostgresTransiting``,
+/// opened on first use and again after it was lost.
+///
+/// The synchronous ``Wormhole`` API waits for each statement: a call blocks its thread
+/// for one round trip, as a file-system call blocks it for a write. Statements from
+/// several threads are queued on the connection and run one after another; each is a
+/// single statement, so each is its own transaction and none can interleave with another.
+final class PostgresSession: Sendable {
+    let server: PostgresServer
+    let logger: Logger
+    private let connection = Mutex<PostgresConnection?>(nil)
+    private let connectionIDs = Atomic<Int>(1)
+    private let closed = Atomic<Bool>(false)
+    /// Called with each new connection before it is used (re-establishing state that
+    /// lived in the old connection's session).
+    private let onConnect: Mutex<(@Sendable (PostgresConnection) throws(WormholeError) -> Void)?> = Mutex(nil)
+
+    static var eventLoopGroup: MultiThreadedEventLoopGroup { .singleton }
+
+    init(server: PostgresServer, logger: Logger) {
+        self.server = server
+        self.logger = logger
+    }
+
+    func setOnConnect(_ body: @escaping @Sendable (PostgresConnection) throws(WormholeError) -> Void) {
+        onConnect.withLock { $0 = body }
+    }
+
+    /// The open connection, connecting first when there is none.
+    func open() throws(WormholeError) -> PostgresConnection {
+        if closed.load(ordering: .acquiring) {
+            throw WormholeError(.databaseError, "the PostgreSQL back end for \(server) was closed")
+        }
+        // Connecting happens under the lock: the threads that need a connection at the
+        // same moment wait for one instead of opening one each.
+        return try connection.withLock { (current: inout PostgresConnection?) throws(WormholeError) -> PostgresConnection in
+            if let current, !current.isClosed { return current }
+            let fresh = try connect()
+            if let setUp = onConnect.withLock({ $0 }) {
+                do throws(WormholeError) {
+                    try setUp(fresh)
+                } catch {
+                    try? fresh.close().wait()
+                    throw error
+                }
+            }
+            current = fresh
+            return fresh
+        }
+    }
+
+    /// A new connection of its own (the notifier's LISTEN connection uses one).
+    func connect() throws(WormholeError) -> PostgresConnection {
+        let id = connectionIDs.add(1, ordering: .relaxed).oldValue
+        do {
+            return try PostgresConnection.connect(
+                on: Self.eventLoopGroup.next(), configuration: server.configuration, id: id, logger: logger
+            ).wait()
+        } catch {
+            throw Self.describe(error, doing: "connect to \(server)")
+        }
+    }
+
+    /// Runs one statement and returns its rows.
+    @discardableResult
+    func query(_ query: PostgresQuery, _ doing: @autoclosure () -> String) throws(WormholeError) -> [PostgresRow] {
+        let connection = try open()
+        do {
+            return Array(try connection.query(query, logger: logger).wait().rows)
+        } catch {
+            throw Self.describe(error, doing: doing())
+        }
+    }
+
+    /// Runs one statement without waiting for it (releasing a claim, say); a failure is
+    /// logged.
+    func send(_ query: PostgresQuery, _ doing: String) {
+        guard let connection = connection.withLock({ $0 }), !connection.isClosed else { return }
+        let logger = logger
+        connection.query(query, logger: logger).whenFailure { error in
+            logger.debug("could not \(doing): \(Self.describe(error, doing: doing))")
+        }
+    }
+
+    func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let current = connection.withLock { current -> PostgresConnection? in
+            defer { current = nil }
+            return current
+        }
+        try? current?.close().wait()
+    }
+
+    /// A sentence naming what failed, the server's reason and, for the usual causes,
+    /// what to do.
+    static func describe(_ error: any Error, doing: String) -> WormholeError {
+        if let error = error as? WormholeError { return error }
+        guard let error = error as? PSQLError else {
+            return WormholeError(.databaseError, "cannot \(doing): \(error)")
+        }
+        if let fields = error.serverInfo {
+            let message = fields[.message] ?? "the server refused it"
+            let state = fields[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
+            var hint = ""
+            switch fields[.sqlState] {
+            case "28P01", "28000": hint = ": check the user and password in the URL (or PGPASSWORD)"
+            case "3D000": hint = ": create the database first (createdb), or name another in the URL"
+            case "42501": hint = ": the user needs the CREATE privilege on the database for Wormhole's schema, or an administrator creates it once"
+            default: break
+            }
+            return WormholeError(.databaseError, "cannot \(doing): \(message)\(state)\(hint)")
+        }
+        switch error.code {
+        case .connectionError, .serverClosedConnection, .uncleanShutdown, .clientClosedConnection:
+            let cause = error.underlying.map { ": \($0)" } ?? ""
+            return WormholeError(.databaseError, "cannot \(doing): the connection failed\(cause); is the server running and reachable?")
+        case .sslUnsupported:
+            return WormholeError(.databaseError, "cannot \(doing): the server does not offer TLS; use sslmode=disable or prefer")
+        default:
+            return WormholeError(.databaseError, "cannot \(doing): \(String(reflecting: error))")
+        }
+    }
+}
+#endif

@@ -1,0 +1,237 @@
+#if Postgres
+import Foundation
+import Logging
+import NIOCore
+import NIOFoundationCompat
+import PostgresNIO
+import Synchronization
+import Wormhole
+
+/// A back end for processes that do not share a machine: messages in a PostgreSQL table,
+/// wake-ups by `LISTEN`/`NOTIFY`.
+///
+/// The ``Wormhole`` API is the same as over the shared directory, and so are the
+/// guarantees: one order per identifier that every reader sees, each message delivered to
+/// a listener once, history bounded by the ``Wormhole/Configuration``, messages a live
+/// listener has not read kept for it. A notification carries the identifier and the
+/// sequence number, never the message.
+///
+/// ```swift
+/// let wormhole = try Wormhole(postgresURL: "postgres://app@db.example.com/app",
+///                             applicationGroupIdentifier: "group.com.example.notes")
+/// try wormhole.passMessage("hello", identifier: "note")
+/// ```
+///
+/// A container is a name that scopes identifiers within the database, as the directory
+/// does for files: processes that name the same container talk to each other. Each
+/// instance holds two connections (one for statements, one for `LISTEN`) until
+/// ``close()`` or until it is released.
+///
+/// Every call waits for the server: one round trip for a pass or a read. Calls from
+/// several threads share the statement connection and run one after another.
+public final class PostgresTransiting: WormholeTransiting {
+    public let configuration: Wormhole.Configuration
+    /// The server, with its password hidden.
+    public let server: PostgresServer
+    /// The name that scopes this wormhole's identifiers in the database.
+    public let container: String
+    /// The `NOTIFY` channel of the container.
+    public let channel: String
+
+    let session: PostgresSession
+    private let notifier: PostgresNotifier
+    /// The claims of this instance's live readers, by claim name: moved to the new
+    /// session when the statement connection is replaced.
+    let claims = Claims()
+
+    final class Claims: Sendable {
+        private let names = Mutex<Set<String>>([])
+        func insert(_ name: String) { _ = names.withLock { $0.insert(name) } }
+        func remove(_ name: String) { _ = names.withLock { $0.remove(name) } }
+        var all: [String] { names.withLock { Array($0) } }
+    }
+
+    /// Connects to `server` and creates Wormhole's schema (`wormhole.*`) when missing.
+    ///
+    /// - Parameters:
+    ///   - server: Where the server is (``PostgresServer/init(url:)`` parses a URL).
+    ///   - container: The scope of the identifiers: processes that name the same one
+    ///     exchange messages: an application group identifier, or one and a
+    ///     sub-directory name joined by `/`, each following the rules of an identifier.
+    ///   - configuration: Retention and size limits, enforced as by the file back end.
+    ///   - logger: Where the connection's diagnostics go.
+    /// - Throws: ``WormholeError/Code/databaseError`` when the server cannot be reached
+    ///   or refuses the login or the schema, ``WormholeError/Code/unsupportedFormat``
+    ///   when the schema was made by a newer Wormhole.
+    public init(
+        server: PostgresServer,
+        container: String,
+        configuration: Wormhole.Configuration = .init(),
+        logger: Logger = Logger(label: "Wormhole.Postgres")
+    ) throws(WormholeError) {
+        for part in container.split(separator: "/", omittingEmptySubsequences: false) {
+            try Wormhole.validate(identifier: String(part))
+        }
+        self.configuration = try configuration.validated()
+        self.server = server
+        self.container = container
+        self.channel = PostgresNotifier.channel(for: container)
+        self.session = PostgresSession(server: server, logger: logger)
+        self.notifier = PostgresNotifier(session: session, channel: channel)
+        session.setOnConnect { [claims] (connection) throws(WormholeError) in
+            let names = claims.all
+            guard !names.isEmpty else { return }
+            do {
+                _ = try connection.query(PostgresSchema.adoptClaims(names), logger: logger).wait()
+            } catch {
+                throw PostgresSession.describe(error, doing: "renew the listeners' claims on \(server)")
+            }
+        }
+        do throws(WormholeError) {
+            try session.query(PostgresSchema.create, "create Wormhole's schema in \(server)")
+            let found = try session.query(PostgresSchema.readVersion, "read the schema version in \(server)")
+            let version = found.first.flatMap { row in (try? row.decode(Int32?.self)) ?? nil }
+            guard let version, version <= PostgresSchema.version else {
+                throw WormholeError(.unsupportedFormat,
+                    "the schema 'wormhole' in \(server) has version \(version.map(String.init) ?? "none"); this Wormhole reads version \(PostgresSchema.version)")
+            }
+        } catch {
+            session.close()
+            throw error
+        }
+    }
+
+    /// Connects to the server at `url` (see ``PostgresServer/init(url:)``).
+    public convenience init(url: String, container: String, configuration: Wormhole.Configuration = .init()) throws(WormholeError) {
+        try self.init(server: PostgresServer(url: url), container: container, configuration: configuration)
+    }
+
+    deinit { close() }
+
+    /// Closes both connections. Listeners stop hearing of new messages; later calls throw.
+    public func close() {
+        notifier.close()
+        session.close()
+    }
+
+    // MARK: - Writing
+
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
+        try Wormhole.validate(identifier: identifier)
+        guard payload.count <= configuration.maximumMessageSize else {
+            throw WormholeError(.messageTooLarge,
+                "message for '\(identifier)' is \(payload.count) bytes; the limit is \(configuration.maximumMessageSize) bytes (Wormhole.Configuration.maximumMessageSize)")
+        }
+        // Microseconds: what a timestamptz keeps, so the returned record equals the stored one.
+        let now = Date()
+        let date = Date(timeIntervalSince1970: (now.timeIntervalSince1970 * 1_000_000).rounded(.down) / 1_000_000)
+        let processID = ProcessInfo.processInfo.processIdentifier
+        let query: PostgresQuery
+        do {
+            query = try PostgresSchema.append(container: container, identifier: identifier, channel: channel,
+                                              sentAt: date, processID: processID, kind: kind, payload: payload)
+        } catch {
+            throw WormholeError(.encodingFailed, "cannot encode the message for '\(identifier)': \(error)")
+        }
+        let rows = try session.query(query, "pass a message to '\(identifier)' in \(server)")
+        guard let row = rows.first,
+              let (sequence, count, bytes) = try? row.decode((Int64, Int64, Int64).self) else {
+            throw WormholeError(.databaseError, "passing a message to '\(identifier)' in \(server) returned no sequence number")
+        }
+        // Pruned in the background of the passes, as the file back end compacts: once
+        // twice the retention has gathered, which costs one statement per so many passes.
+        if count > 2 * Int64(configuration.retainedMessageCount) || (count > 1 && bytes > 2 * Int64(configuration.retainedByteCount)) {
+            do throws(WormholeError) {
+                try prune(identifier)
+            } catch {
+                // The message is committed; the next pass prunes again.
+                session.logger.warning("could not prune '\(identifier)' in \(server): \(error)")
+            }
+        }
+        return WormholeRecord(identifier: identifier, sequence: UInt64(sequence), date: date,
+                              processID: processID, kind: kind, payload: payload)
+    }
+
+    func prune(_ identifier: String) throws(WormholeError) {
+        try session.query(PostgresSchema.prune(container: container, identifier: identifier,
+                                               retainedCount: configuration.retainedMessageCount,
+                                               retainedBytes: configuration.retainedByteCount),
+                          "prune '\(identifier)' in \(server)")
+    }
+
+    public func clearMessageContents(identifier: String) throws(WormholeError) {
+        try Wormhole.validate(identifier: identifier)
+        try session.query(PostgresSchema.clear(container: container, identifier: identifier),
+                          "clear '\(identifier)' in \(server)")
+        try prune(identifier)
+    }
+
+    public func clearAllMessageContents() throws(WormholeError) {
+        for identifier in try identifiers() {
+            try clearMessageContents(identifier: identifier)
+        }
+    }
+
+    func identifiers() throws(WormholeError) -> [String] {
+        let rows = try session.query(PostgresSchema.identifiers(container: container), "list the identifiers in \(server)")
+        return rows.compactMap { try? $0.decode(String.self) }
+    }
+
+    // MARK: - Reading
+
+    public func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord? {
+        try Wormhole.validate(identifier: identifier)
+        let rows = try session.query(PostgresSchema.latest(container: container, identifier: identifier),
+                                     "read the latest message of '\(identifier)' in \(server)")
+        return try rows.first.map { row throws(WormholeError) in try record(from: row, identifier: identifier).get() }
+    }
+
+    public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
+        let rows = try session.query(PostgresSchema.summaries(container: container), "summarize \(server)")
+        return rows.compactMap { row in
+            guard let (identifier, count, bytes, last, date) = try? row.decode((String, Int64, Int64, Int64, Date?).self) else { return nil }
+            return WormholeIdentifierSummary(identifier: identifier, messageCount: Int(count), byteCount: Int(bytes),
+                                             lastSequence: UInt64(last), lastUpdate: date)
+        }
+    }
+
+    /// How many listeners hold a claim on `identifier`'s unread messages (for tests).
+    func claimCount(identifier: String) throws(WormholeError) -> Int {
+        let rows = try session.query(
+            "SELECT count(*) FROM wormhole.listeners WHERE container = \(container) AND identifier = \(identifier)",
+            "count the listeners of '\(identifier)' in \(server)")
+        return Int(rows.first.flatMap { try? $0.decode(Int64.self) } ?? 0)
+    }
+
+    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
+        try Wormhole.validate(identifier: identifier)
+        return try PostgresReader(transiting: self, identifier: identifier, start: start)
+    }
+
+    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
+        try Wormhole.validate(identifier: identifier)
+        let id = try notifier.subscribe(identifier, handler: handler)
+        return Observation(notifier: notifier, identifier: identifier, id: id)
+    }
+
+    private struct Observation: WormholeTransitingObservation {
+        let notifier: PostgresNotifier
+        let identifier: String
+        let id: UInt64
+        func cancel() { notifier.unsubscribe(identifier, id) }
+    }
+
+    /// A row of `sequence, sent_at, sender_pid, kind, payload` as a record, or the reason
+    /// it is not one.
+    func record(from row: PostgresRow, identifier: String) -> Result<WormholeRecord, WormholeError> {
+        guard let (sequence, date, processID, kind, payload) = try? row.decode((Int64, Date, Int32, Int16, ByteBuffer).self) else {
+            return .failure(WormholeError(.corruptRecord, "a row of '\(identifier)' in \(server) does not have the columns of a message"))
+        }
+        guard let kind = UInt8(exactly: kind).flatMap(WormholePayloadKind.init(rawValue:)) else {
+            return .failure(WormholeError(.corruptRecord, "message \(sequence) of '\(identifier)' in \(server) has the unknown kind \(kind)"))
+        }
+        return .success(WormholeRecord(identifier: identifier, sequence: UInt64(sequence), date: date, processID: processID,
+                                       kind: kind, payload: Data(buffer: payload, byteTransferStrategy: .noCopy)))
+    }
+}
+#endif

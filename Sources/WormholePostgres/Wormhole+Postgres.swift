@@ -1,0 +1,34 @@
+#if Postgres
+import Wormhole
+
+extension Wormhole {
+    /// A wormhole whose messages live in a PostgreSQL database, for processes on
+    /// different machines: `LISTEN`/`NOTIFY` wakes the listeners.
+    ///
+    /// Processes that name the same group (and optional directory) exchange messages, as
+    /// in a shared directory.
+    ///
+    /// ```swift
+    /// let wormhole = try Wormhole(postgresURL: "postgres://app@db.example.com/app",
+    ///                             applicationGroupIdentifier: "group.com.example.notes")
+    /// ```
+    ///
+    /// - Throws: ``WormholeError/Code/invalidConfiguration`` for a URL that is not one,
+    ///   ``WormholeError/Code/databaseError`` when the server cannot be reached or refuses.
+    public convenience init(
+        postgresURL: String,
+        applicationGroupIdentifier: String,
+        optionalDirectory: String? = nil,
+        configuration: Configuration = Configuration()
+    ) throws(WormholeError) {
+        try Wormhole.validate(identifier: applicationGroupIdentifier)
+        var container = applicationGroupIdentifier
+        if let optionalDirectory, !optionalDirectory.isEmpty {
+            try Wormhole.validate(identifier: optionalDirectory)
+            container += "/" + optionalDirectory
+        }
+        self.init(transiting: try PostgresTransiting(
+            server: PostgresServer(url: postgresURL), container: container, configuration: configuration))
+    }
+}
+#endif

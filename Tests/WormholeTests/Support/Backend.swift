@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+@testable import Wormhole
+@testable import WormholePostgres
+import WormholeTestSupport
+
+/// A back end the guarantee tests run against: each such test is one case per back end,
+/// the same code for both (`@Test(arguments: Backend.all)`).
+enum Backend: String, Sendable, CustomTestStringConvertible {
+    case file
+    case postgres
+
+    var testDescription: String { rawValue }
+
+    /// The back ends of this build: the shared directory always, PostgreSQL when the
+    /// package is built with the `Postgres` trait (as `Scripts/test` does).
+    static let all: [Backend] = {
+        #if Postgres
+        [.file, .postgres]
+        #else
+        [.file]
+        #endif
+    }()
+
+    /// A fresh, empty container on this back end, removed (or left unused) after the test.
+    func makeStore() throws -> TestStore {
+        switch self {
+        case .file:
+            let directory = TemporaryDirectory()
+            return TestStore(backend: self, location: directory.path, directory: directory)
+        case .postgres:
+            // A container of its own in the shared test database: the tests do not see
+            // each other's messages.
+            let container = "test-" + UUID().uuidString.lowercased()
+            return TestStore(backend: self, location: AgentLocation.postgresPrefix + container, directory: nil)
+        }
+    }
+}
+
+/// A container on one back end, for one test.
+final class TestStore: Sendable {
+    let backend: Backend
+    /// What an agent process is given to reach the same container (see ``AgentLocation``).
+    let location: String
+    /// The directory of a file store, removed with the store.
+    let directory: TemporaryDirectory?
+
+    init(backend: Backend, location: String, directory: TemporaryDirectory?) {
+        self.backend = backend
+        self.location = location
+        self.directory = directory
+    }
+
+    /// A wormhole on this container; another call makes another, independent one (in
+    /// PostgreSQL's case, with connections of its own).
+    func wormhole(configuration: Wormhole.Configuration = .init()) throws -> Wormhole {
+        Wormhole(transiting: try transiting(configuration: configuration))
+    }
+
+    /// How many listeners hold a claim on `identifier`'s unread messages.
+    func liveClaims(identifier: String) throws -> Int {
+        switch backend {
+        case .file:
+            let claims = ListenerCursor.directory(in: location, identifier: identifier)
+            return (try? FileManager.default.contentsOfDirectory(atPath: claims))?.count ?? 0
+        case .postgres:
+            #if Postgres
+            guard let transiting = try transiting() as? PostgresTransiting else { return 0 }
+            defer { transiting.close() }
+            return try transiting.claimCount(identifier: identifier)
+            #else
+            return 0
+            #endif
+        }
+    }
+
+    func transiting(configuration: Wormhole.Configuration = .init()) throws -> any WormholeTransiting {
+        try AgentLocation.transiting(location, configuration: configuration)
+    }
+}
