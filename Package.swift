@@ -86,7 +86,7 @@ let package = Package(
         .executableTarget(
             name: "WormholeCLI",
             dependencies: [
-                "Wormhole",
+                "Wormhole", "WormholePostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Sources/WormholeCLI"

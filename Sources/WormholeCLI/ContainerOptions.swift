@@ -1,14 +1,20 @@
 import ArgumentParser
 import Foundation
 import Wormhole
+#if Postgres
+import WormholePostgres
+#endif
 
 /// The options every command shares to choose the container: the directory where
-/// messages and notifications live.
+/// messages and notifications live, or a PostgreSQL database.
 ///
-/// In order: `--directory`, `--group`, then the environment (`WORMHOLE_DIRECTORY`,
-/// `WORMHOLE_GROUP`), then the default group, `group.wormhole.default`. A group's
-/// container is found by ``WormholeContainer`` (and moved by
-/// `WORMHOLE_APP_GROUPS_DIRECTORY`), so two terminals talk with no flags at all.
+/// In order: `--directory`, `--postgres`, `--group`, then the environment
+/// (`WORMHOLE_DIRECTORY`, `WORMHOLE_POSTGRES_URL`, `WORMHOLE_GROUP`), then the default
+/// group, `group.wormhole.default`. A group's container is found by
+/// ``WormholeContainer`` (and moved by `WORMHOLE_APP_GROUPS_DIRECTORY`), so two
+/// terminals talk with no flags at all. With a PostgreSQL URL the group (and
+/// `--optional-directory`) name the container inside the database, so processes on
+/// different machines talk through it.
 struct ContainerOptions: ParsableArguments {
     /// The group used when neither an option nor the environment names one.
     static let defaultGroup = "group.wormhole.default"
@@ -16,6 +22,8 @@ struct ContainerOptions: ParsableArguments {
     static let directoryVariable = "WORMHOLE_DIRECTORY"
     /// The environment variable that gives `--group` a default.
     static let groupVariable = "WORMHOLE_GROUP"
+    /// The environment variable that gives `--postgres` a default.
+    static let postgresVariable = "WORMHOLE_POSTGRES_URL"
 
     @Option(
         name: .long,
@@ -38,7 +46,20 @@ struct ContainerOptions: ParsableArguments {
             valueName: "name"))
     var optionalDirectory: String?
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Keep the messages in this PostgreSQL database instead of a directory, so that processes on different machines talk; the group names the container in it (default: $WORMHOLE_POSTGRES_URL). Needs a wormhole built with --traits Postgres.",
+            valueName: "postgres://user:password@host:port/database"))
+    var postgres: String?
+
     func validate() throws {
+        if postgres != nil && directory != nil {
+            throw ValidationError("--postgres and --directory both choose where the messages live; give only one of them.")
+        }
+        if let postgres, postgres.isEmpty {
+            throw ValidationError("--postgres needs a URL: postgres://user:password@host:port/database")
+        }
         if group != nil && directory != nil {
             throw ValidationError("--group and --directory both choose the container; give only one of them.")
         }
@@ -54,12 +75,15 @@ struct ContainerOptions: ParsableArguments {
     enum Location: Hashable, CustomStringConvertible {
         case group(String, optionalDirectory: String?)
         case directory(String)
+        case postgres(url: String, group: String, optionalDirectory: String?)
 
         var description: String {
             switch self {
             case .group(let group, nil): "group \(group)"
             case .group(let group, let sub?): "group \(group), sub-directory \(sub)"
             case .directory(let path): "directory \(path)"
+            case .postgres(_, let group, nil): "group \(group) in PostgreSQL"
+            case .postgres(_, let group, let sub?): "group \(group), sub-directory \(sub) in PostgreSQL"
             }
         }
     }
@@ -67,7 +91,21 @@ struct ContainerOptions: ParsableArguments {
     /// The location the options select, falling back to the environment and the default.
     func location(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Location {
         if let directory { return .directory(directory) }
+        let environmentURL = environment[Self.postgresVariable].flatMap { $0.isEmpty ? nil : $0 }
+        if let url = postgres ?? (group == nil ? nil : environmentURL) {
+            let group = group ?? environment[Self.groupVariable].flatMap { $0.isEmpty ? nil : $0 } ?? Self.defaultGroup
+            return .postgres(url: url, group: group, optionalDirectory: optionalDirectory)
+        }
         if let group { return .group(group, optionalDirectory: optionalDirectory) }
+        if let url = environmentURL {
+            if let path = environment[Self.directoryVariable], !path.isEmpty {
+                throw CommandFailure(
+                    "\(Self.directoryVariable) (\(path)) and \(Self.postgresVariable) both choose where the messages live; unset one, or choose with --directory or --postgres",
+                    exitCode: WormholeExitCode.usage)
+            }
+            let group = environment[Self.groupVariable].flatMap { $0.isEmpty ? nil : $0 } ?? Self.defaultGroup
+            return .postgres(url: url, group: group, optionalDirectory: optionalDirectory)
+        }
         if let path = environment[Self.directoryVariable], !path.isEmpty {
             guard optionalDirectory == nil else {
                 throw CommandFailure(
@@ -87,12 +125,25 @@ struct ContainerOptions: ParsableArguments {
             return try Wormhole(directory: Self.absolute(path))
         case .group(let group, let sub):
             return try Wormhole(applicationGroupIdentifier: group, optionalDirectory: sub)
+        case .postgres(let url, let group, let sub):
+            #if Postgres
+            return try Wormhole(postgresURL: url, applicationGroupIdentifier: group, optionalDirectory: sub)
+            #else
+            _ = (url, group, sub)
+            throw CommandFailure(
+                "this wormhole was built without PostgreSQL support, so it cannot use --postgres or \(Self.postgresVariable); build it with: swift build --traits Postgres")
+            #endif
         }
     }
 
     /// The notification center of the selected container: the namespace that `post` and
     /// `observe` use, shared with the wormhole's own wake-ups.
     func makeNotificationCenter() throws -> DarwinNotificationCenter {
+        if case .postgres = try location() {
+            throw CommandFailure(
+                "post and observe use the notification files of a container directory, which PostgreSQL does not have; use send and listen, or choose a directory",
+                exitCode: WormholeExitCode.usage)
+        }
         let wormhole = try makeWormhole()
         if let files = wormhole.transiting as? FileTransiting { return files.notificationCenter }
         return try DarwinNotificationCenter(directory: wormhole.directory ?? "")

@@ -100,7 +100,7 @@ struct Listen: AsyncParsableCommand {
                     }))
             }
             if verbose {
-                Output.error("listening to \(Self.names(identifiers)) in \(wormhole.directory ?? "the container")")
+                Output.error("listening to \(Self.names(identifiers)) in \(wormhole.directory ?? (try? container.location().description) ?? "the container")")
             }
             try await session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.forEach { $0.cancel() }

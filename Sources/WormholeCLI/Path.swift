@@ -4,7 +4,7 @@ import Wormhole
 /// `wormhole path`: where the messages live.
 struct Path: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print the container directory that the options select (creating it if needed).",
+        abstract: "Print the container directory that the options select (creating it if needed), or the PostgreSQL container.",
         discussion: """
             Examples:
               wormhole path
@@ -16,7 +16,7 @@ struct Path: ParsableCommand {
     func run() throws {
         try Failures.reported {
             let wormhole = try container.makeWormhole()
-            Output.line(wormhole.directory ?? "")
+            Output.line(try wormhole.directory ?? container.location().description)
         }
     }
 }
