@@ -188,7 +188,7 @@ _wormhole_send() {
     repeating_flags=()
     non_repeating_flags=(--json --print-sequence --version -h --help)
     repeating_options=()
-    non_repeating_options=(--file --group --directory --optional-directory)
+    non_repeating_options=(--file --group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options 2
 
     # Offer option value completions
@@ -205,6 +205,9 @@ _wormhole_send() {
     '--optional-directory')
         return
         ;;
+    '--postgres')
+        return
+        ;;
     esac
 }
 
@@ -212,7 +215,7 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--history --latest --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory)
+    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -232,6 +235,9 @@ _wormhole_listen() {
     '--optional-directory')
         return
         ;;
+    '--postgres')
+        return
+        ;;
     esac
 }
 
@@ -239,7 +245,7 @@ _wormhole_read() {
     repeating_flags=()
     non_repeating_flags=(--json --raw --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory)
+    non_repeating_options=(--group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options 1
 
     # Offer option value completions
@@ -253,6 +259,9 @@ _wormhole_read() {
     '--optional-directory')
         return
         ;;
+    '--postgres')
+        return
+        ;;
     esac
 }
 
@@ -260,7 +269,7 @@ _wormhole_clear() {
     repeating_flags=()
     non_repeating_flags=(--all --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory)
+    non_repeating_options=(--group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -274,6 +283,9 @@ _wormhole_clear() {
     '--optional-directory')
         return
         ;;
+    '--postgres')
+        return
+        ;;
     esac
 }
 
@@ -281,7 +293,7 @@ _wormhole_list() {
     repeating_flags=()
     non_repeating_flags=(--json --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory)
+    non_repeating_options=(--group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options 0
 
     # Offer option value completions
@@ -295,6 +307,9 @@ _wormhole_list() {
     '--optional-directory')
         return
         ;;
+    '--postgres')
+        return
+        ;;
     esac
 }
 
@@ -302,7 +317,7 @@ _wormhole_post() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--state --group --directory --optional-directory)
+    non_repeating_options=(--state --group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -319,6 +334,9 @@ _wormhole_post() {
     '--optional-directory')
         return
         ;;
+    '--postgres')
+        return
+        ;;
     esac
 }
 
@@ -326,7 +344,7 @@ _wormhole_observe() {
     repeating_flags=()
     non_repeating_flags=(--state --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory)
+    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -346,6 +364,9 @@ _wormhole_observe() {
     '--optional-directory')
         return
         ;;
+    '--postgres')
+        return
+        ;;
     esac
 }
 
@@ -353,7 +374,7 @@ _wormhole_path() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory)
+    non_repeating_options=(--group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options 0
 
     # Offer option value completions
@@ -365,6 +386,9 @@ _wormhole_path() {
         return
         ;;
     '--optional-directory')
+        return
+        ;;
+    '--postgres')
         return
         ;;
     esac

@@ -186,7 +186,7 @@ final class Sandbox: Sendable {
 
     init(extra: [String: String] = [:]) {
         var environment = ProcessInfo.processInfo.environment
-        for name in ["WORMHOLE_DIRECTORY", "WORMHOLE_GROUP", "WORMHOLE_APP_GROUPS_DIRECTORY"] {
+        for name in ["WORMHOLE_DIRECTORY", "WORMHOLE_GROUP", "WORMHOLE_APP_GROUPS_DIRECTORY", "WORMHOLE_POSTGRES_URL"] {
             environment.removeValue(forKey: name)
         }
         environment["WORMHOLE_APP_GROUPS_DIRECTORY"] = root.file("app-groups")
