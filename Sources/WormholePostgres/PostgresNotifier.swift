@@ -64,7 +64,7 @@ final class PostgresNotifier: Sendable {
             defer { state.connection = nil }
             return state.connection
         }
-        try? connection?.close().wait()
+        PostgresSession.closeConnection(connection)
     }
 
     private func ensureListening() throws(WormholeError) {

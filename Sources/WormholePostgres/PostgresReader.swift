@@ -12,12 +12,19 @@ final class PostgresReader: WormholeTransitingReader {
     private let claim: String
     /// The sequence number of the last record delivered (or skipped by the start).
     private var delivered: UInt64 = 0
+    /// The position the claim in the table holds: at most `delivered`.
+    private var claimed: UInt64 = 0
+    /// How far the claim may lag behind `delivered`. A claim that lags only keeps a few
+    /// more messages from pruning; moving it on every read would make every read a
+    /// write, with a commit (and a WAL flush) of its own.
+    private let claimStep: UInt64
     private var closed = false
 
     init(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint) throws(WormholeError) {
         self.transiting = transiting
         self.identifier = identifier
         self.claim = UUID().uuidString
+        self.claimStep = UInt64(max(1, transiting.configuration.retainedMessageCount / 4))
         let container = transiting.container
         // Claim first (position 0: keep everything), then look: nothing can be pruned
         // away between looking and claiming.
@@ -51,10 +58,12 @@ final class PostgresReader: WormholeTransitingReader {
 
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
         guard !closed, maximumCount > 0 else { return [] }
+        let moveClaim = delivered - claimed >= claimStep
         let rows = try transiting.session.query(
             PostgresSchema.read(listener: claim, container: transiting.container, identifier: identifier,
-                                after: delivered, limit: maximumCount),
+                                after: delivered, limit: maximumCount, claim: moveClaim),
             "read the messages of '\(identifier)' in \(transiting.server)")
+        if moveClaim { claimed = delivered }
         var results: [Result<WormholeRecord, WormholeError>] = []
         results.reserveCapacity(rows.count)
         for row in rows {

@@ -19,10 +19,14 @@ enum PostgresSchema {
     static let version: Int32 = 1
 
     /// Creates the schema when it is missing (under an advisory lock, so that processes
-    /// starting together do not race) and returns the version found.
+    /// starting together do not race). When it exists, nothing is created, so a user
+    /// without the CREATE privilege can use a schema an administrator made.
     static let create: PostgresQuery = """
         DO $wormhole$
         BEGIN
+            IF to_regclass('wormhole.listeners') IS NOT NULL THEN
+                RETURN;
+            END IF;
             PERFORM pg_advisory_xact_lock(2037085541);   -- 'worm', held to the end of this statement
             CREATE SCHEMA IF NOT EXISTS wormhole;
             CREATE TABLE IF NOT EXISTS wormhole.version (version integer NOT NULL);
@@ -186,10 +190,18 @@ enum PostgresSchema {
         """
     }
 
-    /// Moves the claim to `delivered` and reads what follows it: one round trip.
-    static func read(listener: String, container: String, identifier: String, after delivered: UInt64, limit: Int) -> PostgresQuery {
+    /// Reads what follows `delivered`; when `claim` is set, also moves the listener's
+    /// claim to it in the same round trip.
+    static func read(listener: String, container: String, identifier: String, after delivered: UInt64, limit: Int, claim: Bool) -> PostgresQuery {
         let position = Int64(clamping: delivered)
         let limit = Int64(limit)
+        guard claim else {
+            return """
+                SELECT \(unescaped: recordColumns) FROM wormhole.messages m
+                WHERE m.container = \(container) AND m.identifier = \(identifier) AND m.sequence > \(position)
+                ORDER BY m.sequence LIMIT \(limit)
+                """
+        }
         return """
             WITH claim AS (UPDATE wormhole.listeners SET position = \(position) WHERE listener = \(listener))
             SELECT \(unescaped: recordColumns) FROM wormhole.messages m

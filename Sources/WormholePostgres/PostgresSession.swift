@@ -18,6 +18,7 @@ final class PostgresSession: Sendable {
     let server: PostgresServer
     let logger: Logger
     private let connection = Mutex<PostgresConnection?>(nil)
+    private let connecting = Mutex(())
     private let connectionIDs = Atomic<Int>(1)
     private let closed = Atomic<Bool>(false)
     /// Called with each new connection before it is used (re-establishing state that
@@ -40,10 +41,12 @@ final class PostgresSession: Sendable {
         if closed.load(ordering: .acquiring) {
             throw WormholeError(.databaseError, "the PostgreSQL back end for \(server) was closed")
         }
-        // Connecting happens under the lock: the threads that need a connection at the
-        // same moment wait for one instead of opening one each.
-        return try connection.withLock { (current: inout PostgresConnection?) throws(WormholeError) -> PostgresConnection in
-            if let current, !current.isClosed { return current }
+        if let current = connection.withLock({ $0 }), !current.isClosed { return current }
+        // Threads that need a connection at the same moment wait for one instead of
+        // opening one each. `connection` itself is never held while waiting for the
+        // server: callbacks on the connection's event loop may need it meanwhile.
+        return try connecting.withLock { (_: inout Void) throws(WormholeError) -> PostgresConnection in
+            if let current = connection.withLock({ $0 }), !current.isClosed { return current }
             let fresh = try connect()
             if let setUp = onConnect.withLock({ $0 }) {
                 do throws(WormholeError) {
@@ -53,7 +56,7 @@ final class PostgresSession: Sendable {
                     throw error
                 }
             }
-            current = fresh
+            connection.withLock { $0 = fresh }
             return fresh
         }
     }
@@ -97,7 +100,18 @@ final class PostgresSession: Sendable {
             defer { current = nil }
             return current
         }
-        try? current?.close().wait()
+        Self.closeConnection(current)
+    }
+
+    /// Closes `connection`, waiting for it unless this thread is an event loop's (a
+    /// wormhole released in a callback there), which must never wait.
+    static func closeConnection(_ connection: PostgresConnection?) {
+        guard let connection else { return }
+        if MultiThreadedEventLoopGroup.currentEventLoop == nil {
+            try? connection.close().wait()
+        } else {
+            _ = connection.close()
+        }
     }
 
     /// A sentence naming what failed, the server's reason and, for the usual causes,

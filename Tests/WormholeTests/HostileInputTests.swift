@@ -43,6 +43,31 @@ struct HostileInputTests {
         #expect(try FileManager.default.subpathsOfDirectory(atPath: parent.path).sorted() == before)
     }
 
+    #if Postgres
+    @Test("each hostile identifier is refused by the PostgreSQL back end too, and nothing is stored")
+    func hostileIdentifiersAreRefusedByTheDatabase() throws {
+        let store = try Backend.postgres.makeStore()
+        let wormhole = try store.wormhole()
+        for (identifier, reason) in Self.hostile {
+            let operations: [() throws -> Void] = [
+                { try wormhole.passMessage("x", identifier: identifier) },
+                { _ = try wormhole.message(withIdentifier: identifier, as: String.self) },
+                { try wormhole.clearMessageContents(forIdentifier: identifier) },
+                { try wormhole.listenForMessage(withIdentifier: identifier, as: String.self) { _ in } },
+                { _ = try wormhole.transiting.makeReader(identifier: identifier, startingFrom: .now) },
+                { _ = try wormhole.transiting.append(Data("x".utf8), kind: .text, identifier: identifier) },
+            ]
+            for operation in operations {
+                let error = #expect(throws: WormholeError.self) { try operation() }
+                #expect(error?.code == .invalidIdentifier)
+                #expect(error?.description.contains(reason) == true, "\(error?.description ?? "no error") names '\(reason)'")
+            }
+        }
+        #expect(try wormhole.summaries().isEmpty, "nothing was stored")
+        #expect(try store.liveClaims(identifier: "x") == 0)
+    }
+    #endif
+
     @Test func hostileGroupAndDirectoryNamesAreRefused() throws {
         let parent = TemporaryDirectory()
         let environment = [WormholeContainer.environmentOverride: parent.path]
@@ -58,11 +83,12 @@ struct HostileInputTests {
         }
     }
 
-    @Test func oversizedMessageIsRefusedAndNothingIsStored() throws {
-        let directory = TemporaryDirectory()
+    @Test(arguments: Backend.all)
+    func oversizedMessageIsRefusedAndNothingIsStored(backend: Backend) throws {
+        let store = try backend.makeStore()
         var configuration = Wormhole.Configuration()
         configuration.maximumMessageSize = 1024
-        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let wormhole = try store.wormhole(configuration: configuration)
         try wormhole.passMessage(Data(count: 1024), identifier: "big")
         let error = #expect(throws: WormholeError.self) { try wormhole.passMessage(Data(count: 1025), identifier: "big") }
         #expect(error?.code == .messageTooLarge)
@@ -125,10 +151,11 @@ struct HostileInputTests {
         #expect(errors.all.first?.description.contains("checksum") == true)
     }
 
-    @Test("a message that is not the type asked for is reported; the next one arrives", .timeLimit(.minutes(1)))
-    func undecodableMessageIsReportedAndSkipped() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test("a message that is not the type asked for is reported; the next one arrives", .timeLimit(.minutes(1)),
+          arguments: Backend.all)
+    func undecodableMessageIsReportedAndSkipped(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let received = Collector<Note>()
         let errors = Collector<WormholeError>()
         let token = try wormhole.listenForMessage(withIdentifier: "note", as: Note.self,
