@@ -110,7 +110,8 @@ final class PostgresSession: Sendable {
         if MultiThreadedEventLoopGroup.currentEventLoop == nil {
             try? connection.close().wait()
         } else {
-            _ = connection.close()
+            let closing: EventLoopFuture<Void> = connection.close()
+            _ = closing
         }
     }
 
