@@ -129,7 +129,7 @@ final class PostgresSession: Sendable {
             switch fields[.sqlState] {
             case "28P01", "28000": hint = ": check the user and password in the URL (or PGPASSWORD)"
             case "3D000": hint = ": create the database first (createdb), or name another in the URL"
-            case "42501": hint = ": the user needs the CREATE privilege on the database for Wormhole's schema, or an administrator creates it once"
+            case "42501": hint = ": the user needs the CREATE privilege on the database the first time (Wormhole creates its schema), then USAGE on the schema wormhole and SELECT, INSERT, UPDATE, DELETE on its tables"
             default: break
             }
             return WormholeError(.databaseError, "cannot \(doing): \(message)\(state)\(hint)")
