@@ -9,18 +9,32 @@ let package = Package(
     name: "WormholeBenchmarks",
     platforms: [.macOS(.v15)],
     dependencies: [
-        // The project itself, by path: the benchmarks measure the working tree.
-        .package(name: "Wormhole", path: ".."),
+        // The project itself, by path: the benchmarks measure the working tree. With the
+        // `Postgres` trait, so that the harness can measure the PostgreSQL back end beside
+        // the file one (`--sections postgres`).
+        .package(name: "Wormhole", path: "..", traits: ["Postgres"]),
+        // The bare LISTEN/NOTIFY baseline talks to PostgreSQL without Wormhole: the same
+        // packages, at the versions the root resolves with its `Postgres` trait.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         // In-process micro-benchmarks with statistics and baselines (`swift package benchmark`).
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         // The multi-process harness: `WormholeBench run` re-executes itself as senders and
         // listeners, measures Wormhole against a pipe, a Unix socket and a naive
-        // file-per-identifier mode, prints the tables and writes the CSV files.
+        // file-per-identifier mode (and its PostgreSQL back end against the files and a
+        // bare LISTEN/NOTIFY), prints the tables and writes the CSV files.
         .executableTarget(
             name: "WormholeBench",
-            dependencies: [.product(name: "Wormhole", package: "Wormhole")]
+            dependencies: [
+                .product(name: "Wormhole", package: "Wormhole"),
+                .product(name: "WormholePostgres", package: "Wormhole"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         // The costs inside one process: passing to 1, 100 or 10,000 identifiers, reading
         // the latest record, JSON coding.

@@ -30,9 +30,12 @@ struct Row: Sendable {
     /// Sender time per pass when paced, microseconds.
     var pacedSenderMicroseconds: Double?
     var residentKiB: UInt64?
+    /// PostgreSQL only: the server's WAL flushes and commits per message passed.
+    var walFlushesPerMessage: Double?
+    var commitsPerMessage: Double?
     var note = ""
 
-    static let csvHeader = "section,filesystem,mechanism,listeners,identifiers,size_bytes,messages,p50_us,p90_us,p99_us,max_us,msgs_per_s,mb_per_s,lost,duplicates,sender_us_per_msg,listener_cpu_us_per_msg,paced_sender_us_per_msg,paced_listener_cpu_us_per_msg,rss_kib,note"
+    static let csvHeader = "section,filesystem,mechanism,listeners,identifiers,size_bytes,messages,p50_us,p90_us,p99_us,max_us,msgs_per_s,mb_per_s,lost,duplicates,sender_us_per_msg,listener_cpu_us_per_msg,paced_sender_us_per_msg,paced_listener_cpu_us_per_msg,rss_kib,wal_flushes_per_msg,commits_per_msg,note"
 
     var csv: String {
         func number(_ value: Double?, _ digits: Int = 1) -> String { value.map { String(format: "%.\(digits)f", $0) } ?? "" }
@@ -43,6 +46,7 @@ struct Row: Sendable {
         cells += [number(senderMicroseconds, 2), number(listenerMicroseconds, 2)]
         cells += [number(pacedSenderMicroseconds, 2), number(pacedListenerMicroseconds, 2)]
         cells.append(residentKiB.map(String.init) ?? "")
+        cells += [number(walFlushesPerMessage, 2), number(commitsPerMessage, 2)]
         cells.append(csvQuoted(note))
         return cells.joined(separator: ",")
     }
@@ -67,6 +71,15 @@ struct Row: Sendable {
         latency(from: merged)
         pacedListenerMicroseconds = median(outcomes.map(\.listenerMicrosecondsPerMessage))
         pacedSenderMicroseconds = median(outcomes.map { Double($0.sender.passMeanNanoseconds) / 1000 })
+        server(from: outcomes)
+    }
+
+    /// The server's counters per message: the median over the runs that have them.
+    mutating func server(from outcomes: [Outcome]) {
+        let flushes = outcomes.compactMap(\.walFlushesPerMessage)
+        let commits = outcomes.compactMap(\.commitsPerMessage)
+        walFlushesPerMessage = flushes.isEmpty ? nil : median(flushes)
+        commitsPerMessage = commits.isEmpty ? nil : median(commits)
     }
 
     /// Fills the rate fields from bursts: the median round, lost messages of all.
@@ -76,6 +89,7 @@ struct Row: Sendable {
         rate(from: sorted[sorted.count / 2])
         lost = outcomes.reduce(0) { $0 + $1.lost }
         duplicates = outcomes.reduce(0) { $0 + $1.duplicates + $1.outOfOrder }
+        server(from: outcomes)
     }
 
     /// Fills the rate fields from a burst outcome.

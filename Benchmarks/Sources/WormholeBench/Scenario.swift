@@ -4,12 +4,21 @@ import Glibc
 import Foundation
 
 /// What carries the messages in a measurement.
-enum Mechanism: String, CaseIterable, Sendable {
+enum Mechanism: String, Sendable {
     case pipe
     case socket = "unix-socket"
     case wormholeRaw = "wormhole-raw"
     case wormholeCodable = "wormhole-codable"
     case naive = "naive-rename"
+    /// Wormhole over its PostgreSQL back end, raw bytes (sender and listeners each hold
+    /// their own connections).
+    case wormholePostgres = "wormhole-postgres"
+    /// The PostgreSQL floor: `SELECT pg_notify(channel, payload)` with the stamp and the
+    /// index in the payload, one `LISTEN` connection per listener; no table.
+    case postgresNotify = "postgres-notify"
+
+    /// What the latency and burst sections compare on each file system.
+    static let local: [Mechanism] = [.pipe, .socket, .wormholeRaw, .wormholeCodable, .naive]
 
     /// The name in tables and charts.
     var label: String {
@@ -19,10 +28,12 @@ enum Mechanism: String, CaseIterable, Sendable {
         case .wormholeRaw: "Wormhole, raw bytes"
         case .wormholeCodable: "Wormhole, Codable"
         case .naive: "naive file + rename (MMWormhole-style)"
+        case .wormholePostgres: "Wormhole, PostgreSQL"
+        case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
         }
     }
 
-    var usesDirectory: Bool { self != .pipe && self != .socket }
+    var usesPostgres: Bool { self == .wormholePostgres || self == .postgresNotify }
 }
 
 /// One measurement: a sender process, listener processes, and how messages are sent.
@@ -68,6 +79,14 @@ struct Outcome: Sendable {
     var scenario: Scenario
     var sender: SenderReport
     var listeners: [ListenerReport]
+    /// For PostgreSQL scenarios: the server's WAL flushes and commits during the
+    /// scenario (setup, warm-up and measured messages, every process).
+    var serverDelta: ServerCounters.Snapshot? = nil
+
+    /// WAL flushes and commits per message passed (warm-up included).
+    var walFlushesPerMessage: Double? { serverDelta.map { Double($0.walFlushes) / Double(passed) } }
+    var commitsPerMessage: Double? { serverDelta.map { Double($0.commits) / Double(passed) } }
+    private var passed: Int { scenario.count + Frame.warmUpCount(identifiers: scenario.identifiers) }
 
     /// Every listener's latencies in the order each received its messages, listener
     /// after listener, in nanoseconds.
@@ -97,15 +116,29 @@ struct Outcome: Sendable {
     }
 }
 
-/// Runs scenarios in a directory on one file system.
+/// Runs scenarios in a directory on one file system (and on a PostgreSQL server, for
+/// the mechanisms that use one).
 struct Runner {
     /// Where containers are made, one per scenario, removed after it.
     let base: String
+    /// The server of ``Mechanism/wormholePostgres`` and ``Mechanism/postgresNotify``.
+    var postgresURL: String? = nil
+    /// Its counters, read before and after each of their scenarios.
+    var serverCounters: ServerCounters? = nil
 
     func run(_ scenario: Scenario) throws(BenchError) -> Outcome {
         let directory = base + "/" + scenario.mechanism.rawValue + "-\(scenario.listeners)-\(scenario.identifiers)-\(scenario.size)"
         removeTree(directory)
         defer { removeTree(directory) }
+        // Each PostgreSQL scenario has a container (and a channel) of its own, so that no
+        // run reads what an earlier one left in the tables.
+        let container = "wormhole-bench-" + UUID().uuidString.prefix(13).lowercased()
+        var postgres: [String] = []
+        if scenario.mechanism.usesPostgres {
+            guard let postgresURL else { throw BenchError("\(scenario.mechanism.label) needs a PostgreSQL server: --postgres-url URL") }
+            postgres = ["--postgres", postgresURL, "--container", container]
+        }
+        let countersBefore = scenario.mechanism.usesPostgres ? serverCounters?.read() : nil
         var common = ["--count", String(scenario.count), "--size", String(scenario.size)]
         let sendArguments = common + ["--interval-ns", String(scenario.intervalNanoseconds)]
         // Enough time for whatever the sender does: its paced duration, then plenty.
@@ -136,23 +169,26 @@ struct Runner {
             listeners = [listener]
             _ = try listener.expect("READY", timeout: 30)
             sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
-        case .wormholeRaw, .wormholeCodable:
+        case .wormholeRaw, .wormholeCodable, .wormholePostgres, .postgresNotify:
             let mode = scenario.mechanism == .wormholeCodable ? "codable" : "raw"
-            common += ["--dir", directory, "--ids", String(scenario.identifiers), "--mode", mode]
+            let (listen, send) = scenario.mechanism == .postgresNotify ? ("notify-listen", "notify-send") : ("wormhole-listen", "wormhole-send")
+            // Where the messages go: the directory, or the PostgreSQL server and a container.
+            let place = scenario.mechanism.usesPostgres ? postgres : ["--dir", directory]
+            common += place + ["--ids", String(scenario.identifiers), "--mode", mode]
             // The container exists before the listeners start, as an app's would.
-            mkdir(directory, 0o700)
+            if !scenario.mechanism.usesPostgres { mkdir(directory, 0o700) }
             let perProcess = Scenario.identifiersPerProcess
             for _ in 0..<scenario.listeners {
                 if scenario.identifiers <= perProcess {
-                    listeners.append(try Child(["wormhole-listen"] + common))
+                    listeners.append(try Child([listen] + common))
                     continue
                 }
                 for first in stride(from: 0, to: scenario.identifiers, by: perProcess) {
-                    listeners.append(try Child(["wormhole-listen"] + common + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
+                    listeners.append(try Child([listen] + common + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
                 }
             }
             for listener in listeners { _ = try listener.expect("READY", timeout: 300) }
-            sender = try Child(["wormhole-send"] + sendArguments + ["--dir", directory, "--ids", String(scenario.identifiers), "--mode", mode, "--handshake"],
+            sender = try Child([send] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"],
                                withInput: true)
             _ = try sender.expect("WARMED", timeout: 300)
             for listener in listeners { _ = try listener.expect("WARM", timeout: 300) }
@@ -176,6 +212,14 @@ struct Runner {
                 residentKiB: UInt64(result["rss_kb"] ?? "") ?? 0,
                 latencies: samples.split(separator: ",").compactMap { UInt64($0) }))
         }
+        var serverDelta: ServerCounters.Snapshot?
+        if let countersBefore, let serverCounters {
+            serverCounters.waitForOtherSessionsToEnd(timeout: 3)
+            if let after = serverCounters.read() {
+                serverDelta = .init(walFlushes: after.walFlushes - countersBefore.walFlushes,
+                                    commits: after.commits - countersBefore.commits)
+            }
+        }
         return Outcome(
             scenario: scenario,
             sender: SenderReport(
@@ -185,7 +229,8 @@ struct Runner {
                 passMeanNanoseconds: UInt64(sent["pass_mean_ns"] ?? "") ?? 0,
                 cpuMicroseconds: UInt64(sent["cpu_us"] ?? "") ?? 0,
                 residentKiB: UInt64(sent["rss_kb"] ?? "") ?? 0),
-            listeners: reports)
+            listeners: reports,
+            serverDelta: serverDelta)
     }
 }
 

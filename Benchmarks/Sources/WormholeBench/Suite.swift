@@ -23,8 +23,16 @@ struct Suite {
     /// How many times the latency and burst sections run each mechanism.
     var rounds: Int
     var verdicts: [(String, Bool, String)] = []
+    /// The server of the postgres section (`--postgres-url`, else
+    /// `$WORMHOLE_BENCH_POSTGRES_URL`), and what it said about itself.
+    var postgresURL: String?
+    var postgresSettings: String?
+    /// Where the postgres section puts the file back end's containers (tmpfs).
+    var tmpfsPath: String
 
-    static let allSections = ["latency", "burst", "fanout", "sizes", "identifiers", "process"]
+    static let allSections = ["latency", "burst", "fanout", "sizes", "identifiers", "process", "postgres"]
+    /// The sections that run once per file system.
+    static let fileSystemSections: Set<String> = ["latency", "burst", "fanout", "sizes", "identifiers", "process"]
 
     init(_ options: Options) throws(BenchError) {
         quick = options.flag("quick")
@@ -36,7 +44,17 @@ struct Suite {
         places = []
         if wanted.contains("tmpfs") { places.append(Place(name: "tmpfs", path: tmpfs)) }
         if wanted.contains("disk") { places.append(Place(name: "disk", path: disk)) }
-        sections = Set(options.string("sections", default: Self.allSections.joined(separator: ",")).split(separator: ",").map(String.init))
+        tmpfsPath = tmpfs
+        let url = options.flag("postgres-url") ? try options.string("postgres-url") : ProcessInfo.processInfo.environment["WORMHOLE_BENCH_POSTGRES_URL"]
+        let server = url.flatMap { $0.isEmpty ? nil : $0 }
+        postgresURL = server
+        // The postgres section is in the default set only when there is a server to measure.
+        let defaults = Self.allSections.filter { $0 != "postgres" || server != nil }
+        sections = Set(options.string("sections", default: defaults.joined(separator: ",")).split(separator: ",").map(String.init))
+        if sections.contains("postgres") && postgresURL == nil {
+            printError("Note: the postgres section needs a server (--postgres-url URL or WORMHOLE_BENCH_POSTGRES_URL): skipped")
+            sections.remove("postgres")
+        }
         outputDirectory = options.string("out", default: "Results")
         cli = options.flag("cli") ? try options.string("cli") : nil
     }
@@ -70,7 +88,7 @@ struct Suite {
         let started = Monotonic.now()
         loadAtStart = Machine.loadAverage
         progress("Wormhole benchmark\(quick ? " (quick)" : "") - \(Machine.summary)")
-        for place in places {
+        for place in places where !sections.isDisjoint(with: Self.fileSystemSections) {
             try? FileManager.default.createDirectory(atPath: place.path, withIntermediateDirectories: true,
                                                      attributes: [.posixPermissions: 0o700])
             let type = fileSystemName(place.path)
@@ -85,6 +103,7 @@ struct Suite {
             if sections.contains("process") { try process(runner, fileSystem) }
             removeTree(place.path)
         }
+        if sections.contains("postgres"), let postgresURL { try postgres(postgresURL) }
         loadAtEnd = Machine.loadAverage
         judge()
         try write()
@@ -96,11 +115,12 @@ struct Suite {
     /// Runs every mechanism once per round, the rounds one after the other, so that
     /// whatever else the machine does at some moment falls on ours and the baselines
     /// alike.
-    private func interleaved(_ runner: Runner, _ scenario: (Mechanism) -> Scenario) throws(BenchError) -> [Mechanism: [Outcome]] {
+    private func interleaved(_ runner: Runner, _ mechanisms: [Mechanism] = Mechanism.local,
+                             _ scenario: (Mechanism) -> Scenario) throws(BenchError) -> [Mechanism: [Outcome]] {
         var outcomes: [Mechanism: [Outcome]] = [:]
         for round in 1...rounds {
             if rounds > 1 { progress("   round \(round) of \(rounds)") }
-            for mechanism in Mechanism.allCases {
+            for mechanism in mechanisms {
                 outcomes[mechanism, default: []].append(try measure(runner, scenario(mechanism)))
             }
         }
@@ -111,7 +131,7 @@ struct Suite {
         let count = quick ? 500 : 2000
         progress("  one-way latency, paced: \(count) small messages 300 us apart, \(rounds) rounds")
         let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count) }
-        for mechanism in Mechanism.allCases {
+        for mechanism in Mechanism.local {
             let runs = outcomes[mechanism] ?? []
             var row = Row(section: "latency", fileSystem: fileSystem, mechanism: mechanism.label, messages: count * runs.count)
             row.latency(from: runs)
@@ -126,7 +146,7 @@ struct Suite {
         let count = quick ? 5000 : 20000
         progress("  burst throughput: \(count) small messages as fast as the sender can, \(rounds) rounds")
         let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count, intervalNanoseconds: 0) }
-        for mechanism in Mechanism.allCases {
+        for mechanism in Mechanism.local {
             let runs = outcomes[mechanism] ?? []
             var row = Row(section: "burst", fileSystem: fileSystem, mechanism: mechanism.label, messages: count)
             row.rate(from: runs)
@@ -243,6 +263,80 @@ struct Suite {
         }
     }
 
+    /// The rows of the postgres section are one group in the tables and the CSV.
+    static let postgresGroup = "PostgreSQL (loopback) beside files (tmpfs)"
+    /// The paced interval of the postgres section: longer than a PostgreSQL pass (a
+    /// commit with its WAL flush), so that each message is delivered before the next is
+    /// passed and the figures are latency, not a queue.
+    static let postgresInterval: UInt64 = 10_000_000
+
+    /// The two back ends of Wormhole side by side, and the bare LISTEN/NOTIFY under them:
+    /// paced latency and burst throughput interleaved over the rounds, then fan-out to 2
+    /// and 4 listener processes. Every process has its own connections.
+    private mutating func postgres(_ url: String) throws(BenchError) {
+        do {
+            postgresSettings = try PostgresRoles.serverSettings(url: url)
+        } catch {
+            throw BenchError("cannot reach the PostgreSQL server of the postgres section: \(error)")
+        }
+        try? FileManager.default.createDirectory(atPath: tmpfsPath, withIntermediateDirectories: true,
+                                                 attributes: [.posixPermissions: 0o700])
+        defer { removeTree(tmpfsPath) }
+        let group = Self.postgresGroup
+        progress("\n== \(group): files at \(tmpfsPath) (\(fileSystemName(tmpfsPath))); server: \(postgresSettings ?? "?")")
+        let counters: ServerCounters
+        do {
+            counters = try ServerCounters(url: url)
+        } catch {
+            throw BenchError("cannot reach the PostgreSQL server of the postgres section: \(error)")
+        }
+        let runner = Runner(base: tmpfsPath, postgresURL: url, serverCounters: counters)
+        let mechanisms: [Mechanism] = [.wormholeRaw, .wormholePostgres, .postgresNotify]
+        func label(_ mechanism: Mechanism) -> String {
+            mechanism == .wormholeRaw ? "Wormhole, files (tmpfs)" : mechanism.label
+        }
+        let interval = Self.postgresInterval
+        let milliseconds = Double(interval) / 1e6
+
+        let paced = quick ? 100 : 500
+        progress("  one-way latency, paced: \(paced) small messages \(Format.micro(milliseconds)) ms apart, \(rounds) rounds")
+        let latencies = try interleaved(runner, mechanisms) { Scenario(mechanism: $0, count: paced, intervalNanoseconds: interval) }
+        for mechanism in mechanisms {
+            let runs = latencies[mechanism] ?? []
+            var row = Row(section: "postgres-latency", fileSystem: group, mechanism: label(mechanism), messages: paced * runs.count)
+            row.latency(from: runs)
+            row.senderMicroseconds = median(runs.map { Double($0.sender.passMeanNanoseconds) / 1000 })
+            rows.append(row)
+        }
+
+        let burst = quick ? 500 : 3000
+        progress("  burst throughput: \(burst) small messages as fast as the sender can, \(rounds) rounds")
+        let bursts = try interleaved(runner, mechanisms) { Scenario(mechanism: $0, count: burst, intervalNanoseconds: 0) }
+        for mechanism in mechanisms {
+            let runs = bursts[mechanism] ?? []
+            var row = Row(section: "postgres-burst", fileSystem: group, mechanism: label(mechanism), messages: burst)
+            row.rate(from: runs)
+            row.note = "rounds: " + runs.map { Format.rate($0.throughput) }.joined(separator: " / ") + " msg/s"
+            rows.append(row)
+        }
+
+        let fanPaced = quick ? 100 : 300
+        let fanBurst = quick ? 300 : 2000
+        progress("  fan-out: 2 and 4 listener processes; \(fanPaced) paced \(Format.micro(milliseconds)) ms apart, then \(fanBurst) in a burst")
+        for listeners in [2, 4] {
+            for mechanism in [Mechanism.wormholeRaw, .wormholePostgres] {
+                var row = Row(section: "postgres-fanout", fileSystem: group, mechanism: label(mechanism), listeners: listeners, messages: fanBurst)
+                let pacedRun = try measure(runner, Scenario(mechanism: mechanism, listeners: listeners, count: fanPaced, intervalNanoseconds: interval))
+                row.latency(from: pacedRun)
+                row.rate(from: try measure(runner, Scenario(mechanism: mechanism, listeners: listeners, count: fanBurst, intervalNanoseconds: 0)))
+                // The server's work per message when each has a wake-up of its own.
+                row.server(from: [pacedRun])
+                row.note = "every listener: \(fanPaced) paced + \(fanBurst) burst"
+                rows.append(row)
+            }
+        }
+    }
+
     private func spawnAndWait(_ path: String, _ arguments: [String]) throws(BenchError) -> Int32 {
         try Child(path: path, arguments, quiet: true).wait()
     }
@@ -330,6 +424,30 @@ struct Suite {
                  Format.micro($0.senderMicroseconds), Format.rate($0.rate), Format.micro($0.listenerMicroseconds),
                  $0.residentKiB.map { Format.grouped(Int($0)) } ?? "", Format.integer($0.lost)]
             }
+            let pacing = Format.micro(Double(Self.postgresInterval) / 1e6)
+            func ratio(_ value: Double?) -> String { value.map { String(format: "%.2f", $0) } ?? "" }
+            section("postgres-latency", "One-way latency, small messages, paced \(pacing) ms apart (us)",
+                    ["mechanism", "messages", "p50", "p90", "p99", "max", "lost", "send call (us)", "listener CPU/msg (us)",
+                     "server commits/msg", "WAL flushes/msg"]) {
+                [$0.mechanism, Format.grouped($0.messages), Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.p99),
+                 Format.micro($0.max), Format.integer($0.lost), Format.micro($0.senderMicroseconds), Format.micro($0.pacedListenerMicroseconds),
+                 ratio($0.commitsPerMessage), ratio($0.walFlushesPerMessage)]
+            }
+            section("postgres-burst", "Burst throughput, small messages, as fast as the sender can",
+                    ["mechanism", "messages", "msg/s received (median)", "each round (msg/s)", "lost", "send call (us)", "listener CPU/msg (us)",
+                     "server commits/msg", "WAL flushes/msg"]) {
+                [$0.mechanism, Format.grouped($0.messages), Format.rate($0.rate),
+                 $0.note.replacingOccurrences(of: "rounds: ", with: "").replacingOccurrences(of: " msg/s", with: ""),
+                 Format.integer($0.lost), Format.micro($0.senderMicroseconds), Format.micro($0.listenerMicroseconds),
+                 ratio($0.commitsPerMessage), ratio($0.walFlushesPerMessage)]
+            }
+            section("postgres-fanout", "Fan-out: every listener process receives every message (paced \(pacing) ms apart, then a burst)",
+                    ["mechanism", "listeners", "p50 (us)", "p99 (us)", "max (us)", "burst msg/s to all", "lost", "repeated/out of order",
+                     "server commits/msg, paced", "WAL flushes/msg, paced"]) {
+                [$0.mechanism, String($0.listeners), Format.micro($0.p50), Format.micro($0.p99), Format.micro($0.max),
+                 Format.rate($0.rate), Format.integer($0.lost), Format.integer($0.duplicates),
+                 ratio($0.commitsPerMessage), ratio($0.walFlushesPerMessage)]
+            }
             section("process", "Whole processes",
                     ["what", "p50 (us)", "p90 (us)", "max (us)", "resident (KiB)", "note"]) {
                 [$0.mechanism, Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.max),
@@ -347,7 +465,11 @@ struct Suite {
     }
 
     private func write() throws(BenchError) {
-        let report = "## Wormhole benchmark\n\n\(Machine.summary)\n\nLoad average (1 minute) at the start of the run: \(loadAtStart); at the end: \(loadAtEnd).\n\n" + tables + targets
+        var report = "## Wormhole benchmark\n\n\(Machine.summary)\n\nLoad average (1 minute) at the start of the run: \(loadAtStart); at the end: \(loadAtEnd).\n\n"
+        if let postgresSettings {
+            report += "PostgreSQL server (as it reported itself), on this machine: \(postgresSettings).\n\n"
+        }
+        report += tables + targets
         print(report)
         do {
             try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)

@@ -4,22 +4,36 @@ import Glibc
 import Dispatch
 import Foundation
 import Wormhole
+import WormholePostgres
 
 /// The child processes that use the library: a listener of one or many identifiers, and
 /// a sender. Each prints `READY` when it may be measured and `RESULT ...` at the end.
+///
+/// Both open their wormhole on either back end (``open(_:configuration:)``): files in
+/// `--dir D`, or PostgreSQL with `--postgres URL --container NAME`.
 enum WormholeRoles {
-    /// `wormhole-listen --dir D [--ids N] [--first-id A --end-id B] [--count C] [--mode raw|codable] [--idle]`
+    /// The wormhole a role uses: over the directory of `--dir`, or, with
+    /// `--postgres URL --container NAME`, over PostgreSQL (`PostgresTransiting`, two
+    /// connections of this process's own).
+    static func open(_ options: Options, configuration: Wormhole.Configuration = Wormhole.Configuration()) throws -> Wormhole {
+        if options.flag("postgres") {
+            return Wormhole(transiting: try PostgresTransiting(
+                url: try options.string("postgres"), container: try options.string("container"), configuration: configuration))
+        }
+        return try Wormhole(directory: try options.string("dir"), configuration: configuration)
+    }
+
+    /// `wormhole-listen (--dir D | --postgres URL --container NAME) [--ids N] [--first-id A --end-id B] [--count C] [--mode raw|codable] [--idle]`
     ///
     /// Listens to N identifiers (or those numbered A..<B of them) on one serial queue (as an app listens on its main
     /// queue), counts what arrives and times it. `--idle` listens until killed, for the
     /// idle CPU and memory measurement.
     static func listen(_ options: Options) throws -> Int32 {
-        let directory = try options.string("dir")
         let identifiers = try options.int("ids", default: 1)
         let count = try options.int("count", default: 2000)
         let codable = options.string("mode", default: "raw") == "codable"
         raiseDescriptorLimit(atLeast: identifiers * 2 + 256)
-        let wormhole = try Wormhole(directory: directory)
+        let wormhole = try open(options)
         let queue = DispatchQueue(label: "bench.listener")
         // A slice of the identifiers, when several processes share them out.
         let first = try options.int("first-id", default: 0)
@@ -54,13 +68,12 @@ enum WormholeRoles {
         return 0
     }
 
-    /// `wormhole-send --dir D [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable]`
+    /// `wormhole-send (--dir D | --postgres URL --container NAME) [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable]`
     ///
     /// Passes C messages round-robin over N identifiers, one every I nanoseconds (as
     /// fast as it can when I is 0), each stamped just before it is passed. Warm-up
     /// messages go first, one per identifier at least.
     static func send(_ options: Options) throws -> Int32 {
-        let directory = try options.string("dir")
         let identifiers = try options.int("ids", default: 1)
         let count = try options.int("count", default: 2000)
         let size = max(Frame.minimumSize, try options.int("size", default: 16))
@@ -69,7 +82,7 @@ enum WormholeRoles {
         raiseDescriptorLimit(atLeast: 1024)
         var configuration = Wormhole.Configuration()
         configuration.maximumMessageSize = max(configuration.maximumMessageSize, size)
-        let wormhole = try Wormhole(directory: directory, configuration: configuration)
+        let wormhole = try open(options, configuration: configuration)
         let names = (0..<identifiers).map { identifierName($0, of: identifiers) }
         var payload = Data(count: size)
 

@@ -6,6 +6,7 @@ import Glibc
 //
 //   WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections latency,burst,...]
 //                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH-TO-wormhole]
+//                     [--postgres-url URL]   (or $WORMHOLE_BENCH_POSTGRES_URL: adds the postgres section)
 //
 // `run` starts this executable again as child processes in the roles below, one sender
 // and one or more listeners per measurement. The roles can be started by hand too (for
@@ -27,11 +28,14 @@ do {
     case "stream-receive": status = try BaselineRoles.streamReceive(options)
     case "naive-send": status = try BaselineRoles.naiveSend(options)
     case "naive-listen": status = try BaselineRoles.naiveListen(options)
+    case "notify-send": status = try PostgresRoles.notifySend(options)
+    case "notify-listen": status = try PostgresRoles.notifyListen(options)
     default:
         print("""
             usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
-                                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH]
-            roles: wormhole-listen, wormhole-send, stream-send, stream-receive, naive-send, naive-listen
+                                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH] [--postgres-url URL]
+            roles: wormhole-listen, wormhole-send, stream-send, stream-receive, naive-send, naive-listen, notify-send, notify-listen
+            (wormhole-listen and wormhole-send take --dir D, or --postgres URL --container NAME)
             """)
         status = role == "help" || role == "--help" ? 0 : 64
     }
