@@ -32,6 +32,11 @@ final class PostgresNotifier: Sendable {
     /// Held while connecting and issuing LISTEN (never by the notification handler,
     /// which runs on the connection's event loop and must not wait for it).
     private let connecting = Mutex(())
+    /// Counts the notifications received (and the reconnections): a reader whose last
+    /// read found fewer rows than it asked for needs no new query while this count has
+    /// not moved, since whatever commits later is notified later (see
+    /// ``PostgresReader``).
+    private let notifications = Atomic<UInt64>(0)
 
     init(session: PostgresSession, channel: String) {
         self.session = session
@@ -91,7 +96,15 @@ final class PostgresNotifier: Sendable {
         }
     }
 
+    /// The count of notifications received, or `nil` when not listening (no connection
+    /// yet, or the connection was lost): then nothing may be concluded from it.
+    var generation: UInt64? {
+        let listening = state.withLock { state in state.connection.map { !$0.isClosed } ?? false }
+        return listening ? notifications.load(ordering: .acquiring) : nil
+    }
+
     private func deliver(_ payload: String) {
+        notifications.add(1, ordering: .releasing)
         guard let space = payload.firstIndex(of: " ") else { return }
         let identifier = String(payload[payload.index(after: space)...])
         let handlers = state.withLock { state in state.observers[identifier].map { Array($0.values) } ?? [] }
@@ -124,6 +137,7 @@ final class PostgresNotifier: Sendable {
                     pause = min(pause * 2, 2)
                 }
             }
+            notifications.add(1, ordering: .releasing)
             let handlers = state.withLock { state in
                 state.reconnecting = false
                 return state.observers.values.flatMap(\.values)

@@ -18,6 +18,10 @@ final class PostgresReader: WormholeTransitingReader {
     /// more messages from pruning; moving it on every read would make every read a
     /// write, with a commit (and a WAL flush) of its own.
     private let claimStep: UInt64
+    /// The notifier's count when the last read found fewer rows than asked for: until
+    /// it moves, a read would find nothing new. A listener reads until a read comes back
+    /// short or empty; this saves the empty one, a statement per wake-up.
+    private var quietSince: UInt64?
     private var closed = false
 
     init(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint) throws(WormholeError) {
@@ -58,6 +62,10 @@ final class PostgresReader: WormholeTransitingReader {
 
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
         guard !closed, maximumCount > 0 else { return [] }
+        // Taken before the query: a message committed after the query's snapshot is
+        // notified after it, and moves the count.
+        let generation = transiting.notifier.generation
+        if let quietSince, quietSince == generation { return [] }
         let moveClaim = delivered - claimed >= claimStep
         let rows = try transiting.session.query(
             PostgresSchema.read(listener: claim, container: transiting.container, identifier: identifier,
@@ -72,6 +80,7 @@ final class PostgresReader: WormholeTransitingReader {
             else if let sequence = try? row.makeRandomAccess()[0].decode(Int64.self) { delivered = UInt64(sequence) }
             results.append(result)
         }
+        quietSince = rows.count < maximumCount ? generation : nil
         return results
     }
 

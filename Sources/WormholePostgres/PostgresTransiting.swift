@@ -39,7 +39,7 @@ public final class PostgresTransiting: WormholeTransiting {
     public let channel: String
 
     let session: PostgresSession
-    private let notifier: PostgresNotifier
+    let notifier: PostgresNotifier
     /// The claims of this instance's live readers, by claim name: moved to the new
     /// session when the statement connection is replaced.
     let claims = Claims()
