@@ -80,6 +80,7 @@ let package = Package(
             dependencies: [
                 "Wormhole", "WormholePostgres", "WormholeTestSupport", "CInotifyTools", "WormholeTestAgent",
                 .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ]
         ),
         // The `wormhole` command-line tool: a thin user of the library.

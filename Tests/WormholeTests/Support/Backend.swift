@@ -37,6 +37,14 @@ enum Backend: String, Sendable, CustomTestStringConvertible {
     }
 }
 
+extension Backend {
+    /// A transiting on `container` of this back end (a directory path for files).
+    func transiting(container: String, configuration: Wormhole.Configuration = .init()) throws -> any WormholeTransiting {
+        try AgentLocation.transiting(self == .postgres ? AgentLocation.postgresPrefix + container : container,
+                                     configuration: configuration)
+    }
+}
+
 /// A container on one back end, for one test.
 final class TestStore: Sendable {
     let backend: Backend

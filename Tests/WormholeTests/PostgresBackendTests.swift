@@ -1,0 +1,77 @@
+#if Postgres
+import Foundation
+import PostgresNIO
+import Testing
+@testable import Wormhole
+@testable import WormholePostgres
+
+/// What only the PostgreSQL back end has to get right: its connections. The guarantees
+/// shared with the file back end are tested on both by the suites that take a `Backend`.
+@Suite("PostgreSQL back end")
+struct PostgresBackendTests {
+    /// A wormhole on a fresh container of the test database.
+    func transiting(_ container: String) throws -> PostgresTransiting {
+        try #require(try Backend.postgres.transiting(container: container) as? PostgresTransiting)
+    }
+
+    /// The number of sessions connected to the test database.
+    func sessions(_ probe: PostgresTransiting) throws -> Int {
+        let rows = try probe.session.query("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()", "count sessions")
+        return Int(rows.first.flatMap { try? $0.decode(Int64.self) } ?? -1)
+    }
+
+    @Test("released wormholes close their connections", .timeLimit(.minutes(1)))
+    func releasedWormholesCloseTheirConnections() async throws {
+        let container = "test-" + UUID().uuidString.lowercased()
+        let probe = try transiting(container)
+        let before = try sessions(probe)
+        do {
+            var wormholes: [Wormhole] = []
+            var tokens: [ListenerToken] = []
+            for _ in 0..<10 {
+                let wormhole = Wormhole(transiting: try transiting(container))
+                tokens.append(try wormhole.listenForMessage(withIdentifier: "n", as: String.self) { _ in })
+                wormholes.append(wormhole)
+            }
+            #expect(try sessions(probe) == before + 20, "a statement and a LISTEN connection each")
+            for token in tokens { token.cancel() }
+        }
+        var now = try sessions(probe)
+        let deadline = Date().addingTimeInterval(10)
+        while now != before && Date() < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            now = try sessions(probe)
+        }
+        #expect(now == before, "sessions \(before) -> \(now)")
+    }
+
+    @Test("a listener whose connections are cut by the server reconnects and loses nothing",
+          .timeLimit(.minutes(1)))
+    func aListenerWhoseConnectionsAreCutLosesNothing() async throws {
+        let container = "test-" + UUID().uuidString.lowercased()
+        let listening = try transiting(container)
+        let sending = Wormhole(transiting: try transiting(container))
+        let received = Collector<Int>()
+        let errors = Collector<WormholeError>()
+        let listener = Wormhole(transiting: listening)
+        let token = try listener.listenForMessage(
+            withIdentifier: "n", as: Int.self, onError: { errors.append($0) }) { received.append($0) }
+        for value in 1...10 { try sending.passMessage(value, identifier: "n") }
+        #expect(await received.wait(for: 10) == Array(1...10))
+
+        // The server ends both of the listener's sessions, as a restart or an
+        // administrator would: its statement connection and its LISTEN connection.
+        let own = try listening.session.query("SELECT pg_backend_pid()", "own pid").first.flatMap { try? $0.decode(Int32.self) }
+        let cut = try (sending.transiting as! PostgresTransiting).session.query(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid = \(try #require(own)) OR query = \("LISTEN \"\(listening.channel)\"")",
+            "terminate the listener's sessions")
+        #expect(cut.first.flatMap { try? $0.decode(Int64.self) } == 2)
+
+        for value in 11...20 { try sending.passMessage(value, identifier: "n") }
+        #expect(await received.wait(for: 20, seconds: 20) == Array(1...20), "every message once, in order, across the reconnection")
+        #expect(errors.all.allSatisfy { $0.code == .databaseError }, "\(errors.all)")
+        token.cancel()
+    }
+}
+
+#endif
