@@ -24,7 +24,8 @@ import Wormhole
 ///
 /// A container is a name that scopes identifiers within the database, as the directory
 /// does for files: processes that name the same container talk to each other. Each
-/// instance holds two connections (one for statements, one for `LISTEN`) until
+/// instance holds up to two connections (one for statements; one for `LISTEN`, from its
+/// first listener on) until
 /// ``close()`` or until it is released.
 ///
 /// Every call waits for the server: one round trip for a pass or a read. Calls from
