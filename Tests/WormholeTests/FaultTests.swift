@@ -49,7 +49,7 @@ struct FaultTests {
                 #expect(payloads.contains("c\(cycle):\(line)"), "acknowledged message c\(cycle):\(line) reached the survivor")
             }
         }
-        let claims = try store.liveClaims(identifier: "crash")
+        let claims = try store.claims(identifier: "crash")
         #expect(claims <= 1, "dead listeners' claims were removed: \(claims) left")
         var leftovers: [String] = []
         if backend == .file {

@@ -144,10 +144,10 @@ struct ListeningTests {
         #expect(texts == ["1", "2", "3", "4"])
         // Its claim on unread messages is released: nothing is kept for it any more.
         let deadline = Date().addingTimeInterval(5)
-        while try store.liveClaims(identifier: "notes") > 0 && Date() < deadline {
+        while try store.claims(identifier: "notes") > 0 && Date() < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
-        #expect(try store.liveClaims(identifier: "notes") == 0)
+        #expect(try store.claims(identifier: "notes") == 0)
     }
 
     @Test(.timeLimit(.minutes(1)), arguments: Backend.all)

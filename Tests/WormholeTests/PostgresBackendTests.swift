@@ -9,9 +9,9 @@ import Testing
 /// shared with the file back end are tested on both by the suites that take a `Backend`.
 @Suite("PostgreSQL back end")
 struct PostgresBackendTests {
-    /// A wormhole on a fresh container of the test database.
-    func transiting(_ container: String) throws -> PostgresTransiting {
-        try #require(try Backend.postgres.transiting(container: container) as? PostgresTransiting)
+    /// A new transiting, with connections of its own, on the container of `store`.
+    func transiting(_ store: TestStore) throws -> PostgresTransiting {
+        try #require(try store.transiting() as? PostgresTransiting)
     }
 
     /// The number of sessions connected to the test database.
@@ -22,14 +22,14 @@ struct PostgresBackendTests {
 
     @Test("released wormholes close their connections", .timeLimit(.minutes(1)))
     func releasedWormholesCloseTheirConnections() async throws {
-        let container = "test-" + UUID().uuidString.lowercased()
-        let probe = try transiting(container)
+        let store = try Backend.postgres.makeStore()
+        let probe = try transiting(store)
         let before = try sessions(probe)
         do {
             var wormholes: [Wormhole] = []
             var tokens: [ListenerToken] = []
             for _ in 0..<10 {
-                let wormhole = Wormhole(transiting: try transiting(container))
+                let wormhole = Wormhole(transiting: try transiting(store))
                 tokens.append(try wormhole.listenForMessage(withIdentifier: "n", as: String.self) { _ in })
                 wormholes.append(wormhole)
             }
@@ -48,9 +48,9 @@ struct PostgresBackendTests {
     @Test("a listener whose connections are cut by the server reconnects and loses nothing",
           .timeLimit(.minutes(1)))
     func aListenerWhoseConnectionsAreCutLosesNothing() async throws {
-        let container = "test-" + UUID().uuidString.lowercased()
-        let listening = try transiting(container)
-        let sending = Wormhole(transiting: try transiting(container))
+        let store = try Backend.postgres.makeStore()
+        let listening = try transiting(store)
+        let sending = Wormhole(transiting: try transiting(store))
         let received = Collector<Int>()
         let errors = Collector<WormholeError>()
         let listener = Wormhole(transiting: listening)

@@ -37,14 +37,6 @@ enum Backend: String, Sendable, CustomTestStringConvertible {
     }
 }
 
-extension Backend {
-    /// A transiting on `container` of this back end (a directory path for files).
-    func transiting(container: String, configuration: Wormhole.Configuration = .init()) throws -> any WormholeTransiting {
-        try AgentLocation.transiting(self == .postgres ? AgentLocation.postgresPrefix + container : container,
-                                     configuration: configuration)
-    }
-}
-
 /// A container on one back end, for one test.
 final class TestStore: Sendable {
     let backend: Backend
@@ -65,19 +57,20 @@ final class TestStore: Sendable {
         Wormhole(transiting: try transiting(configuration: configuration))
     }
 
-    /// How many listeners hold a claim on `identifier`'s unread messages.
-    func liveClaims(identifier: String) throws -> Int {
+    /// How many listener claims `identifier` has: live listeners', and dead ones' until
+    /// the next compaction (files) or pruning (PostgreSQL) removes them.
+    func claims(identifier: String) throws -> Int {
         switch backend {
         case .file:
-            let claims = ListenerCursor.directory(in: location, identifier: identifier)
-            return (try? FileManager.default.contentsOfDirectory(atPath: claims))?.count ?? 0
+            // The claims directory exists once anyone has listened: a missing one is an error.
+            return try FileManager.default.contentsOfDirectory(atPath: ListenerCursor.directory(in: location, identifier: identifier)).count
         case .postgres:
             #if Postgres
-            guard let transiting = try transiting() as? PostgresTransiting else { return 0 }
+            let transiting = try #require(try transiting() as? PostgresTransiting)
             defer { transiting.close() }
             return try transiting.claimCount(identifier: identifier)
             #else
-            return 0
+            throw WormholeError(.invalidConfiguration, "this build has no PostgreSQL back end")
             #endif
         }
     }
