@@ -90,23 +90,20 @@ struct ContainerOptions: ParsableArguments {
 
     /// The location the options select, falling back to the environment and the default.
     func location(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Location {
+        func variable(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         if let directory { return .directory(directory) }
-        let environmentURL = environment[Self.postgresVariable].flatMap { $0.isEmpty ? nil : $0 }
-        if let url = postgres ?? (group == nil ? nil : environmentURL) {
-            let group = group ?? environment[Self.groupVariable].flatMap { $0.isEmpty ? nil : $0 } ?? Self.defaultGroup
-            return .postgres(url: url, group: group, optionalDirectory: optionalDirectory)
-        }
-        if let group { return .group(group, optionalDirectory: optionalDirectory) }
-        if let url = environmentURL {
-            if let path = environment[Self.directoryVariable], !path.isEmpty {
+        let chosenGroup = group ?? variable(Self.groupVariable) ?? Self.defaultGroup
+        // A URL from the option, or from the variable unless WORMHOLE_DIRECTORY is the
+        // only other choice made (both variables at once are ambiguous).
+        if let url = postgres ?? variable(Self.postgresVariable) {
+            if postgres == nil, group == nil, let path = variable(Self.directoryVariable) {
                 throw CommandFailure(
                     "\(Self.directoryVariable) (\(path)) and \(Self.postgresVariable) both choose where the messages live; unset one, or choose with --directory or --postgres",
                     exitCode: WormholeExitCode.usage)
             }
-            let group = environment[Self.groupVariable].flatMap { $0.isEmpty ? nil : $0 } ?? Self.defaultGroup
-            return .postgres(url: url, group: group, optionalDirectory: optionalDirectory)
+            return .postgres(url: url, group: chosenGroup, optionalDirectory: optionalDirectory)
         }
-        if let path = environment[Self.directoryVariable], !path.isEmpty {
+        if group == nil, let path = variable(Self.directoryVariable) {
             guard optionalDirectory == nil else {
                 throw CommandFailure(
                     "--optional-directory is a sub-directory of a group's container, but \(Self.directoryVariable) chose a directory; unset it or add the sub-directory to its path",
@@ -114,8 +111,7 @@ struct ContainerOptions: ParsableArguments {
             }
             return .directory(path)
         }
-        let group = environment[Self.groupVariable].flatMap { $0.isEmpty ? nil : $0 } ?? Self.defaultGroup
-        return .group(group, optionalDirectory: optionalDirectory)
+        return .group(chosenGroup, optionalDirectory: optionalDirectory)
     }
 
     /// Opens the wormhole in the selected container, creating the container if needed.
