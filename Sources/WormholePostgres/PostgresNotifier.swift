@@ -74,11 +74,9 @@ final class PostgresNotifier: Sendable {
 
     private func ensureListening() throws(WormholeError) {
         try connecting.withLock { (_: inout Void) throws(WormholeError) in
-            let current = state.withLock { $0.closed ? nil : $0.connection }
+            let (closed, current) = state.withLock { ($0.closed, $0.connection) }
+            if closed { throw WormholeError(.databaseError, "the PostgreSQL back end for \(session.server) was closed") }
             if let current, !current.isClosed { return }
-            if state.withLock({ $0.closed }) {
-                throw WormholeError(.databaseError, "the PostgreSQL back end for \(session.server) was closed")
-            }
             let connection = try session.connect()
             connection.addListener(channel: channel) { [weak self] _, notification in
                 self?.deliver(notification.payload)

@@ -71,7 +71,7 @@ public final class PostgresTransiting: WormholeTransiting {
         logger: Logger = Logger(label: "Wormhole.Postgres")
     ) throws(WormholeError) {
         for part in container.split(separator: "/", omittingEmptySubsequences: false) {
-            try Wormhole.validate(identifier: String(part))
+            try Wormhole.validate(identifier: String(part), kind: "container name part")
         }
         self.configuration = try configuration.validated()
         self.server = server

@@ -21,10 +21,12 @@ extension Wormhole {
         optionalDirectory: String? = nil,
         configuration: Configuration = Configuration()
     ) throws(WormholeError) {
-        try Wormhole.validate(identifier: applicationGroupIdentifier)
+        // Checked here to name what is wrong as the file back end does; the transiting
+        // checks the container it is given again, whoever calls it.
+        try Wormhole.validate(identifier: applicationGroupIdentifier, kind: "application group identifier")
         var container = applicationGroupIdentifier
         if let optionalDirectory, !optionalDirectory.isEmpty {
-            try Wormhole.validate(identifier: optionalDirectory)
+            try Wormhole.validate(identifier: optionalDirectory, kind: "optional directory")
             container += "/" + optionalDirectory
         }
         self.init(transiting: try PostgresTransiting(

@@ -1,6 +1,9 @@
 import Foundation
 import Testing
 @testable import Wormhole
+#if Postgres
+import WormholePostgres
+#endif
 
 /// Identifiers, files and sizes that must be refused cleanly, with nothing written
 /// outside the container.
@@ -64,7 +67,17 @@ struct HostileInputTests {
             }
         }
         #expect(try wormhole.summaries().isEmpty, "nothing was stored")
-        #expect(try store.liveClaims(identifier: "x") == 0)
+        // Group and sub-directory names are refused by name before anything connects.
+        let url = try #require(ProcessInfo.processInfo.environment["WORMHOLE_TEST_POSTGRES_URL"])
+        for (group, sub, named) in [("../escape", nil, "application group identifier"), ("group.ok", "../up", "optional directory"),
+                                    ("", nil, "application group identifier")] as [(String, String?, String)] {
+            let error = #expect(throws: WormholeError.self) {
+                try Wormhole(postgresURL: url, applicationGroupIdentifier: group, optionalDirectory: sub)
+            }
+            #expect(error?.code == .invalidIdentifier)
+            #expect(error?.description.contains(named) == true, "\(error?.description ?? "no error") names the \(named)")
+        }
+        #expect(try store.claims(identifier: "x") == 0)
     }
     #endif
 

@@ -244,8 +244,11 @@ public final class Wormhole: Sendable {
     /// cannot be used: empty, longer than 200 UTF-8 bytes, or containing `/`, NUL or a
     /// control character, or `.`, `..` or a leading `.`. Every call that takes an
     /// identifier checks it; back ends and tools call this to check one up front.
-    public static func validate(identifier: String) throws(WormholeError) {
-        try Identifier.validate(identifier)
+    ///
+    /// - Parameter kind: What the value is, for the message ("identifier",
+    ///   "application group identifier", ...).
+    public static func validate(identifier: String, kind: String = "identifier") throws(WormholeError) {
+        try Identifier.validate(identifier, kind: kind)
     }
 
     // MARK: - Registry
