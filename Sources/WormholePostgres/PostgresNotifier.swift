@@ -101,12 +101,21 @@ final class PostgresNotifier: Sendable {
         return listening ? notifications.load(ordering: .acquiring) : nil
     }
 
+    /// Listeners read (a query) when woken: never on the event loop that delivered the
+    /// notification, but on a queue of their own, in the order the notifications came.
+    private let wakeQueue = DispatchQueue(label: "WormholePostgres.wake")
+
+    private func wake(_ handlers: [Handler]) {
+        guard !handlers.isEmpty else { return }
+        wakeQueue.async { for handler in handlers { handler(.wake) } }
+    }
+
     private func deliver(_ payload: String) {
         notifications.add(1, ordering: .releasing)
         guard let space = payload.firstIndex(of: " ") else { return }
         let identifier = String(payload[payload.index(after: space)...])
         let handlers = state.withLock { state in state.observers[identifier].map { Array($0.values) } ?? [] }
-        for handler in handlers { handler(.wake) }
+        wake(handlers)
     }
 
     /// The LISTEN connection closed: unless the notifier was closed, connect again on a
@@ -141,7 +150,7 @@ final class PostgresNotifier: Sendable {
                 return state.observers.values.flatMap(\.values)
             }
             // Whatever was passed while nobody listened is in the table: read it.
-            for handler in handlers { handler(.wake) }
+            self.wake(handlers)
         }
     }
 

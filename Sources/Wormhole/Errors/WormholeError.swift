@@ -44,6 +44,12 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let notificationLimitReached = Code("notificationLimitReached")
         /// A configuration value is out of range.
         public static let invalidConfiguration = Code("invalidConfiguration")
+        /// A listener missed messages: they were dropped before it read them (the backlog
+        /// cap of ``Wormhole/Configuration/maximumBacklogMessageCount`` and
+        /// ``Wormhole/Configuration/maximumBacklogByteCount``), or it asked to start before
+        /// the oldest message kept. ``WormholeError/missedMessageCount`` says how many;
+        /// it arrives once, in order, before the first message after the gap.
+        public static let messagesLost = Code("messagesLost")
         /// A system call failed; ``WormholeError/errno`` holds the reason.
         public static let systemError = Code("systemError")
         /// A database back end (the PostgreSQL one) could not be reached, refused the
@@ -59,12 +65,15 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
     public let path: String?
     /// The underlying system error, when a system call failed.
     public let errno: Errno?
+    /// For ``Code/messagesLost``: how many messages the listener missed.
+    public let missedMessageCount: UInt64?
 
-    public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil) {
+    public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil, missedMessageCount: UInt64? = nil) {
         self.code = code
         self.message = message
         self.path = path
         self.errno = errno
+        self.missedMessageCount = missedMessageCount
     }
 
     public var description: String {

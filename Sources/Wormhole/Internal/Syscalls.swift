@@ -76,6 +76,27 @@ enum Syscalls {
     /// `opendir`, `readdir` and `closedir`.
     static func directoryEntries(_ path: String) -> Result<[String], Errno> {
         guard let directory = opendir(path) else { return .failure(Errno(rawValue: Glibc.errno)) }
+        return entries(of: directory)
+    }
+
+    /// Names in the directory `name` relative to the open directory `parent` (`"."` for
+    /// `parent` itself), without `.` and `..`, never following a link. The corresponding
+    /// C functions are `openat`, `fdopendir`, `readdir` and `closedir`.
+    static func directoryEntries(at parent: FileDescriptor, name: String) -> Result<[String], Errno> {
+        let opened = retrying { openat(parent.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        guard case .success(let fd) = opened else {
+            if case .failure(let errno) = opened { return .failure(errno) }
+            return .failure(.ioError)
+        }
+        guard let directory = fdopendir(fd) else {
+            let errno = Errno(rawValue: Glibc.errno)
+            Glibc.close(fd)
+            return .failure(errno)
+        }
+        return entries(of: directory)
+    }
+
+    private static func entries(of directory: OpaquePointer) -> Result<[String], Errno> {
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {
@@ -130,6 +151,38 @@ enum Syscalls {
             }
         }
         return .success(())
+    }
+
+    /// Writes `header`, `payload` and `trailer` at `offset` with one `pwritev` (again,
+    /// from where it stopped, after a short write). The corresponding C function is
+    /// `pwritev`.
+    static func write(_ fd: FileDescriptor, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer,
+                      trailer: UnsafeRawBufferPointer, at offset: Int64) -> Result<Void, Errno> {
+        let total = header.count + payload.count + trailer.count
+        let first = retrying { () -> Int in
+            withUnsafeTemporaryAllocation(of: iovec.self, capacity: 3) { vectors in
+                vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress), iov_len: header.count)
+                vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count)
+                vectors[2] = iovec(iov_base: UnsafeMutableRawPointer(mutating: trailer.baseAddress), iov_len: trailer.count)
+                return pwritev(fd.rawValue, vectors.baseAddress, 3, off_t(offset))
+            }
+        }
+        switch first {
+        case .failure(let errno): return .failure(errno)
+        case .success(let count) where count == total: return .success(())
+        case .success(let count):
+            // Short (a full disk, a signal): write the rest from a copy, piece by piece.
+            var rest = [UInt8](header) + [UInt8](payload) + [UInt8](trailer)
+            rest.removeFirst(count)
+            return rest.withUnsafeBytes { write(fd, $0, at: offset + Int64(count)) }
+        }
+    }
+
+    /// The current directory. The corresponding C function is `getcwd`.
+    static func currentDirectory() -> String {
+        guard let pointer = getcwd(nil, 0) else { return "/" }
+        defer { free(pointer) }
+        return String(cString: pointer)
     }
 
     static var effectiveUserID: uid_t { geteuid() }

@@ -34,6 +34,7 @@ import SystemPackage
 public final class DarwinNotificationCenter: Sendable {
     /// The directory that is this center's namespace of names.
     public let directory: String
+    let container: ContainerDirectory
 
     /// The suffix of the file that stands for a name.
     public static let fileSuffix = ".notification"
@@ -43,10 +44,13 @@ public final class DarwinNotificationCenter: Sendable {
     /// - Throws: ``WormholeError`` with ``WormholeError/Code/containerInsecure`` or
     ///   ``WormholeError/Code/containerUnavailable`` when the directory is unsafe or
     ///   cannot be created.
-    public init(directory: String) throws(WormholeError) {
-        let path = WormholeContainer.normalized(directory)
-        try WormholeContainer.prepare(path, createParents: true)
-        self.directory = path
+    public convenience init(directory: String) throws(WormholeError) {
+        self.init(container: try ContainerDirectory(path: directory))
+    }
+
+    init(container: ContainerDirectory) {
+        self.container = container
+        self.directory = container.path
     }
 
     /// Opens the namespace of an application group: its container directory.
@@ -71,15 +75,22 @@ public final class DarwinNotificationCenter: Sendable {
 
     /// ``post(_:)`` for a name already validated, whose file path the caller keeps.
     func post(validatedName name: String, path: String) throws(WormholeError) {
-        switch Syscalls.touch(path) {
+        let file = name + Self.fileSuffix
+        switch touch(file) {
         case .success:
             return
         case .failure(.noSuchFileOrDirectory):
-            try create(path)
-            try Syscalls.touch(path).orThrow("post notification", path: path)
+            try? open(file, .readWrite, create: true).close()
+            try touch(file).orThrow("post notification", path: path)
         case .failure(let errno):
             throw WormholeError.system("post notification", errno, path: path)
         }
+    }
+
+    /// Sets the times of `file` in the container to now, never through a link: IN_ATTRIB.
+    private func touch(_ file: String) -> Result<Void, Errno> {
+        let directory = container.current.descriptor
+        return Syscalls.retrying { utimensat(directory.rawValue, file, nil, AT_SYMLINK_NOFOLLOW) }.map { _ in () }
     }
 
     /// Sets the 64-bit state value of `name`. It does not post: observers are not woken.
@@ -88,7 +99,7 @@ public final class DarwinNotificationCenter: Sendable {
     public func setState(_ state: UInt64, forName name: String) throws(WormholeError) {
         try Identifier.validate(name, kind: "notification name")
         let path = path(forName: name)
-        let fd = try open(path, .readWrite, create: true)
+        let fd = try open(name + Self.fileSuffix, .readWrite, create: true)
         defer { try? fd.close() }
         let bytes = withUnsafeBytes(of: state.littleEndian) { Array($0) }
         do {
@@ -105,11 +116,8 @@ public final class DarwinNotificationCenter: Sendable {
         try Identifier.validate(name, kind: "notification name")
         let path = path(forName: name)
         let fd: FileDescriptor
-        do throws(WormholeError) {
-            fd = try open(path, .readOnly, create: false)
-        } catch where error.errno == .noSuchFileOrDirectory {
-            return 0
-        }
+        guard let opened = try container.openFile(name + Self.fileSuffix, .readOnly) else { return 0 }
+        fd = opened.0
         defer { try? fd.close() }
         var value: UInt64 = 0
         let count: Int
@@ -157,32 +165,13 @@ public final class DarwinNotificationCenter: Sendable {
 
     /// Subscribes to the engine for the file of `name`.
     func subscribe(_ name: String, handler: @escaping @Sendable (DirectoryEvent) -> Void) throws(WormholeError) -> UInt64 {
-        try InotifyEngine.shared.subscribe(directory: directory, name: name + Self.fileSuffix, handler: handler)
+        try InotifyEngine.shared.subscribe(directory: directory, name: name + Self.fileSuffix, kind: .notification, handler: handler)
     }
 
-    private func create(_ path: String) throws(WormholeError) {
-        let fd: FileDescriptor
-        do throws(WormholeError) {
-            fd = try open(path, .writeOnly, create: true)
-        } catch where error.errno == .noSuchFileOrDirectory {
-            // The directory itself was removed: make it again, then the file.
-            try WormholeContainer.prepare(directory, createParents: true)
-            fd = try open(path, .writeOnly, create: true)
+    private func open(_ file: String, _ access: ContainerDirectory.Access, create: Bool) throws(WormholeError) -> FileDescriptor {
+        guard let (fd, _) = try container.openFile(file, access, create: create) else {
+            throw WormholeError.system("open", .noSuchFileOrDirectory, path: container.filePath(file))
         }
-        try? fd.close()
-    }
-
-    private func open(_ path: String, _ mode: FileDescriptor.AccessMode, create: Bool) throws(WormholeError) -> FileDescriptor {
-        var options: FileDescriptor.OpenOptions = [.noFollow, .closeOnExec]
-        if create { options.insert(.create) }
-        do {
-            return try FileDescriptor.open(FilePath(path), mode, options: options, permissions: [.ownerReadWrite])
-        } catch {
-            let errno = (error as? Errno) ?? .ioError
-            if errno == .tooManySymbolicLinkLevels {
-                throw WormholeError(.containerInsecure, "'\(path)' is a symbolic link; Wormhole does not follow links in its container. Remove it", path: path, errno: errno)
-            }
-            throw WormholeError.system("open", errno, path: path)
-        }
+        return fd
     }
 }

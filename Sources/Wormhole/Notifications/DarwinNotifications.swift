@@ -31,7 +31,8 @@ public struct DarwinNotifications: AsyncSequence, Sendable {
                 let signal = WakeSignal()
                 let id = try center.subscribe(name) { event in
                     switch event {
-                    case .changed, .rescan: signal.signal()
+                    case .posted, .rescan: signal.signal()
+                    case .appended, .replaced: break
                     case .failed(let error): signal.finish(throwing: error)
                     }
                 }

@@ -28,13 +28,15 @@ public final class NotificationObservation: Sendable {
 
     func receive(_ event: DirectoryEvent) {
         switch event {
-        case .changed, .rescan:
+        case .posted, .rescan:
             // Posts that arrive before the block has run again collapse into one call.
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             queue.async { [self] in
                 scheduled.store(false, ordering: .releasing)
                 if !cancelled.load(ordering: .acquiring) { block(name) }
             }
+        case .appended, .replaced:
+            break
         case .failed(let error):
             Logger(label: "Wormhole").error("observer of '\(name)' stopped: \(error)")
             cancel()

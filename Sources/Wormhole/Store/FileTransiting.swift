@@ -7,48 +7,53 @@ import SystemPackage
 import Synchronization
 
 /// The default back end: one append-only log file per identifier in a shared directory,
-/// and a ``DarwinNotificationCenter`` in the same directory to wake listeners.
+/// woken by inotify.
 ///
-/// Files in the directory (the format is specified in `Docs/Protocol.md`):
+/// Files in the directory (the format is specified in `Docs/Protocol.md`, version 2):
 /// - `<identifier>.wormhole`: the message log: a header and framed, checksummed records;
-/// - `<identifier>.notification`: the notification file that a pass touches;
-/// - `.listeners/<identifier>/`: the claims of live listeners (see ``ListenerCursor``).
+/// - `.listeners/<identifier>/`: the claims of live listeners (see ``ListenerCursor``);
+/// - `<name>.notification`: bare notifications of ``DarwinNotificationCenter``.
 ///
-/// Writers append under `flock(LOCK_EX)`, so processes agree on one order per
-/// identifier. A record becomes visible only when the header's commit offset moves past
-/// it, after the record is written whole: a writer killed at any instant leaves nothing
-/// partial for a reader to see, and the next writer writes over the uncommitted bytes.
+/// A pass appends one record under `flock(LOCK_EX)`, so processes agree on one order per
+/// identifier. The append is the commit (a record carries its length at both ends and a
+/// checksum) and its own inotify event (IN_MODIFY on the log) is the wake-up: a steady
+/// pass is four system calls, `flock`, `fstat`, `pwritev` and `flock` again. Every file
+/// is reached through the container's directory descriptor (``ContainerDirectory``).
 public final class FileTransiting: WormholeTransiting {
     /// The shared directory.
     public let directory: String
     public let configuration: Wormhole.Configuration
-    /// The notification center whose posts wake this directory's listeners.
+    /// The notification center of the same directory, for bare posts.
     public let notificationCenter: DarwinNotificationCenter
+    let container: ContainerDirectory
 
-    /// Open log descriptors kept for writing, at most ``cachedLogLimit`` of them.
+    /// Open logs kept for writing, at most ``cachedLogLimit`` of them.
     private let logs = Locked<[String: LogHandle]>([:])
-    ///
+
     /// A pass to a log that is not cached costs an `open` and the `close` of another:
     /// about as much again as the pass itself. The limit is an eighth of the process's
-    /// descriptor limit, between 64 and 1,024, so that a writer to a few hundred
-    /// identifiers keeps them all open while a program with the usual limit of 1,024
-    /// gives the cache 128 at most.
+    /// descriptor limit, between 16 and 1,024.
     static let cachedLogLimit: Int = {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 64 }
         let soft = Int(clamping: limit.rlim_cur)
-        return min(1024, max(64, soft / 8))
+        return min(1024, max(16, soft / 8))
     }()
 
     /// Uses `directory` (created 0700 when missing, refused when unsafe).
     public init(directory: String, configuration: Wormhole.Configuration = .init()) throws(WormholeError) {
         self.configuration = try configuration.validated()
-        self.notificationCenter = try DarwinNotificationCenter(directory: directory)
-        self.directory = notificationCenter.directory
+        self.container = try ContainerDirectory(path: directory)
+        self.notificationCenter = DarwinNotificationCenter(container: container)
+        self.directory = container.path
+    }
+
+    deinit {
+        for handle in logs.withLock({ $0.values }) { handle.retire() }
     }
 
     func logPath(_ identifier: String) -> String {
-        directory + "/" + identifier + LogFormat.fileSuffix
+        container.filePath(LogFile.name(identifier))
     }
 
     // MARK: - Writing
@@ -61,49 +66,39 @@ public final class FileTransiting: WormholeTransiting {
         }
         let nanoseconds = Syscalls.wallClockNanoseconds()
         let processID = Syscalls.cachedProcessID
-        let handle = handle(for: identifier)
-        let sequence: UInt64? = try withLockedLog(handle, create: true) { (log: inout LockedLog) throws(WormholeError) -> UInt64 in
-            var header: LogFormat.Header
-            if let existing = log.header {
-                header = existing
-            } else {
-                header = try log.initialize(configuration)
-            }
-            let sequence = header.lastSequence + 1
-            // The record is its 36-byte header (on the stack) and the payload where it
-            // is: one pwritev, no copy of the message.
-            let written: Result<Void, Errno> = payload.withUnsafeBytes { payload in
-                withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize, alignment: 8) { recordHeader in
-                    LogFormat.writeRecordHeader(into: recordHeader, sequence: sequence, nanoseconds: nanoseconds,
-                                                processID: processID, kind: kind, payload: payload)
-                    return Syscalls.write(log.fd, UnsafeRawBufferPointer(recordHeader), payload, at: Int64(header.committedEnd))
+        var sequence: UInt64?
+        for _ in 0..<4 {
+            let handle = handle(for: identifier)
+            sequence = try handle.withLockedLog(self, create: true) { (log: LogFile, header: LogFormat.Header, tail: inout LogFile.Tail) throws(WormholeError) in
+                let sequence = tail.lastSequence + 1
+                let written: Result<Void, Errno> = payload.withUnsafeBytes { payload in
+                    withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize + LogFormat.recordTrailerSize, alignment: 8) { frame in
+                        let head = UnsafeMutableRawBufferPointer(rebasing: frame[0..<LogFormat.recordHeaderSize])
+                        let trailer = UnsafeMutableRawBufferPointer(rebasing: frame[LogFormat.recordHeaderSize...])
+                        LogFormat.writeRecordFrame(into: head, trailer: trailer, logID: header.logID, sequence: sequence,
+                                                   nanoseconds: nanoseconds, processID: processID, kind: kind, payload: payload)
+                        return Syscalls.write(log.fd, header: UnsafeRawBufferPointer(head), payload: payload,
+                                              trailer: UnsafeRawBufferPointer(trailer), at: Int64(tail.end))
+                    }
                 }
-            }
-            if case .failure(let errno) = written {
-                if errno == .noSpace {
-                    throw WormholeError(.systemError,
-                        "no space left on the device of '\(log.path)': the message for '\(identifier)' was not passed; earlier messages are intact. Free some space and pass it again",
-                        path: log.path, errno: errno)
+                if case .failure(let errno) = written {
+                    // Whatever part was written is cut: earlier messages stay whole.
+                    _ = Syscalls.truncate(log.fd, to: Int64(tail.end))
+                    if errno == .noSpace {
+                        throw WormholeError(.systemError,
+                            "no space left on the device of '\(log.path)': the message for '\(identifier)' was not passed; earlier messages are intact. Free some space and pass it again",
+                            path: log.path, errno: errno)
+                    }
+                    throw WormholeError.system("append to", errno, path: log.path)
                 }
-                throw WormholeError.system("append to", errno, path: log.path)
+                tail = LogFile.Tail(end: tail.end + LogFormat.recordOverhead + payload.count, lastSequence: sequence, lastRecordOffset: tail.end)
+                return sequence
             }
-            header.lastRecordOffset = header.committedEnd
-            header.committedEnd += UInt64(LogFormat.recordHeaderSize + payload.count)
-            header.lastSequence = sequence
-            header.recordCount += 1
-            try log.write(header)
-            if header.recordCount > header.compactionRecordThreshold || header.committedEnd > header.compactionByteThreshold {
-                do throws(WormholeError) {
-                    try compact(&log, identifier: identifier)
-                } catch {
-                    // The message is committed; compaction is retried by the next pass.
-                    Logger(label: "Wormhole").warning("could not compact '\(log.path)': \(error)")
-                }
-            }
-            return sequence
+            if sequence != nil { break }
         }
-        guard let sequence else { throw WormholeError(.containerUnavailable, "cannot create '\(handle.path)'", path: handle.path) }
-        try notificationCenter.post(validatedName: identifier, path: handle.notificationPath)
+        guard let sequence else {
+            throw WormholeError(.systemError, "'\(logPath(identifier))' kept being replaced while this process tried to append to it", path: logPath(identifier))
+        }
         return WormholeRecord(identifier: identifier, sequence: sequence,
                               date: Date(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000),
                               processID: processID, kind: kind, payload: payload)
@@ -111,12 +106,10 @@ public final class FileTransiting: WormholeTransiting {
 
     public func clearMessageContents(identifier: String) throws(WormholeError) {
         try Identifier.validate(identifier)
-        _ = try withLockedLog(identifier, create: false) { (log: inout LockedLog) throws(WormholeError) -> Bool in
-            guard var header = log.header else { return false }
-            header.clearedThrough = header.lastSequence
-            try log.write(header)
-            try compact(&log, identifier: identifier)
-            return true
+        guard try LogFile.open(identifier, in: container, access: .readOnly, create: false).map({ $0.close() }) != nil else { return }
+        for _ in 0..<4 {
+            let done = try handle(for: identifier).withLockedLog(self, create: false, clearing: true) { _, _, _ throws(WormholeError) in true }
+            if done != nil { return }
         }
     }
 
@@ -125,7 +118,7 @@ public final class FileTransiting: WormholeTransiting {
             do throws(WormholeError) {
                 try clearMessageContents(identifier: identifier)
             } catch where error.code == .unsupportedFormat {
-                // Not a log of ours: left as it is.
+                // Not a log of ours (or of another version): left as it is.
                 continue
             }
         }
@@ -133,8 +126,7 @@ public final class FileTransiting: WormholeTransiting {
 
     /// Identifiers that have a log file in the directory.
     func identifiers() throws(WormholeError) -> [String] {
-        let names = try Syscalls.directoryEntries(directory).orThrow("list", path: directory)
-        return names.compactMap { name in
+        try container.entries().compactMap { name in
             guard name.hasSuffix(LogFormat.fileSuffix), !name.hasPrefix(".") else { return nil }
             let identifier = String(name.dropLast(LogFormat.fileSuffix.count))
             return (try? Identifier.validate(identifier)) == nil ? nil : identifier
@@ -145,24 +137,45 @@ public final class FileTransiting: WormholeTransiting {
 
     public func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord? {
         try Identifier.validate(identifier)
-        do throws(WormholeError) {
-            return try LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: false)?.latest()
-        } catch where error.code == .corruptRecord {
-            // A header read torn by a concurrent append can point past what was read:
-            // look once more before calling the record corrupt.
-            return try LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: false)?.latest()
+        guard let log = try LogFile.open(identifier, in: container, access: .readOnly, create: false) else { return nil }
+        defer { log.close() }
+        guard let header = log.header else { return nil }
+        let buffer = ReadBuffer()
+        let size = Int(try log.status().st_size)
+        let tail = try log.findTail(size: size, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer)
+        guard let offset = tail.lastRecordOffset, tail.lastSequence > header.clearedThrough else { return nil }
+        let bytes = try buffer.read(log.fd, from: offset, count: tail.end - offset, path: log.path)
+        guard case .record(let frame, _) = LogFormat.parse(bytes, at: 0, logID: header.logID, maximumPayload: configuration.maximumMessageSize) else {
+            throw WormholeError.corrupt("the last record changed while it was read", path: log.path)
         }
+        return LogFormat.record(frame, in: bytes, at: 0, identifier: identifier)
     }
 
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
         var result: [WormholeIdentifierSummary] = []
+        let buffer = ReadBuffer()
         for identifier in try identifiers() {
-            guard let snapshot = try? LogSnapshot(path: logPath(identifier), identifier: identifier, wholeLog: true) else { continue }
-            let visible = snapshot.records.filter { $0.sequence > snapshot.header.clearedThrough }
+            guard let log = try? LogFile.open(identifier, in: container, access: .readOnly, create: false) else { continue }
+            defer { log.close() }
+            guard let header = log.header else { continue }
+            var count = 0
+            var bytes = 0
+            var last = header.baseSequence
+            var lastNanoseconds: Int64?
+            _ = try? log.walk(from: LogFormat.headerSize, header: header, maximumPayload: LogFormat.maximumPayloadLength, buffer: buffer) { item in
+                if case .record(let frame, _, _, _, _) = item {
+                    last = max(last, frame.sequence)
+                    if frame.sequence > header.clearedThrough {
+                        count += 1
+                        bytes += frame.payloadLength
+                        lastNanoseconds = frame.nanoseconds
+                    }
+                }
+                return true
+            }
             result.append(WormholeIdentifierSummary(
-                identifier: identifier, messageCount: visible.count,
-                byteCount: visible.reduce(0) { $0 + $1.payload.count },
-                lastSequence: snapshot.header.lastSequence, lastUpdate: visible.last?.date))
+                identifier: identifier, messageCount: count, byteCount: bytes, lastSequence: last,
+                lastUpdate: lastNanoseconds.map { Date(timeIntervalSince1970: Double($0) / 1_000_000_000) }))
         }
         return result
     }
@@ -174,67 +187,17 @@ public final class FileTransiting: WormholeTransiting {
 
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Identifier.validate(identifier)
-        let id = try notificationCenter.subscribe(identifier) { event in
+        return try InotifyEngine.shared.subscribe(directory: directory, name: LogFile.name(identifier), kind: .log) { event in
             switch event {
-            case .changed, .rescan: handler(.wake)
+            case .appended: handler(.wake)
+            case .replaced, .rescan: handler(.replaced)
+            case .posted: break
             case .failed(let error): handler(.failed(error))
             }
         }
-        return EngineObservation(id: id)
     }
 
     // MARK: - The locked log
-
-    /// One identifier's log, opened for writing, under its `flock` and the handle's mutex.
-    struct LockedLog {
-        let fd: FileDescriptor
-        let path: String
-        /// `nil` when the file has just been created and has no header yet.
-        var header: LogFormat.Header?
-
-        mutating func initialize(_ configuration: Wormhole.Configuration) throws(WormholeError) -> LogFormat.Header {
-            var header = LogFormat.Header()
-            header.logID = UInt64.random(in: 1...UInt64.max)
-            header.compactionRecordThreshold = UInt32(clamping: 2 * configuration.retainedMessageCount)
-            header.compactionByteThreshold = UInt64(LogFormat.headerSize + 2 * configuration.retainedByteCount)
-            try write(header)
-            return header
-        }
-
-        /// Writes the header with one 128-byte `pwrite` (the commit point of an append).
-        mutating func write(_ header: LogFormat.Header) throws(WormholeError) {
-            let fd = self.fd
-            let result = withUnsafeTemporaryAllocation(byteCount: LogFormat.headerSize, alignment: 8) { bytes in
-                header.encode(into: bytes)
-                return Syscalls.write(fd, UnsafeRawBufferPointer(bytes), at: 0)
-            }
-            try result.orThrow("write the header of", path: path)
-            self.header = header
-        }
-    }
-
-    /// A cached descriptor for one identifier's log, and the paths of its files. Its
-    /// mutex keeps threads of this process apart (a `flock` is shared by every thread
-    /// using the same descriptor).
-    final class LogHandle: Sendable {
-        let descriptor = Locked<FileDescriptor?>(nil)
-        /// `<directory>/<identifier>.wormhole`.
-        let path: String
-        /// `<directory>/<identifier>.notification`, touched after each append.
-        let notificationPath: String
-
-        init(path: String, notificationPath: String) {
-            self.path = path
-            self.notificationPath = notificationPath
-        }
-
-        func close() {
-            descriptor.withLock { fd in
-                try? fd?.close()
-                fd = nil
-            }
-        }
-    }
 
     private func handle(for identifier: String) -> LogHandle {
         let (handle, evicted) = logs.withLock { logs -> (LogHandle, [LogHandle]) in
@@ -243,201 +206,161 @@ public final class FileTransiting: WormholeTransiting {
             while logs.count >= Self.cachedLogLimit, let key = logs.keys.first {
                 evicted.append(logs.removeValue(forKey: key)!)
             }
-            let handle = LogHandle(path: logPath(identifier), notificationPath: notificationCenter.path(forName: identifier))
+            let handle = LogHandle(identifier: identifier)
             logs[identifier] = handle
             return (handle, evicted)
         }
-        for old in evicted { old.close() }
+        for old in evicted { old.retire() }
         return handle
     }
 
-    /// Runs `body` with the log of `identifier` locked against every other writer. The
-    /// log is opened (and created when `create`) as needed; a log that was replaced or
-    /// deleted since it was opened is opened again. Returns `nil` when the log does not
-    /// exist and `create` is false.
-    func withLockedLog<T: Sendable>(_ identifier: String, create: Bool, _ body: (inout LockedLog) throws(WormholeError) -> T) throws(WormholeError) -> T? {
-        try withLockedLog(handle(for: identifier), create: create, body)
-    }
+    /// A cached descriptor for one identifier's log, with what a writer learned of it.
+    /// Its mutex keeps threads of this process apart (a `flock` is shared by every
+    /// thread using the same descriptor). Once retired (evicted from the cache, or its
+    /// wormhole released) it is closed and refuses work: the caller takes a new handle.
+    final class LogHandle: Sendable {
+        let identifier: String
+        private let state = Locked(State())
 
-    /// ``withLockedLog(_:create:_:)`` with the handle already found.
-    func withLockedLog<T: Sendable>(_ handle: LogHandle, create: Bool, _ body: (inout LockedLog) throws(WormholeError) -> T) throws(WormholeError) -> T? {
-        let path = handle.path
-        return try handle.descriptor.withLock { (cached: inout FileDescriptor?) throws(WormholeError) -> T? in
-            for _ in 0..<64 {
-                let fd: FileDescriptor
-                if let open = cached {
-                    fd = open
-                } else {
-                    guard let opened = try openLog(path, create: create) else { return nil }
-                    fd = opened
-                    cached = opened
-                }
-                try Syscalls.lock(fd).orThrow("lock", path: path)
-                let status: stat
-                do throws(WormholeError) {
-                    status = try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
-                } catch {
-                    Syscalls.unlock(fd)
-                    throw error
-                }
-                if status.st_nlink == 0 {
-                    // Replaced by a compaction, or deleted: this inode is no longer the log.
-                    Syscalls.unlock(fd)
-                    try? fd.close()
-                    cached = nil
-                    continue
-                }
-                do throws(WormholeError) {
-                    let header = try Self.readHeader(fd, path: path)
-                    // Under the lock a log's data is always written before its header: a
-                    // commit offset past the end of the file is damage, not a write in flight.
-                    if let header, header.committedEnd > UInt64(status.st_size) {
-                        throw WormholeError(.unsupportedFormat,
-                            "'\(path)' has a damaged header (commit offset \(header.committedEnd) is past the end of the file); move it out of the container or delete it",
-                            path: path)
+        private struct State {
+            var log: LogFile?
+            var tail: LogFile.Tail?
+            var retired = false
+            var buffer: ReadBuffer?
+        }
+
+        init(identifier: String) { self.identifier = identifier }
+
+        func retire() {
+            state.withLock { state in
+                state.retired = true
+                state.log?.close()
+                state.log = nil
+                state.tail = nil
+            }
+        }
+
+        /// Runs `body` with the log locked against every other writer, its header and
+        /// the tail (the end of its whole records; a torn tail was cut). The log is opened
+        /// (and created when `create`) as needed; one that was replaced or deleted since it
+        /// was opened is opened again. After `body` the log is compacted when due (always
+        /// when `clearing`). Returns `nil` when the handle was retired meanwhile, or when
+        /// the log does not exist and `create` is false.
+        func withLockedLog<T>(_ transiting: FileTransiting, create: Bool, clearing: Bool = false,
+                              _ body: (LogFile, LogFormat.Header, inout LogFile.Tail) throws(WormholeError) -> T) throws(WormholeError) -> T? {
+            try state.withLock { (state: inout State) throws(WormholeError) -> T? in
+                guard !state.retired else { return nil }
+                let configuration = transiting.configuration
+                let buffer = state.buffer ?? ReadBuffer()
+                state.buffer = buffer
+                for _ in 0..<64 {
+                    if state.log == nil {
+                        let opened: LogFile?
+                        do throws(WormholeError) {
+                            opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
+                        } catch where error.code == .containerUnavailable && create {
+                            // The container was deleted (or moved away): make it again, as
+                            // the listeners expect, and open the log in the new one.
+                            try transiting.container.refresh()
+                            opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
+                        }
+                        guard let opened else { return nil }
+                        state.log = opened
+                        state.tail = nil
                     }
-                    var log = LockedLog(fd: fd, path: path, header: header)
-                    let result = try body(&log)
-                    Syscalls.unlock(fd)
-                    return result
-                } catch {
-                    Syscalls.unlock(fd)
-                    throw error
+                    var log = state.log!
+                    try Syscalls.lock(log.fd).orThrow("lock", path: log.path)
+                    do throws(WormholeError) {
+                        let status = try log.status()
+                        if status.st_nlink == 0 {
+                            // Replaced by a compaction, or deleted: this inode is no longer the log.
+                            Syscalls.unlock(log.fd)
+                            log.close()
+                            state.log = nil
+                            continue
+                        }
+                        let size = Int(status.st_size)
+                        let header: LogFormat.Header
+                        if let known = log.header {
+                            header = known
+                        } else if size == 0 {
+                            header = Self.newHeader(configuration)
+                            try header.encoded().withUnsafeBytes { Syscalls.write(log.fd, $0, at: 0) }.orThrow("write the header of", path: log.path)
+                            state.tail = LogFile.Tail(end: LogFormat.headerSize, lastSequence: 0, lastRecordOffset: nil)
+                        } else {
+                            guard let read = try log.readHeader() else { throw WormholeError(.unsupportedFormat, "'\(log.path)' has no header", path: log.path) }
+                            header = read
+                        }
+                        log.header = header
+                        state.log = log
+                        var tail = try Self.currentTail(log, header: header, size: max(size, LogFormat.headerSize), known: state.tail,
+                                                        maximumPayload: LogFormat.maximumPayloadLength, buffer: buffer)
+                        if tail.end < size {
+                            // A record torn by a writer that was killed: cut it.
+                            try Syscalls.truncate(log.fd, to: Int64(tail.end)).orThrow("cut the torn end of", path: log.path)
+                        }
+                        state.tail = tail
+                        let result = try body(log, header, &tail)
+                        state.tail = tail
+                        if clearing || tail.end > header.compactionByteThreshold
+                            || tail.lastSequence &- header.baseSequence > header.compactionRecordThreshold {
+                            do throws(WormholeError) {
+                                let compaction = LogCompaction(container: transiting.container, identifier: identifier, configuration: configuration)
+                                let (newLog, newTail) = try compaction.compact(log, header: header, tail: tail, clearing: clearing, buffer: buffer)
+                                Syscalls.unlock(log.fd)
+                                log.close()
+                                state.log = newLog
+                                state.tail = newTail
+                                Syscalls.unlock(newLog.fd)
+                                buffer.shrink()
+                                return result
+                            } catch {
+                                if clearing { throw error }
+                                // The message is committed; compaction is tried again by the next pass.
+                                Logger(label: "Wormhole").warning("could not compact '\(log.path)': \(error)")
+                            }
+                        }
+                        Syscalls.unlock(log.fd)
+                        return result
+                    } catch {
+                        Syscalls.unlock(log.fd)
+                        if error.code == .unsupportedFormat {
+                            log.close()
+                            state.log = nil
+                        }
+                        throw error
+                    }
                 }
-            }
-            throw WormholeError(.systemError, "'\(path)' kept being replaced while this process tried to lock it", path: path)
-        }
-    }
-
-    private func openLog(_ path: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
-        var options: FileDescriptor.OpenOptions = [.noFollow, .closeOnExec]
-        if create { options.insert(.create) }
-        for attempt in 0..<2 {
-            do {
-                return try FileDescriptor.open(FilePath(path), .readWrite, options: options, permissions: [.ownerReadWrite])
-            } catch {
-                let errno = (error as? Errno) ?? .ioError
-                if errno == .noSuchFileOrDirectory {
-                    guard create, attempt == 0 else { return nil }
-                    // The directory was deleted: recreate it, as the listeners do.
-                    try WormholeContainer.prepare(directory, createParents: true)
-                    continue
-                }
-                if errno == .tooManySymbolicLinkLevels {
-                    throw WormholeError(.containerInsecure, "'\(path)' is a symbolic link; Wormhole does not follow links in its container. Remove it", path: path, errno: errno)
-                }
-                throw WormholeError.system("open", errno, path: path)
-            }
-        }
-        return nil
-    }
-
-    /// Reads a header without holding the lock, as readers do. A writer may be rewriting
-    /// it at that instant, and a read that overlaps the write can mix old and new fields
-    /// (seen: a new last-record offset with an old commit offset), so a header that looks
-    /// damaged is read again before it is reported.
-    static func readHeaderUnlocked(_ fd: FileDescriptor, path: String) throws(WormholeError) -> LogFormat.Header? {
-        var attempt = 0
-        while true {
-            do throws(WormholeError) {
-                return try readHeader(fd, path: path)
-            } catch where error.code == .unsupportedFormat && attempt < 3 {
-                attempt += 1
-                sched_yield()
-            }
-        }
-    }
-
-    /// Reads and decodes the header with one `pread` into a buffer on the stack; `nil`
-    /// for an empty file (a log being created).
-    static func readHeader(_ fd: FileDescriptor, path: String) throws(WormholeError) -> LogFormat.Header? {
-        try withUnsafeTemporaryAllocation(byteCount: LogFormat.headerSize, alignment: 8) { bytes -> Result<LogFormat.Header?, WormholeError> in
-            switch Syscalls.read(fd, into: bytes, at: 0) {
-            case .success(let count):
-                return Result { () throws(WormholeError) in
-                    try LogFormat.Header.decode(UnsafeRawBufferPointer(rebasing: bytes[..<count]), path: path)
-                }
-            case .failure(let errno):
-                return .failure(WormholeError.system("read the header of", errno, path: path))
-            }
-        }.get()
-    }
-
-    // MARK: - Compaction
-
-    /// Rewrites the log with only what must be kept: the retained history (the last
-    /// ``Wormhole/Configuration/retainedMessageCount`` messages within
-    /// ``Wormhole/Configuration/retainedByteCount``, never cleared ones) and every record
-    /// a live listener has not read yet. The new file replaces the old by `rename`;
-    /// readers holding the old one read it to its end, then move to the new one.
-    func compact(_ log: inout LockedLog, identifier: String) throws(WormholeError) {
-        guard let header = log.header else { return }
-        let bytes = try LogSnapshot.read(log.fd, from: LogFormat.headerSize, to: Int(header.committedEnd), path: log.path)
-        // Where each record starts, and its sequence number and size.
-        var entries: [(offset: Int, sequence: UInt64, length: Int)] = []
-        bytes.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                if let (sequence, length) = LogFormat.peek(buffer, at: offset), offset + length <= buffer.count {
-                    entries.append((offset, sequence, length))
-                    offset += length
-                } else {
-                    offset = LogFormat.nextMarker(in: buffer, after: offset) ?? buffer.count
-                }
+                throw WormholeError(.systemError, "'\(transiting.logPath(identifier))' kept being replaced while this process tried to lock it", path: transiting.logPath(identifier))
             }
         }
-        // The retained history: newest first, within both limits, the latest always.
-        var keepFrom = header.lastSequence + 1
-        var keptCount = 0
-        var keptBytes = 0
-        for entry in entries.reversed() where entry.sequence > header.clearedThrough {
-            let payload = entry.length - LogFormat.recordHeaderSize
-            if keptCount > 0 && (keptCount >= configuration.retainedMessageCount || keptBytes + payload > configuration.retainedByteCount) { break }
-            keepFrom = entry.sequence
-            keptCount += 1
-            keptBytes += payload
-        }
-        // A claim is another process's file: any value must be safe here.
-        if let claim = ListenerCursor.lowestLiveClaim(container: directory, identifier: identifier),
-           case (let next, false) = claim.addingReportingOverflow(1) {
-            keepFrom = min(keepFrom, next)
-        }
-        let firstKept = entries.firstIndex { $0.sequence >= keepFrom } ?? entries.count
-        let start = firstKept < entries.count ? entries[firstKept].offset : bytes.count
-        let kept = entries.count - firstKept
 
-        var newHeader = header
-        newHeader.recordCount = UInt32(kept)
-        newHeader.committedEnd = UInt64(LogFormat.headerSize + bytes.count - start)
-        newHeader.lastRecordOffset = kept > 0 ? UInt64(LogFormat.headerSize + entries[entries.count - 1].offset - start) : 0
-        newHeader.compactionRecordThreshold = UInt32(clamping: max(2 * configuration.retainedMessageCount, kept + configuration.retainedMessageCount))
-        newHeader.compactionByteThreshold = UInt64(LogFormat.headerSize) + UInt64(max(2 * configuration.retainedByteCount, bytes.count - start + configuration.retainedByteCount))
-
-        let temporary = directory + "/." + identifier + LogFormat.fileSuffix + ".compacting"
-        do {
-            let fd = try FileDescriptor.open(FilePath(temporary), .writeOnly,
-                                             options: [.create, .truncate, .noFollow, .closeOnExec],
-                                             permissions: [.ownerReadWrite])
-            defer { try? fd.close() }
-            _ = try fd.writeAll(toAbsoluteOffset: 0, newHeader.encoded())
-            _ = try bytes[start...].withUnsafeBytes { try fd.writeAll(toAbsoluteOffset: Int64(LogFormat.headerSize), $0) }
-        } catch {
-            _ = Syscalls.unlink(temporary)
-            throw WormholeError.system("write compacted log", (error as? Errno) ?? .ioError, path: temporary)
+        private static func newHeader(_ configuration: Wormhole.Configuration) -> LogFormat.Header {
+            var header = LogFormat.Header()
+            header.logID = UInt64.random(in: 1...UInt64.max)
+            header.compactionByteThreshold = UInt64(LogFormat.headerSize)
+                + 2 * UInt64(configuration.retainedByteCount + configuration.retainedMessageCount * LogFormat.recordOverhead)
+            header.compactionRecordThreshold = 2 * UInt64(configuration.retainedMessageCount)
+            return header
         }
-        try Syscalls.rename(temporary, log.path).orThrow("replace", path: log.path)
-        log.header = newHeader
+
+        /// The tail of a locked log of `size` bytes: what this process knows when nobody
+        /// wrote since its last pass, else what the records after that say, else found anew.
+        private static func currentTail(_ log: LogFile, header: LogFormat.Header, size: Int, known: LogFile.Tail?,
+                                        maximumPayload: Int, buffer: ReadBuffer) throws(WormholeError) -> LogFile.Tail {
+            if let known, known.end == size { return known }
+            if let known, known.end < size {
+                var tail = known
+                tail.end = try log.walk(from: known.end, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
+                    if case .record(let frame, _, _, let offset, _) = item {
+                        tail.lastSequence = max(tail.lastSequence, frame.sequence)
+                        tail.lastRecordOffset = offset
+                    }
+                    return true
+                }
+                return tail
+            }
+            return try log.findTail(size: size, header: header, maximumPayload: maximumPayload, buffer: buffer)
+        }
     }
-}
-
-/// An engine subscription, as a ``WormholeTransitingObservation``.
-final class EngineObservation: WormholeTransitingObservation {
-    private let id: UInt64
-    private let cancelled = Atomic<Bool>(false)
-    init(id: UInt64) { self.id = id }
-    func cancel() {
-        guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        InotifyEngine.shared.unsubscribe(id)
-    }
-    deinit { cancel() }
 }

@@ -7,99 +7,155 @@ import SystemPackage
 /// read it". One file per listener in `.listeners/<identifier>/`, holding N as 8 bytes
 /// little-endian, locked with `flock(LOCK_EX)` for as long as the listener lives.
 ///
-/// Compaction keeps records above the lowest claim of a live listener, so a listener
-/// that stalls (or whose process is stopped) loses nothing. A claim whose file is not
-/// locked belongs to a process that died; compaction deletes it.
+/// Compaction keeps records above the lowest claim of a live listener, up to the backlog
+/// cap, so a listener that stalls (or whose process is stopped) loses nothing within it.
+/// A claim whose file is not locked belongs to a process that died; compaction deletes
+/// it. The claim is written in batches (see ``update(_:)``): a claim that lags only makes
+/// compaction keep a little more.
 final class ListenerCursor {
     private let fd: FileDescriptor
-    private let path: String
+    private let directory: FileDescriptor
+    private let name: String
+    private var written: UInt64 = 0
     private var closed = false
+    /// The claim is written when it has moved at least this far.
+    private let step: UInt64
 
-    static func directory(in container: String, identifier: String) -> String {
-        container + "/.listeners/" + identifier
+    static let claimsDirectory = ".listeners"
+
+    /// Opens (creating, 0700, checked like the container) `.listeners/<identifier>/`.
+    static func openDirectory(in container: ContainerDirectory, identifier: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
+        let top: FileDescriptor
+        if create {
+            top = try container.subdirectory(claimsDirectory)
+        } else {
+            switch Syscalls.retrying({ openat(container.current.descriptor.rawValue, claimsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
+            case .success(let value): top = FileDescriptor(rawValue: value)
+            case .failure: return nil
+            }
+        }
+        defer { try? top.close() }
+        if create { _ = mkdirat(top.rawValue, identifier, 0o700) }
+        switch Syscalls.retrying({ openat(top.rawValue, identifier, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
+        case .success(let value):
+            let fd = FileDescriptor(rawValue: value)
+            do throws(WormholeError) {
+                try ContainerDirectory.checkOwnership(fd, path: container.filePath(claimsDirectory + "/" + identifier))
+            } catch {
+                try? fd.close()
+                throw error
+            }
+            return fd
+        case .failure(let errno):
+            if !create { return nil }
+            throw WormholeError.system("open", errno, path: container.filePath(claimsDirectory + "/" + identifier))
+        }
     }
 
     /// Creates the claim, initially 0 (keep everything), already locked when it appears
-    /// under its final name.
-    init(container: String, identifier: String) throws(WormholeError) {
-        let directory = Self.directory(in: container, identifier: identifier)
-        try WormholeContainer.prepare(container + "/.listeners", createParents: true)
-        try WormholeContainer.prepare(directory, createParents: false)
-        let name = "\(Syscalls.processID)-\(String(UInt64.random(in: 1...UInt64.max), radix: 16))"
-        let temporary = directory + "/." + name
-        let fd: FileDescriptor
-        do {
-            fd = try FileDescriptor.open(FilePath(temporary), .readWrite,
-                                         options: [.create, .exclusiveCreate, .noFollow, .closeOnExec],
-                                         permissions: [.ownerReadWrite])
-        } catch {
-            throw WormholeError.system("create listener cursor", (error as? Errno) ?? .ioError, path: temporary)
+    /// under its final name. Its temporary name starts with `.` and holds this process's
+    /// id: a compactor leaves it alone while this process lives.
+    init(container: ContainerDirectory, identifier: String, step: UInt64) throws(WormholeError) {
+        guard let directory = try Self.openDirectory(in: container, identifier: identifier, create: true) else {
+            throw WormholeError(.containerUnavailable, "cannot create the listener claims of '\(identifier)'", path: container.path)
         }
+        let name = "\(Syscalls.processID)-\(String(UInt64.random(in: 1...UInt64.max), radix: 16))"
+        let temporary = "." + name
+        let where_ = container.filePath(Self.claimsDirectory + "/" + identifier + "/" + name)
+        let opened = Syscalls.retrying { openat(directory.rawValue, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode_t(0o600)) }
+        guard case .success(let raw) = opened else {
+            try? directory.close()
+            if case .failure(let errno) = opened { throw WormholeError.system("create listener claim", errno, path: where_) }
+            throw WormholeError.system("create listener claim", .ioError, path: where_)
+        }
+        let fd = FileDescriptor(rawValue: raw)
         do throws(WormholeError) {
-            try Syscalls.lock(fd).orThrow("lock listener cursor", path: temporary)
-            try Self.write(0, to: fd, path: temporary)
-            try Syscalls.rename(temporary, directory + "/" + name).orThrow("publish listener cursor", path: temporary)
+            try Syscalls.lock(fd).orThrow("lock listener claim", path: where_)
+            try Self.write(0, to: fd, path: where_)
+            try Syscalls.retrying({ renameat(directory.rawValue, temporary, directory.rawValue, name) })
+                .map { _ in () }.orThrow("publish listener claim", path: where_)
         } catch {
-            _ = Syscalls.unlink(temporary)
+            _ = unlinkat(directory.rawValue, temporary, 0)
             try? fd.close()
+            try? directory.close()
             throw error
         }
         self.fd = fd
-        self.path = directory + "/" + name
+        self.directory = directory
+        self.name = name
+        self.step = max(1, step)
     }
 
-    /// Records that everything up to `sequence` has been read.
-    func update(_ sequence: UInt64) {
-        guard !closed else { return }
-        try? Self.write(sequence, to: fd, path: path)
+    /// Records that everything up to `sequence` has been read: written when it moved at
+    /// least the step since the last write, or when `force` is set.
+    func update(_ sequence: UInt64, force: Bool = false) {
+        guard !closed, sequence != written, force || sequence &- written >= step || sequence < written else { return }
+        try? Self.write(sequence, to: fd, path: name)
+        written = sequence
     }
 
     /// Withdraws the claim.
     func close() {
         guard !closed else { return }
         closed = true
-        _ = Syscalls.unlink(path)
+        _ = unlinkat(directory.rawValue, name, 0)
         try? fd.close()
+        try? directory.close()
     }
 
     deinit { close() }
 
     private static func write(_ sequence: UInt64, to fd: FileDescriptor, path: String) throws(WormholeError) {
-        let bytes = withUnsafeBytes(of: sequence.littleEndian) { Array($0) }
-        do {
-            _ = try fd.writeAll(toAbsoluteOffset: 0, bytes)
-        } catch {
-            throw WormholeError.system("write listener cursor", (error as? Errno) ?? .ioError, path: path)
-        }
+        var value = sequence.littleEndian
+        let result = withUnsafeBytes(of: &value) { Syscalls.write(fd, $0, at: 0) }
+        try result.orThrow("write listener claim", path: path)
     }
 
     /// The lowest claim among live listeners of `identifier`, deleting the claims of
     /// listeners that died. `nil` when no listener is live.
-    static func lowestLiveClaim(container: String, identifier: String) -> UInt64? {
-        let directory = directory(in: container, identifier: identifier)
-        guard case .success(let names) = Syscalls.directoryEntries(directory) else { return nil }
+    static func lowestLiveClaim(container: ContainerDirectory, identifier: String) -> UInt64? {
+        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return nil }
+        defer { try? directory.close() }
+        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return nil }
         var lowest: UInt64?
         for name in names {
-            let path = directory + "/" + name
-            guard let fd = try? FileDescriptor.open(FilePath(path), .readOnly, options: [.noFollow, .closeOnExec]) else { continue }
+            let opened = Syscalls.retrying { openat(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+            guard case .success(let raw) = opened else { continue }
+            let fd = FileDescriptor(rawValue: raw)
             defer { try? fd.close() }
+            guard case .success(let status) = Syscalls.fileStatus(fd), status.isRegularFile else { continue }
+            let being = name.hasPrefix(".")
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
             case .success:
-                // Nobody holds it: its listener is gone.
-                _ = Syscalls.unlink(path)
                 Syscalls.unlock(fd)
+                // Nobody holds it. A claim being created is unlocked for a moment between
+                // its creation and its lock: it is removed only once its process is gone.
+                if being, processIsAlive(name.dropFirst()) { continue }
+                _ = unlinkat(directory.rawValue, name, 0)
             case .failure(.wouldBlock):
-                // Being created: its listener reads the log only after publishing it, so
-                // nothing it needs can be dropped yet.
-                if name.hasPrefix(".") { continue }
+                if being { continue }
                 var value: UInt64 = 0
-                let count = (try? withUnsafeMutableBytes(of: &value) { try fd.read(fromAbsoluteOffset: 0, into: $0) }) ?? 0
-                let claim = count == 8 ? UInt64(littleEndian: value) : 0
+                let count = withUnsafeMutableBytes(of: &value) { Syscalls.read(fd, into: $0, at: 0) }
+                let claim = (try? count.get()) == 8 ? UInt64(littleEndian: value) : 0
                 lowest = min(lowest ?? claim, claim)
             case .failure:
                 continue
             }
         }
         return lowest
+    }
+
+    /// Whether the process whose id starts `name` (`<pid>-<hex>`) exists.
+    private static func processIsAlive(_ name: Substring) -> Bool {
+        guard let dash = name.firstIndex(of: "-"), let pid = Int32(name[..<dash]), pid > 0 else { return false }
+        return kill(pid, 0) == 0 || Glibc.errno != ESRCH
+    }
+
+    /// The live claims of `identifier`: how many listeners hold one.
+    static func liveClaimCount(container: ContainerDirectory, identifier: String) -> Int {
+        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return 0 }
+        defer { try? directory.close() }
+        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return 0 }
+        return names.filter { !$0.hasPrefix(".") }.count
     }
 }

@@ -33,8 +33,10 @@ public protocol WormholeTransiting: Sendable {
     /// ``observe(identifier:handler:)`` so that no wake-up is missed in between.
     func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader
 
-    /// Calls `handler` (on any thread; it must not block) whenever records may have
-    /// been added to `identifier`.
+    /// Calls `handler` whenever records may have been added to `identifier`. The file
+    /// back end calls it on its inotify reader thread, where listeners without a queue
+    /// then read and run; a back end whose events arrive on a thread that must not block
+    /// (an event loop) moves them to another thread first.
     func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation
 }
 
@@ -47,12 +49,23 @@ public protocol WormholeTransitingReader: AnyObject {
 
     /// Releases the reader's resources; later reads return nothing.
     func close()
+
+    /// The file (or table) behind the position may have been replaced: the next read,
+    /// once it has read what it holds to the end, looks at what is there now.
+    func invalidate()
+}
+
+extension WormholeTransitingReader {
+    public func invalidate() {}
 }
 
 /// What an observation reports.
 public enum WormholeTransitingEvent: Sendable {
     /// Records may have been added: read again.
     case wake
+    /// What holds the records may have been replaced (a compaction, a deletion, lost
+    /// events): tell the reader (``WormholeTransitingReader/invalidate()``), then read.
+    case replaced
     /// Observing ended with this error.
     case failed(WormholeError)
 }

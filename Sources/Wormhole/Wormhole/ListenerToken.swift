@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 import Synchronization
 
@@ -5,12 +8,19 @@ import Synchronization
 /// ``Wormhole/listenForMessage(withIdentifier:as:startingFrom:queue:onError:listener:)``.
 ///
 /// The listener runs until ``cancel()`` is called, its wormhole stops listening to its
-/// identifier, or the wormhole is released. Dropping the token does not stop it.
+/// identifier (``Wormhole/stopListeningForMessage(withIdentifier:)``), or the wormhole is
+/// released. The wormhole keeps the token: dropping it (`_ = try wormhole.listen...`)
+/// does not stop the listener, as with MMWormhole.
+///
+/// Without a queue, the listener runs on the process's inotify reader thread, the one
+/// that was woken: no thread hop, so the lowest latency. Keep it short (hand long work to
+/// a queue of your own) because the other listeners of the process wait meanwhile. With a
+/// `queue:` it runs there: one hop.
 public final class ListenerToken: Sendable, Hashable {
     /// The identifier listened to.
     public let identifier: String
 
-    private let queue: DispatchQueue
+    private let queue: DispatchQueue?
     private let reader: Locked<(any WormholeTransitingReader)?>
     private let observation: Locked<(any WormholeTransitingObservation)?>
     private let onError: @Sendable (WormholeError) -> Void
@@ -18,6 +28,9 @@ public final class ListenerToken: Sendable, Hashable {
     private let onCancel: @Sendable () -> Void
     private let cancelled = Atomic<Bool>(false)
     private let drainScheduled = Atomic<Bool>(false)
+    /// Held while the listener is called: ``cancel()`` from another thread waits for a
+    /// call in progress, so that no call starts after it returns.
+    private let delivery = DeliveryLock()
 
     init(
         transiting: any WormholeTransiting,
@@ -29,7 +42,7 @@ public final class ListenerToken: Sendable, Hashable {
         onCancel: @escaping @Sendable () -> Void
     ) throws(WormholeError) {
         self.identifier = identifier
-        self.queue = DispatchQueue(label: "Wormhole.listener.\(identifier)", target: queue)
+        self.queue = queue.map { DispatchQueue(label: "Wormhole.listener.\(identifier)", target: $0) }
         self.onError = onError
         self.listener = listener
         self.onCancel = onCancel
@@ -47,24 +60,33 @@ public final class ListenerToken: Sendable, Hashable {
         self.reader = Locked(reader)
         self.observation = Locked(observation)
         relay.connect(self)
-        // Anything passed before the relay was connected is found by this first drain.
-        scheduleDrain()
+        // Anything passed before the relay was connected is found by this first drain,
+        // on a queue: the caller's thread is not made to run the listener.
+        let first = self.queue ?? DispatchQueue.global()
+        first.async { [self] in drain() }
     }
 
     fileprivate func receive(_ event: WormholeTransitingEvent) {
         switch event {
         case .wake:
-            scheduleDrain()
+            wake()
+        case .replaced:
+            reader.withLock { $0?.invalidate() }
+            wake()
         case .failed(let error):
-            queue.async { [self] in
-                if !isCancelled { onError(error) }
+            (queue ?? DispatchQueue.global()).async { [self] in
+                delivery.run { if !isCancelled { onError(error) } }
             }
         }
     }
 
-    /// Wake-ups that arrive before the drain has started again collapse into one: the
-    /// drain reads everything there is.
-    private func scheduleDrain() {
+    /// Without a queue: drain here, on the thread that was woken. With one: wake-ups
+    /// that arrive before the drain has started again collapse into one.
+    private func wake() {
+        guard let queue else {
+            drain()
+            return
+        }
         guard !drainScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         queue.async { [self] in
             drainScheduled.store(false, ordering: .sequentiallyConsistent)
@@ -72,28 +94,30 @@ public final class ListenerToken: Sendable, Hashable {
         }
     }
 
-    /// Reads and delivers until a read finds nothing new. The first read hands over
-    /// what was committed when it looked; the last one, after delivery, checks that
-    /// nothing came since and that the log file was not replaced meanwhile.
+    /// Reads and delivers until a read finds nothing new. Drains of one token never
+    /// overlap: the delivery lock is held for the whole drain.
     private func drain() {
         let maximumCount = 256
-        while !isCancelled {
-            let batch: [Result<WormholeRecord, WormholeError>]
-            do throws(WormholeError) {
-                batch = try reader.withLock { (reader) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] in
-                    try reader?.read(maximumCount: maximumCount) ?? []
+        delivery.run {
+            while !isCancelled {
+                let batch: [Result<WormholeRecord, WormholeError>]
+                do throws(WormholeError) {
+                    batch = try reader.withLock { (reader) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] in
+                        try reader?.read(maximumCount: maximumCount) ?? []
+                    }
+                } catch {
+                    if !isCancelled { onError(error) }
+                    return
                 }
-            } catch {
-                onError(error)
-                return
-            }
-            if batch.isEmpty { return }
-            for item in batch {
-                if isCancelled { return }
-                switch item {
-                case .success(let record): listener(record)
-                case .failure(let error): onError(error)
+                if batch.isEmpty { return }
+                for item in batch {
+                    if isCancelled { return }
+                    switch item {
+                    case .success(let record): listener(record)
+                    case .failure(let error): onError(error)
+                    }
                 }
+                if batch.count < maximumCount { return }
             }
         }
     }
@@ -102,13 +126,16 @@ public final class ListenerToken: Sendable, Hashable {
     public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
 
     /// Stops this listener and releases its watch and its claim on the log. No call of
-    /// the listener starts after this returns. Calling it again does nothing.
+    /// the listener starts after this returns: a call in progress on another thread is
+    /// waited for (from inside the listener itself, `cancel()` returns at once). Calling
+    /// it again does nothing.
     public func cancel() {
         guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         observation.withLock { observation in
             observation?.cancel()
             observation = nil
         }
+        delivery.waitForCallInProgress()
         reader.withLock { reader in
             reader?.close()
             reader = nil
@@ -118,6 +145,43 @@ public final class ListenerToken: Sendable, Hashable {
 
     public static func == (lhs: ListenerToken, rhs: ListenerToken) -> Bool { lhs === rhs }
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
+/// A mutex that knows which thread holds it, so that the holder can ask to wait for it
+/// without deadlocking itself.
+final class DeliveryLock: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let owner = Atomic<UInt>(0)
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_RECURSIVE))
+        pthread_mutex_init(mutex, &attributes)
+        pthread_mutexattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func run(_ body: () -> Void) {
+        pthread_mutex_lock(mutex)
+        let previous = owner.exchange(UInt(pthread_self()), ordering: .relaxed)
+        body()
+        owner.store(previous, ordering: .relaxed)
+        pthread_mutex_unlock(mutex)
+    }
+
+    /// Returns once no other thread is inside ``run(_:)``; at once when called from
+    /// inside it.
+    func waitForCallInProgress() {
+        if owner.load(ordering: .relaxed) == UInt(pthread_self()) { return }
+        pthread_mutex_lock(mutex)
+        pthread_mutex_unlock(mutex)
+    }
 }
 
 /// Forwards observation events to a listener that did not exist yet when the

@@ -17,6 +17,16 @@ extension Wormhole {
         /// The largest message ``Wormhole/passMessage(_:identifier:)`` accepts, in bytes.
         /// Default 8 MiB; at most 1 GiB.
         public var maximumMessageSize: Int = 8 << 20
+        /// The most messages per identifier that are kept for live listeners that have not
+        /// read them yet, beyond the retained history. Default 100,000. Past it the oldest
+        /// unread messages are dropped, and each listener that loses some receives a
+        /// ``WormholeError/Code/messagesLost`` error with the count, so that a stopped
+        /// listener cannot fill the disk.
+        public var maximumBacklogMessageCount: Int = 100_000
+        /// The most payload bytes per identifier kept for live listeners, likewise.
+        /// Default 64 MiB. A log file stays below about twice the larger of this and the
+        /// retained history, plus one message.
+        public var maximumBacklogByteCount: Int = 64 << 20
 
         public init() {}
 
@@ -28,6 +38,12 @@ extension Wormhole {
             }
             guard retainedByteCount >= 1 else {
                 throw WormholeError(.invalidConfiguration, "retainedByteCount must be at least 1, not \(retainedByteCount)")
+            }
+            guard maximumBacklogMessageCount >= 1 else {
+                throw WormholeError(.invalidConfiguration, "maximumBacklogMessageCount must be at least 1, not \(maximumBacklogMessageCount)")
+            }
+            guard maximumBacklogByteCount >= 1 else {
+                throw WormholeError(.invalidConfiguration, "maximumBacklogByteCount must be at least 1, not \(maximumBacklogByteCount)")
             }
             guard (1...(1 << 30)).contains(maximumMessageSize) else {
                 throw WormholeError(.invalidConfiguration, "maximumMessageSize must be between 1 byte and 1 GiB, not \(maximumMessageSize)")

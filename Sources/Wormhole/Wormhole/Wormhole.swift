@@ -22,8 +22,9 @@ import Synchronization
 ///
 /// Every listener receives every message passed while it listens, exactly once, in the
 /// one order per identifier that all listeners agree on. `Data` and `String` messages
-/// travel as their bytes; other types as JSON. Dropping the last reference to a wormhole
-/// cancels its listeners.
+/// travel as their bytes; other types as JSON. A listener lives until its token is
+/// cancelled, ``stopListeningForMessage(withIdentifier:)`` is called, or the wormhole is
+/// released: the wormhole keeps the tokens, so dropping one does not stop its listener.
 public final class Wormhole: Sendable {
     /// Where messages are stored and how listeners are woken.
     public let transiting: any WormholeTransiting
@@ -152,7 +153,8 @@ public final class Wormhole: Sendable {
     ///   - type: What to decode each message as (`Data` and `String` take the bytes).
     ///   - start: ``StartingPoint/now`` (default), ``StartingPoint/latest``,
     ///     ``StartingPoint/history`` or ``StartingPoint/after(sequence:)``.
-    ///   - queue: Where `listener` runs; a private serial queue when `nil`.
+    ///   - queue: Where `listener` runs. When `nil`, it runs on the process's inotify
+    ///     reader thread, with no thread hop: keep it short, or name a queue.
     ///   - onError: Called (on the same queue) with a message that could not be read or
     ///     decoded; listening goes on with the next. When `nil`, such errors are logged.
     ///   - listener: Receives each message.
@@ -192,7 +194,9 @@ public final class Wormhole: Sendable {
             transiting: transiting, identifier: identifier, start: start, queue: queue,
             onError: onError ?? Self.logError, listener: listener,
             onCancel: { [weak self] in self?.unregister(id) })
-        register(id, identifier) { [weak token] in token?.cancel() }
+        // The wormhole keeps the token: a listener lives until it is cancelled, stopped,
+        // or the wormhole goes, whether or not the caller keeps the token.
+        register(id, identifier) { token.cancel() }
         if token.isCancelled { unregister(id) }
         return token
     }

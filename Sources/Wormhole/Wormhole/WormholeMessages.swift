@@ -63,6 +63,9 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
     /// iterator is dropped or the iteration ends.
     final class Source {
         let signal = WakeSignal()
+        /// Set on the inotify thread when the log may have been replaced; the consumer
+        /// tells its reader before the next read.
+        private let replaced = Locked(false)
         private let wormhole: Wormhole
         private let registration: UInt64
         private var observation: (any WormholeTransitingObservation)?
@@ -75,9 +78,13 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
             wormhole = sequence.wormhole
             registration = wormhole.makeRegistrationID()
             let signal = self.signal
+            let replaced = self.replaced
             observation = try wormhole.transiting.observe(identifier: sequence.identifier) { event in
                 switch event {
                 case .wake: signal.signal()
+                case .replaced:
+                    replaced.withLock { $0 = true }
+                    signal.signal()
                 case .failed(let error): signal.finish(throwing: error)
                 }
             }
@@ -92,6 +99,7 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
 
         func nextBuffered() throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {
             if index >= buffer.count {
+                if replaced.withLock({ flag in defer { flag = false }; return flag }) { reader?.invalidate() }
                 buffer = try reader?.read(maximumCount: 256) ?? []
                 index = 0
             }

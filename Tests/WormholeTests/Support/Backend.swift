@@ -63,7 +63,7 @@ final class TestStore: Sendable {
         switch backend {
         case .file:
             // The claims directory exists once anyone has listened: a missing one is an error.
-            return try FileManager.default.contentsOfDirectory(atPath: ListenerCursor.directory(in: location, identifier: identifier)).count
+            return try FileManager.default.contentsOfDirectory(atPath: location + "/" + ListenerCursor.claimsDirectory + "/" + identifier).count
         case .postgres:
             #if Postgres
             let transiting = try #require(try transiting() as? PostgresTransiting)

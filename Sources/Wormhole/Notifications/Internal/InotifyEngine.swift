@@ -7,13 +7,38 @@ import Synchronization
 
 /// What the engine tells a directory subscriber.
 enum DirectoryEvent: Sendable {
-    /// A file in the directory was posted to (IN_ATTRIB on that name).
-    case changed(name: String)
+    /// The subscriber's log file was written to (IN_MODIFY): records may have been added.
+    case appended
+    /// The subscriber's log file was created, replaced, moved or deleted: the file at
+    /// its name may be another one now.
+    case replaced
+    /// The subscriber's notification file was posted to (IN_ATTRIB).
+    case posted
     /// Events may have been lost (queue overflow) or the directory was recreated:
     /// anything may have changed, so look again.
     case rescan
     /// The watched directory is gone and could not be recreated; the subscription ended.
     case failed(WormholeError)
+}
+
+/// What a subscriber's file is, which decides which events it hears.
+enum SubscriberKind: Sendable {
+    /// A message log: writes wake it, replacements make it look at the file again.
+    case log
+    /// A notification file: only posts (IN_ATTRIB) wake it.
+    case notification
+}
+
+/// A subscription to the engine; cancelling it (or dropping it) unsubscribes.
+final class EngineSubscription: WormholeTransitingObservation, Sendable {
+    private let id: UInt64
+    private let cancelled = Atomic<Bool>(false)
+    init(id: UInt64) { self.id = id }
+    func cancel() {
+        guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        InotifyEngine.shared.unsubscribe(id)
+    }
+    deinit { cancel() }
 }
 
 /// The process's single inotify instance and its reader thread, shared by every
@@ -42,11 +67,12 @@ final class InotifyEngine: Sendable {
     /// another container's parent keeps all it needs (a second add replaces the mask).
     /// IN_ATTRIB is a post; entry events serve the parent role; the self events say the
     /// directory itself went away.
-    static let watchMask = UInt32(IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
+    static let watchMask = UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
         | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 
     private struct Subscriber {
         let name: String?
+        let kind: SubscriberKind
         let handler: Handler
     }
 
@@ -85,8 +111,7 @@ final class InotifyEngine: Sendable {
     }
 
     private struct Session {
-        let inotify: Int32
-        let wakeWriter: Int32
+        let inotify: Inotify
         let generation: UInt64
     }
 
@@ -109,9 +134,15 @@ final class InotifyEngine: Sendable {
 
     private let state = Locked(State())
 
+    /// Starts delivering events for the file `name` of `directory` to `handler`; the
+    /// watch is in place when this returns.
+    func subscribe(directory: String, name: String, kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
+        EngineSubscription(id: try subscribe(directory: directory, name: name, kind: kind, handler: handler))
+    }
+
     /// Starts delivering events for `directory` (only those for the file `name`, when
     /// given) to `handler`. The watch is in place when this returns.
-    func subscribe(directory: String, name: String?, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
+    func subscribe(directory: String, name: String?, kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
         let result: Result<UInt64, WormholeError> = state.withLock { state in
             do throws(WormholeError) {
                 let session = try Self.startSessionIfNeeded(&state)
@@ -125,7 +156,7 @@ final class InotifyEngine: Sendable {
                 }
                 let id = state.nextSubscription
                 state.nextSubscription += 1
-                state.containers[directory]?.add(id, Subscriber(name: name, handler: handler))
+                state.containers[directory]?.add(id, Subscriber(name: name, kind: kind, handler: handler))
                 state.containerOfSubscription[id] = directory
                 return .success(id)
             } catch {
@@ -181,105 +212,56 @@ final class InotifyEngine: Sendable {
 
     private static func removeWatchIfUnused(_ watch: Int32, _ state: inout State) {
         guard !state.isWatchInUse(watch), let session = state.session else { return }
-        _ = inotify_rm_watch(session.inotify, watch)
+        session.inotify.removeWatch(watch)
     }
 
     // MARK: - Session
 
     private static func startSessionIfNeeded(_ state: inout State) throws(WormholeError) -> Session {
         if let session = state.session { return session }
-        let inotify = inotify_init1(Int32(IN_CLOEXEC))
-        if inotify < 0 {
-            let errno = Errno(rawValue: Glibc.errno)
-            if errno == .tooManyOpenFiles {
-                throw WormholeError(.notificationLimitReached,
-                    "cannot create an inotify instance: this user has reached the limit of inotify instances (\(limit("max_user_instances"))) or the process its descriptor limit; close other programs that watch files, or raise fs.inotify.max_user_instances with sysctl",
-                    errno: errno)
-            }
-            throw WormholeError.system("create an inotify instance", errno)
-        }
-        var pipeEnds: [Int32] = [0, 0]
-        if pipe(&pipeEnds) != 0 {
-            let errno = Errno(rawValue: Glibc.errno)
-            close(inotify)
-            throw WormholeError.system("create the inotify reader's wake-up pipe", errno)
-        }
-        for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        let inotify = try Inotify()
         state.generation += 1
-        let session = Session(inotify: inotify, wakeWriter: pipeEnds[1], generation: state.generation)
+        let session = Session(inotify: inotify, generation: state.generation)
         state.session = session
-        let wakeReader = pipeEnds[0]
-        let thread = Thread { InotifyEngine.shared.run(session, wakeReader: wakeReader) }
+        let thread = Thread { InotifyEngine.shared.run(session) }
         thread.name = "Wormhole inotify reader"
         thread.start()
         return session
     }
 
-    /// Tells the reader thread to close its descriptors and exit; a later subscription
-    /// starts a new session.
+    /// Tells the reader thread to close its descriptor and exit; a later subscription
+    /// starts a new session. The thread blocks in `read`: removing a watch queues
+    /// IN_IGNORED, which wakes it. Every watch is gone by now, so a watch on `/` is added
+    /// and removed for that purpose alone.
     private static func stopSession(_ state: inout State) {
         guard let session = state.session else { return }
         state.session = nil
-        var byte: UInt8 = 1
-        _ = write(session.wakeWriter, &byte, 1)
-    }
-
-    private static func addWatch(_ inotify: Int32, _ directory: String) throws(WormholeError) -> Int32 {
-        let descriptor = inotify_add_watch(inotify, directory, watchMask)
-        if descriptor >= 0 { return descriptor }
-        let errno = Errno(rawValue: Glibc.errno)
-        switch errno {
-        case .noSpace:
-            throw WormholeError(.notificationLimitReached,
-                "cannot watch '\(directory)': this user has reached the limit of inotify watches (\(limit("max_user_watches"))); raise fs.inotify.max_user_watches with sysctl",
-                path: directory, errno: errno)
-        case .noSuchFileOrDirectory:
-            throw WormholeError(.containerUnavailable, "cannot watch '\(directory)': it does not exist", path: directory, errno: errno)
-        default:
-            throw WormholeError.system("watch", errno, path: directory)
+        if let sentinel = try? session.inotify.addWatch("/", mask: UInt32(IN_DELETE_SELF | IN_ONLYDIR)) {
+            session.inotify.removeWatch(sentinel)
         }
     }
 
-    private static func limit(_ name: String) -> String {
-        let value = (try? String(contentsOfFile: "/proc/sys/fs/inotify/\(name)", encoding: .utf8))?
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-        return "fs.inotify.\(name) = \(value ?? "?")"
+    private static func addWatch(_ inotify: Inotify, _ directory: String) throws(WormholeError) -> Int32 {
+        try inotify.addWatch(directory, mask: watchMask)
     }
 
     // MARK: - Reader thread
 
-    private func run(_ session: Session, wakeReader: Int32) {
+    /// The reader thread: blocks in `read` on the inotify descriptor (one system call
+    /// per wake-up) and hands each batch of events to the subscribers, on this thread.
+    private func run(_ session: Session) {
         let capacity = 64 * 1024
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 8)
         defer {
             buffer.deallocate()
-            close(session.inotify)
-            close(wakeReader)
-            close(session.wakeWriter)
+            session.inotify.close()
         }
-        var descriptors = [
-            pollfd(fd: session.inotify, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wakeReader, events: Int16(POLLIN), revents: 0),
-        ]
         while true {
-            descriptors[0].revents = 0
-            descriptors[1].revents = 0
-            let ready = poll(&descriptors, 2, -1)
-            if ready < 0 {
-                if Glibc.errno == EINTR { continue }
-                return
-            }
-            if descriptors[1].revents != 0 { return }
-            guard descriptors[0].revents & Int16(POLLIN) != 0 else {
-                if descriptors[0].revents != 0 { return }
-                continue
-            }
-            let count = read(session.inotify, buffer, capacity)
-            if count < 0 {
-                if Glibc.errno == EINTR || Glibc.errno == EAGAIN { continue }
-                return
-            }
-            handle(Self.parse(buffer, count: count), generation: session.generation)
+            let count = session.inotify.read(into: buffer, capacity: capacity)
+            if count < 0 { return }
+            let current = state.withLock { $0.session?.generation == session.generation }
+            guard current else { return }
+            if count > 0 { handle(Self.parse(buffer, count: count), generation: session.generation) }
         }
     }
 
@@ -314,9 +296,8 @@ final class InotifyEngine: Sendable {
     /// together reach each subscriber once.
     private struct DeliveryKey: Hashable {
         let subscription: UInt64
-        /// 0 changed, 1 rescan, 2 failed.
+        /// 0 appended, 1 replaced, 2 posted, 3 rescan, 4 failed.
         let kind: UInt8
-        let name: String?
     }
 
     /// Decides under the lock who hears what; calls the handlers after releasing it.
@@ -324,12 +305,15 @@ final class InotifyEngine: Sendable {
         var deliveries: [(Handler, DirectoryEvent)] = []
         var seen = Set<DeliveryKey>()
         func deliver(_ id: UInt64, _ subscriber: Subscriber, _ event: DirectoryEvent) {
-            let key: DeliveryKey
+            let kind: UInt8
             switch event {
-            case .changed(let name): key = DeliveryKey(subscription: id, kind: 0, name: name)
-            case .rescan: key = DeliveryKey(subscription: id, kind: 1, name: nil)
-            case .failed: key = DeliveryKey(subscription: id, kind: 2, name: nil)
+            case .appended: kind = 0
+            case .replaced: kind = 1
+            case .posted: kind = 2
+            case .rescan: kind = 3
+            case .failed: kind = 4
             }
+            let key = DeliveryKey(subscription: id, kind: kind)
             if seen.insert(key).inserted { deliveries.append((subscriber.handler, event)) }
         }
         func rescan(_ path: String, _ state: State) {
@@ -346,12 +330,15 @@ final class InotifyEngine: Sendable {
                     continue
                 }
                 if let path = state.containerOfWatch[event.watch], let container = state.containers[path] {
-                    if event.mask & UInt32(IN_ATTRIB) != 0, let name = event.name {
+                    if let name = event.name {
                         for id in container.subscribersOfName[name] ?? [] {
-                            if let subscriber = container.subscribers[id] { deliver(id, subscriber, .changed(name: name)) }
+                            guard let subscriber = container.subscribers[id], let routed = Self.route(event.mask, to: subscriber.kind) else { continue }
+                            deliver(id, subscriber, routed)
                         }
-                        for id in container.wildcardSubscribers {
-                            if let subscriber = container.subscribers[id] { deliver(id, subscriber, .changed(name: name)) }
+                        if event.mask & UInt32(IN_ATTRIB) != 0 {
+                            for id in container.wildcardSubscribers {
+                                if let subscriber = container.subscribers[id] { deliver(id, subscriber, .posted) }
+                            }
                         }
                     }
                     if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
@@ -389,13 +376,25 @@ final class InotifyEngine: Sendable {
         for (handler, event) in deliveries { handler(event) }
     }
 
+    /// What an event on a subscriber's own file means to it, if anything.
+    private static func route(_ mask: UInt32, to kind: SubscriberKind) -> DirectoryEvent? {
+        switch kind {
+        case .log:
+            if mask & UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) != 0 { return .replaced }
+            if mask & UInt32(IN_MODIFY) != 0 { return .appended }
+            return nil
+        case .notification:
+            return mask & UInt32(IN_ATTRIB) != 0 ? .posted : nil
+        }
+    }
+
     /// The container at `path` is gone (deleted or moved away): stop watching the old
     /// directory, and watch the new one at once if it was already recreated.
     private static func orphan(_ path: String, session: Session, _ state: inout State) {
         guard let watch = state.containers[path]?.watch else { return }
         state.containers[path]?.watch = nil
         state.containerOfWatch[watch] = nil
-        if !state.isWatchInUse(watch) { _ = inotify_rm_watch(session.inotify, watch) }
+        if !state.isWatchInUse(watch) { session.inotify.removeWatch(watch) }
         refresh(path, session: session, &state)
     }
 
@@ -406,7 +405,7 @@ final class InotifyEngine: Sendable {
         guard let watch = try? addWatch(session.inotify, path) else { return }
         if let old = state.containers[path]?.watch, old != watch {
             state.containerOfWatch[old] = nil
-            if !state.isWatchInUse(old) { _ = inotify_rm_watch(session.inotify, old) }
+            if !state.isWatchInUse(old) { session.inotify.removeWatch(old) }
         }
         state.containers[path]?.watch = watch
         state.containerOfWatch[watch] = path

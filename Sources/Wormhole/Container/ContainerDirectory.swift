@@ -1,0 +1,317 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+import Synchronization
+
+/// An open container directory: every file of the container is reached through this
+/// one descriptor, never by a path that could be redirected.
+///
+/// The directory is opened with `O_DIRECTORY | O_NOFOLLOW` relative to its parent, after
+/// `.` and trailing slashes are removed from the path (so `/link/.` cannot pass for the
+/// directory behind `link`), and is then checked on the open descriptor: owned by this
+/// user, no access for other users, and a parent that other users cannot use to replace
+/// it (not writable by them, or sticky). Files are opened with `openat` and
+/// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`, and only regular files are used: a symbolic
+/// link, a FIFO or a device in the container is an error, never followed, never waited on.
+///
+/// When the directory at the path is replaced (moved away and made again, deleted and
+/// recreated), ``refresh()`` opens the new one, with the same checks.
+final class ContainerDirectory: Sendable {
+    /// The absolute path, normalised.
+    let path: String
+    private let state: Locked<State>
+
+    private struct State {
+        var descriptor: FileDescriptor
+        var device: UInt64
+        var inode: UInt64
+        /// Bumped each time the directory is opened anew.
+        var generation: UInt64
+    }
+
+    /// Opens (creating with mode 0700, and its parents when `createParents`) and checks
+    /// the directory at `path`.
+    init(path: String, createParents: Bool = true) throws(WormholeError) {
+        let normalized = try Self.normalize(path)
+        self.path = normalized
+        let (descriptor, status) = try Self.open(normalized, createParents: createParents)
+        state = Locked(State(descriptor: descriptor, device: UInt64(status.st_dev), inode: UInt64(status.st_ino), generation: 1))
+    }
+
+    deinit {
+        state.withLock { try? $0.descriptor.close() }
+    }
+
+    /// The descriptor and its generation. The descriptor stays open until the directory
+    /// is refreshed and the last user of it is done: callers use it within one call.
+    var current: (descriptor: FileDescriptor, generation: UInt64) {
+        state.withLock { ($0.descriptor, $0.generation) }
+    }
+
+    /// Whether the directory at ``path`` is still the one this descriptor holds; if not
+    /// (or it is gone), opens the one there now (creating it when missing). Returns the
+    /// new generation when it changed. Costs one `fstatat`; used after inotify says the
+    /// directory went away, never on the hot path.
+    @discardableResult
+    func refresh(create: Bool = true) throws(WormholeError) -> UInt64? {
+        var status = stat()
+        let same = fstatat(AT_FDCWD, path, &status, AT_SYMLINK_NOFOLLOW) == 0
+        let held = state.withLock { ($0.device, $0.inode) }
+        if same && UInt64(status.st_dev) == held.0 && UInt64(status.st_ino) == held.1 { return nil }
+        if !same && !create { return nil }
+        let (descriptor, opened) = try Self.open(path, createParents: true)
+        return state.withLock { state -> UInt64 in
+            // Descriptors of the old directory may be in use by another thread's call:
+            // it is kept open until this object goes (at most one per refresh).
+            retired.withLock { $0.append(state.descriptor) }
+            state.descriptor = descriptor
+            state.device = UInt64(opened.st_dev)
+            state.inode = UInt64(opened.st_ino)
+            state.generation += 1
+            return state.generation
+        }
+    }
+
+    private let retired = Locked<[FileDescriptor]>([])
+
+    // MARK: - Files in the container
+
+    /// How ``openFile(_:_:create:)`` opens a file.
+    enum Access {
+        case readOnly, readWrite
+    }
+
+    /// Opens the regular file `name` in the container: `O_NOFOLLOW | O_NONBLOCK |
+    /// O_CLOEXEC`, then `fstat` to refuse anything that is not a regular file. `nil`
+    /// when it does not exist (and `create` is false).
+    func openFile(_ name: String, _ access: Access, create: Bool = false) throws(WormholeError) -> (FileDescriptor, stat)? {
+        let directory = current.descriptor
+        var flags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+        flags |= access == .readOnly ? O_RDONLY : O_RDWR
+        if create { flags |= O_CREAT }
+        let raw = Syscalls.retrying { openat(directory.rawValue, name, flags, mode_t(0o600)) }
+        let fd: FileDescriptor
+        switch raw {
+        case .success(let value): fd = FileDescriptor(rawValue: value)
+        case .failure(.noSuchFileOrDirectory) where !create: return nil
+        case .failure(let errno): throw fileError(name, errno)
+        }
+        let status: stat
+        switch Syscalls.fileStatus(fd) {
+        case .success(let value): status = value
+        case .failure(let errno):
+            try? fd.close()
+            throw WormholeError.system("inspect", errno, path: filePath(name))
+        }
+        guard status.isRegularFile else {
+            try? fd.close()
+            throw WormholeError(.containerInsecure,
+                "'\(filePath(name))' is not a regular file (\(status.kindDescription)); Wormhole neither reads nor waits on it. Remove it",
+                path: filePath(name))
+        }
+        return (fd, status)
+    }
+
+    /// Creates `name` exclusively with mode 0600 after removing a leftover of that name
+    /// (a link someone planted there is removed, never written through).
+    func createExclusive(_ name: String) throws(WormholeError) -> FileDescriptor {
+        let directory = current.descriptor
+        for _ in 0..<4 {
+            _ = unlinkat(directory.rawValue, name, 0)
+            switch Syscalls.retrying({ openat(directory.rawValue, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode_t(0o600)) }) {
+            case .success(let value): return FileDescriptor(rawValue: value)
+            case .failure(.fileExists): continue
+            case .failure(let errno): throw fileError(name, errno)
+            }
+        }
+        throw WormholeError(.containerInsecure, "'\(filePath(name))' keeps reappearing while Wormhole creates it; another process is interfering with the container", path: filePath(name))
+    }
+
+    /// `renameat` within the container.
+    func rename(_ from: String, to: String) -> Result<Void, Errno> {
+        let directory = current.descriptor
+        return Syscalls.retrying { renameat(directory.rawValue, from, directory.rawValue, to) }.map { _ in () }
+    }
+
+    /// `unlinkat` within the container.
+    func remove(_ name: String, directory isDirectory: Bool = false) -> Result<Void, Errno> {
+        let directory = current.descriptor
+        return Syscalls.retrying { unlinkat(directory.rawValue, name, isDirectory ? AT_REMOVEDIR : 0) }.map { _ in () }
+    }
+
+    /// Creates the sub-directory `name` (0700) if missing and checks it like the
+    /// container; returns it opened.
+    func subdirectory(_ name: String) throws(WormholeError) -> FileDescriptor {
+        let directory = current.descriptor
+        _ = mkdirat(directory.rawValue, name, 0o700)
+        switch Syscalls.retrying({ openat(directory.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
+        case .success(let value):
+            let fd = FileDescriptor(rawValue: value)
+            do throws(WormholeError) {
+                try Self.checkOwnership(fd, path: filePath(name))
+            } catch {
+                try? fd.close()
+                throw error
+            }
+            return fd
+        case .failure(let errno):
+            throw fileError(name, errno)
+        }
+    }
+
+    /// Names in the container, without `.` and `..`.
+    func entries() throws(WormholeError) -> [String] {
+        try Syscalls.directoryEntries(at: current.descriptor, name: ".").orThrow("list", path: path)
+    }
+
+    func filePath(_ name: String) -> String { path + "/" + name }
+
+    private func fileError(_ name: String, _ errno: Errno) -> WormholeError {
+        if errno == .tooManySymbolicLinkLevels {
+            return WormholeError(.containerInsecure, "'\(filePath(name))' is a symbolic link; Wormhole does not follow links in its container. Remove it", path: filePath(name), errno: errno)
+        }
+        if errno == .noSuchFileOrDirectory || errno == .notDirectory {
+            return WormholeError(.containerUnavailable, "cannot open '\(filePath(name))': the container was removed (\(errno.description))", path: filePath(name), errno: errno)
+        }
+        return WormholeError.system("open", errno, path: filePath(name))
+    }
+
+    // MARK: - Opening and checking the directory
+
+    /// The absolute path without `.` components, repeated or trailing slashes; `..` is
+    /// refused, since it would make the last component something other than what the
+    /// path names.
+    static func normalize(_ path: String) throws(WormholeError) -> String {
+        let absolute = path.hasPrefix("/") ? path : Syscalls.currentDirectory() + "/" + path
+        var components: [Substring] = []
+        for component in absolute.split(separator: "/", omittingEmptySubsequences: true) {
+            if component == "." { continue }
+            if component == ".." {
+                throw WormholeError(.containerUnavailable,
+                    "container path '\(path)' contains '..'; give the directory's path without it", path: path)
+            }
+            components.append(component)
+        }
+        return "/" + components.joined(separator: "/")
+    }
+
+    /// Opens the directory at the normalised `path` through its parent, creating what is
+    /// missing, and checks it.
+    static func open(_ path: String, createParents: Bool) throws(WormholeError) -> (FileDescriptor, stat) {
+        guard path != "/" else {
+            throw WormholeError(.containerInsecure, "the root directory cannot be a container; choose a directory of your own", path: path)
+        }
+        let slash = path.lastIndex(of: "/")!
+        let parentPath = slash == path.startIndex ? "/" : String(path[..<slash])
+        let name = String(path[path.index(after: slash)...])
+        var parent = Syscalls.retrying { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        if case .failure(.noSuchFileOrDirectory) = parent, createParents {
+            try createAncestors(of: path)
+            parent = Syscalls.retrying { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        }
+        let parentFD: FileDescriptor
+        switch parent {
+        case .success(let value): parentFD = FileDescriptor(rawValue: value)
+        case .failure(let errno): throw unavailable(path, errno)
+        }
+        defer { try? parentFD.close() }
+        _ = mkdirat(parentFD.rawValue, name, 0o700)
+        let opened = Syscalls.retrying { openat(parentFD.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        let fd: FileDescriptor
+        switch opened {
+        case .success(let value): fd = FileDescriptor(rawValue: value)
+        case .failure(.tooManySymbolicLinkLevels), .failure(.notDirectory):
+            var status = stat()
+            if fstatat(parentFD.rawValue, name, &status, AT_SYMLINK_NOFOLLOW) == 0, status.isSymbolicLink {
+                throw WormholeError(.containerInsecure,
+                    "container '\(path)' is a symbolic link; Wormhole refuses it so that no one can redirect messages. Remove the link or pass the real directory",
+                    path: path)
+            }
+            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
+        case .failure(let errno):
+            throw unavailable(path, errno)
+        }
+        do throws(WormholeError) {
+            let status = try checkOwnership(fd, path: path)
+            try checkParent(parentFD, parentPath: parentPath, path: path)
+            return (fd, status)
+        } catch {
+            try? fd.close()
+            throw error
+        }
+    }
+
+    /// Checks on the open descriptor that the directory is owned by this user and that
+    /// no other user may write to it.
+    @discardableResult
+    static func checkOwnership(_ fd: FileDescriptor, path: String) throws(WormholeError) -> stat {
+        let status = try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
+        guard status.isDirectory else {
+            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
+        }
+        let me = Syscalls.effectiveUserID
+        if status.st_uid != me {
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' belongs to user \(status.st_uid), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
+                path: path)
+        }
+        if status.permissions & 0o022 != 0 {
+            let mode = String(status.permissions, radix: 8)
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' has mode \(mode): other users may write to it. Run 'chmod go-w \(path)' or choose another directory",
+                path: path)
+        }
+        return status
+    }
+
+    /// A parent that another user may write to, without the sticky bit, lets that user
+    /// rename the container away and put one of hers in its place. Refused, unless the
+    /// parent is owned by this user or root and only they can write to it.
+    static func checkParent(_ parent: FileDescriptor, parentPath: String, path: String) throws(WormholeError) {
+        let status = try Syscalls.fileStatus(parent).orThrow("inspect", path: parentPath)
+        let sticky = status.st_mode & S_ISVTX != 0
+        let othersMayWrite = status.permissions & 0o022 != 0
+        let ownedBySomeoneElse = status.st_uid != Syscalls.effectiveUserID && status.st_uid != 0
+        if othersMayWrite && !sticky {
+            throw WormholeError(.containerInsecure,
+                "the parent of container '\(path)', '\(parentPath)', has mode \(String(status.permissions, radix: 8)) without the sticky bit: another user could replace the container with one of hers. Run 'chmod +t \(parentPath)' or 'chmod go-w \(parentPath)', or choose another directory",
+                path: parentPath)
+        }
+        if ownedBySomeoneElse && !sticky {
+            throw WormholeError(.containerInsecure,
+                "the parent of container '\(path)', '\(parentPath)', belongs to user \(status.st_uid): that user could replace the container. Choose a directory under one of your own",
+                path: parentPath)
+        }
+    }
+
+    private static func createAncestors(of path: String) throws(WormholeError) {
+        var prefix = ""
+        for component in path.split(separator: "/").dropLast() {
+            prefix += "/" + component
+            switch Syscalls.makeDirectory(prefix) {
+            case .success, .failure(.fileExists): continue
+            case .failure(let errno): throw unavailable(prefix, errno)
+            }
+        }
+    }
+
+    static func unavailable(_ path: String, _ errno: Errno) -> WormholeError {
+        WormholeError(.containerUnavailable, "cannot create or open container '\(path)': \(errno.description)", path: path, errno: errno)
+    }
+}
+
+extension stat {
+    /// "a FIFO", "a directory", ... for error messages.
+    var kindDescription: String {
+        switch st_mode & S_IFMT {
+        case S_IFIFO: "a FIFO"
+        case S_IFDIR: "a directory"
+        case S_IFCHR: "a character device"
+        case S_IFBLK: "a block device"
+        case S_IFSOCK: "a socket"
+        case S_IFLNK: "a symbolic link"
+        default: "not a regular file"
+        }
+    }
+}

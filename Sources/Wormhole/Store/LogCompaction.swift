@@ -1,0 +1,117 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+
+/// Rewrites a log with only what must be kept, under the writer's lock.
+///
+/// Kept: the retained history (the newest ``Wormhole/Configuration/retainedMessageCount``
+/// messages within ``Wormhole/Configuration/retainedByteCount``, the latest always, none
+/// that was cleared) and every record a live listener has not read yet, up to the backlog
+/// cap; past the cap the oldest unread go, and their listeners are told when they read on.
+/// The records are copied unchanged, after a new header, into a temporary file created
+/// exclusively, which then replaces the log by `renameat`: readers holding the old file
+/// read it to its end, learn of the replacement from inotify, and go on in the new one.
+///
+/// The next compaction is due when the file has grown to twice what was kept (or twice
+/// the retention, if more), so a listener that holds a large backlog does not make every
+/// pass rewrite it: each record is copied a bounded number of times on average.
+struct LogCompaction {
+    let container: ContainerDirectory
+    let identifier: String
+    let configuration: Wormhole.Configuration
+
+    /// Compacts `log` (locked, tail `tail`); `clearing` also marks every message so far
+    /// as cleared. Returns the new file, opened, with its tail, or throws and leaves the
+    /// log as it was.
+    func compact(_ log: LogFile, header: LogFormat.Header, tail: LogFile.Tail, clearing: Bool, buffer: ReadBuffer) throws(WormholeError) -> (LogFile, LogFile.Tail) {
+        // Where each whole record starts, its sequence number and size.
+        var entries: [(offset: Int, sequence: UInt64, length: Int)] = []
+        _ = try log.walk(from: LogFormat.headerSize, header: header, maximumPayload: LogFormat.maximumPayloadLength, buffer: buffer) { item in
+            if case .record(let frame, _, _, let offset, let length) = item, offset + length <= tail.end {
+                entries.append((offset, frame.sequence, length))
+            }
+            return true
+        }
+        buffer.shrink()
+        var newHeader = header
+        if clearing { newHeader.clearedThrough = tail.lastSequence }
+
+        // The retained history: newest first, within both limits, the latest always.
+        var keepFrom = tail.lastSequence + 1
+        var keptCount = 0
+        var keptBytes = 0
+        for entry in entries.reversed() where entry.sequence > newHeader.clearedThrough {
+            let payload = entry.length - LogFormat.recordOverhead
+            if keptCount > 0 && (keptCount >= configuration.retainedMessageCount || keptBytes + payload > configuration.retainedByteCount) { break }
+            keepFrom = entry.sequence
+            keptCount += 1
+            keptBytes += payload
+        }
+        // Live listeners' unread records, within the backlog cap. A claim is another
+        // process's file: any value must be safe here.
+        if let claim = ListenerCursor.lowestLiveClaim(container: container, identifier: identifier),
+           case (let next, false) = claim.addingReportingOverflow(1), next < keepFrom {
+            var count = 0
+            var bytes = 0
+            var capped = keepFrom
+            for entry in entries.reversed() where entry.sequence >= next {
+                count += 1
+                bytes += entry.length - LogFormat.recordOverhead
+                if count > max(configuration.maximumBacklogMessageCount, configuration.retainedMessageCount)
+                    || bytes > max(configuration.maximumBacklogByteCount, configuration.retainedByteCount) { break }
+                capped = entry.sequence
+            }
+            keepFrom = min(keepFrom, max(next, capped))
+        }
+        let firstKept = entries.firstIndex { $0.sequence >= keepFrom } ?? entries.count
+        let kept = entries[firstKept...]
+        let copiedBytes = kept.reduce(0) { $0 + $1.length }
+        newHeader.baseSequence = kept.first.map { $0.sequence - 1 } ?? tail.lastSequence
+        newHeader.compactionByteThreshold = UInt64(LogFormat.headerSize)
+            + 2 * UInt64(max(configuration.retainedByteCount + configuration.retainedMessageCount * LogFormat.recordOverhead, copiedBytes))
+        newHeader.compactionRecordThreshold = 2 * UInt64(max(configuration.retainedMessageCount, kept.count))
+
+        let temporaryName = "." + identifier + LogFormat.fileSuffix + ".compacting"
+        let temporaryPath = container.filePath(temporaryName)
+        let fd = try container.createExclusive(temporaryName)
+        do throws(WormholeError) {
+            let encoded = newHeader.encoded()
+            try encoded.withUnsafeBytes { Syscalls.write(fd, $0, at: 0) }.orThrow("write compacted log", path: temporaryPath)
+            // Copy the kept records as runs of adjacent bytes, a buffer at a time.
+            var target = LogFormat.headerSize
+            var index = kept.startIndex
+            while index < kept.endIndex {
+                let runStart = kept[index].offset
+                var runEnd = runStart + kept[index].length
+                index += 1
+                while index < kept.endIndex, kept[index].offset == runEnd {
+                    runEnd += kept[index].length
+                    index += 1
+                }
+                var from = runStart
+                while from < runEnd {
+                    let bytes = try buffer.read(log.fd, from: from, count: min(buffer.capacity, runEnd - from), path: log.path)
+                    guard !bytes.isEmpty else {
+                        throw WormholeError(.corruptRecord, "'\(log.path)' ended while it was being compacted", path: log.path)
+                    }
+                    try Syscalls.write(fd, bytes, at: Int64(target)).orThrow("write compacted log", path: temporaryPath)
+                    from += bytes.count
+                    target += bytes.count
+                }
+            }
+            // Locked before it has its name: a writer that opens it next waits for this pass.
+            try Syscalls.lock(fd).orThrow("lock", path: temporaryPath)
+            try container.rename(temporaryName, to: LogFile.name(identifier)).orThrow("replace", path: log.path)
+            let status = try Syscalls.fileStatus(fd).orThrow("inspect", path: log.path)
+            let newLog = LogFile(fd: fd, path: log.path, device: UInt64(status.st_dev), inode: UInt64(status.st_ino), header: newHeader)
+            let newTail = LogFile.Tail(end: target, lastSequence: tail.lastSequence,
+                                       lastRecordOffset: kept.last.map { target - $0.length })
+            return (newLog, newTail)
+        } catch {
+            _ = container.remove(temporaryName)
+            try? fd.close()
+            throw error
+        }
+    }
+}

@@ -1,0 +1,237 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+
+/// One open message log: its descriptor, its identity and its header, with the reads
+/// that the writer, the readers and compaction share. Every read is bounded by the
+/// format: whatever a file's size or a forged header claims, a read allocates at most
+/// one chunk or one record of the reader's maximum message size.
+struct LogFile {
+    let fd: FileDescriptor
+    /// `<dir>/<id>.wormhole`, for messages.
+    let path: String
+    let device: UInt64
+    let inode: UInt64
+    /// `nil` while the file is empty: a writer holding the lock is creating it.
+    var header: LogFormat.Header?
+
+    static func name(_ identifier: String) -> String { identifier + LogFormat.fileSuffix }
+
+    /// Opens the log of `identifier` in `container`; `nil` when there is none and
+    /// `create` is false.
+    static func open(_ identifier: String, in container: ContainerDirectory, access: ContainerDirectory.Access,
+                     create: Bool) throws(WormholeError) -> LogFile? {
+        let name = name(identifier)
+        guard let (fd, status) = try container.openFile(name, access, create: create) else { return nil }
+        var log = LogFile(fd: fd, path: container.filePath(name), device: UInt64(status.st_dev),
+                          inode: UInt64(status.st_ino), header: nil)
+        if status.st_size > 0 {
+            do throws(WormholeError) {
+                log.header = try log.readHeader()
+            } catch {
+                try? fd.close()
+                throw error
+            }
+        }
+        return log
+    }
+
+    func close() { try? fd.close() }
+
+    /// Reads and checks the header; `nil` for an empty file.
+    func readHeader() throws(WormholeError) -> LogFormat.Header? {
+        let path = self.path
+        let fd = self.fd
+        return try withUnsafeTemporaryAllocation(byteCount: LogFormat.headerSize, alignment: 8) { bytes -> Result<LogFormat.Header?, WormholeError> in
+            switch Syscalls.read(fd, into: bytes, at: 0) {
+            case .success(let count):
+                return Result { () throws(WormholeError) in
+                    try LogFormat.Header.decode(UnsafeRawBufferPointer(rebasing: bytes[..<count]), path: path)
+                }
+            case .failure(let errno):
+                return .failure(WormholeError.system("read the header of", errno, path: path))
+            }
+        }.get()
+    }
+
+    /// The file's size and link count.
+    func status() throws(WormholeError) -> stat {
+        try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
+    }
+
+    // MARK: - The tail
+
+    /// Where the whole records end, and the last one.
+    struct Tail: Equatable {
+        /// Offset just past the last whole record (128 when there is none). Bytes after
+        /// it are a record being written, or a torn one that the next writer cuts.
+        var end: Int
+        /// The last whole record's sequence number, or the header's base when none.
+        var lastSequence: UInt64
+        /// Where the last whole record starts, when there is one.
+        var lastRecordOffset: Int?
+    }
+
+    /// Finds the tail of a file of `size` bytes: first from its end (the last 4 bytes
+    /// give the last record's length, and that record is checked whole), and when that
+    /// fails (a torn or damaged end) by walking the records from the start.
+    func findTail(size: Int, header: LogFormat.Header, maximumPayload: Int, buffer: ReadBuffer) throws(WormholeError) -> Tail {
+        let empty = Tail(end: LogFormat.headerSize, lastSequence: header.baseSequence, lastRecordOffset: nil)
+        guard size > LogFormat.headerSize else { return empty }
+        if size - LogFormat.headerSize >= LogFormat.recordOverhead {
+            var trailer: UInt32 = 0
+            let got = withUnsafeMutableBytes(of: &trailer) { Syscalls.read(fd, into: $0, at: Int64(size - 4)) }
+            if case .success(4) = got {
+                let length = LogFormat.recordOverhead + Int(UInt32(littleEndian: trailer))
+                let start = size - length
+                if start >= LogFormat.headerSize, length - LogFormat.recordOverhead <= maximumPayload {
+                    let bytes = try buffer.read(fd, from: start, count: length, path: path)
+                    if case .record(let frame, length) = LogFormat.parse(bytes, at: 0, logID: header.logID, maximumPayload: maximumPayload),
+                       frame.sequence > header.baseSequence {
+                        return Tail(end: size, lastSequence: frame.sequence, lastRecordOffset: start)
+                    }
+                }
+            }
+        }
+        var tail = empty
+        _ = try walk(from: LogFormat.headerSize, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
+            if case .record(let frame, _, _, let offset, let length) = item {
+                tail = Tail(end: offset + length, lastSequence: max(tail.lastSequence, frame.sequence), lastRecordOffset: offset)
+            }
+            return true
+        }
+        return tail
+    }
+
+    // MARK: - Walking the records
+
+    /// One thing ``walk(from:header:maximumPayload:buffer:_:)`` met.
+    enum Item {
+        /// A whole, valid record; its bytes are `bytes[local..<local + length]`, valid only
+        /// during the call.
+        case record(LogFormat.Frame, bytes: UnsafeRawBufferPointer, local: Int, offset: Int, length: Int)
+        /// Damaged bytes at `offset`.
+        case corrupt(String, offset: Int)
+        /// A record larger than the reader accepts, skipped unread.
+        case tooLarge(sequence: UInt64, offset: Int, length: Int)
+    }
+
+    /// Visits the records from `offset` on, reading at most one buffer (or one record)
+    /// at a time, until `visit` returns `false`, the file ends, or a record is incomplete.
+    /// Returns the offset just past the last whole record (or skipped damage followed by
+    /// one): never past bytes a writer may still cut.
+    func walk(from offset: Int, header: LogFormat.Header, maximumPayload: Int, buffer: ReadBuffer,
+              _ visit: (Item) -> Bool) throws(WormholeError) -> Int {
+        var position = offset
+        var committed = offset
+        var pendingDamage: (String, Int)?
+        outer: while true {
+            let request = buffer.capacity
+            let bytes = try buffer.read(fd, from: position, count: request, path: path)
+            if bytes.isEmpty { return committed }
+            let atEnd = bytes.count < request
+            var local = 0
+            scan: while local < bytes.count {
+                switch LogFormat.parse(bytes, at: local, logID: header.logID, maximumPayload: maximumPayload) {
+                case .record(let frame, let length):
+                    if let (detail, at) = pendingDamage {
+                        pendingDamage = nil
+                        if !visit(.corrupt(detail, offset: at)) { return committed }
+                    }
+                    let keepGoing = visit(.record(frame, bytes: bytes, local: local, offset: position + local, length: length))
+                    local += length
+                    committed = position + local
+                    if !keepGoing { return committed }
+                case .incomplete(let needed):
+                    if atEnd { return committed }
+                    if local == 0 {
+                        // Longer than the buffer: read this record whole in the next round.
+                        buffer.reserve(needed ?? request * 2)
+                        continue outer
+                    }
+                    break scan
+                case .tooLarge(let sequence, let length):
+                    guard position + local + length <= Int.max, try trailerMatches(at: position + local, length: length) else {
+                        // Not (yet) whole: wait, as for any incomplete record.
+                        return committed
+                    }
+                    if let (detail, at) = pendingDamage {
+                        pendingDamage = nil
+                        if !visit(.corrupt(detail, offset: at)) { return committed }
+                    }
+                    let keepGoing = visit(.tooLarge(sequence: sequence, offset: position + local, length: length))
+                    position += local + length
+                    committed = position
+                    if !keepGoing { return committed }
+                    continue outer
+                case .corrupt(let detail, let length):
+                    if pendingDamage == nil { pendingDamage = (detail, position + local) }
+                    if let length, local + length < bytes.count, LogFormat.peek(bytes, at: local + length) != nil {
+                        local += length
+                    } else if let next = LogFormat.nextMarker(in: bytes, after: local) {
+                        local = next
+                    } else {
+                        if atEnd { return committed }
+                        // No marker in the rest of this buffer: go on after it (keeping the
+                        // last 3 bytes, which may start one).
+                        local = max(local + 1, bytes.count - 3)
+                        break scan
+                    }
+                }
+            }
+            position += local
+        }
+    }
+
+    /// Whether the 4 bytes that end a record of `length` bytes at `offset` repeat its
+    /// payload length (it was written whole).
+    private func trailerMatches(at offset: Int, length: Int) throws(WormholeError) -> Bool {
+        var trailer: UInt32 = 0
+        let got = withUnsafeMutableBytes(of: &trailer) { Syscalls.read(fd, into: $0, at: Int64(offset + length - 4)) }
+        guard case .success(4) = got else { return false }
+        return Int(UInt32(littleEndian: trailer)) == length - LogFormat.recordOverhead
+    }
+}
+
+/// A reusable read buffer: 64 KiB, grown for a large record and shrunk again after it.
+final class ReadBuffer {
+    static let standardCapacity = 64 << 10
+    private(set) var capacity: Int
+    private var storage: UnsafeMutableRawPointer
+
+    init(capacity: Int = ReadBuffer.standardCapacity) {
+        self.capacity = capacity
+        storage = .allocate(byteCount: capacity, alignment: 16)
+    }
+
+    deinit { storage.deallocate() }
+
+    /// Makes room for at least `count` bytes (for one record).
+    func reserve(_ count: Int) {
+        guard count > capacity else { return }
+        storage.deallocate()
+        capacity = count
+        storage = .allocate(byteCount: count, alignment: 16)
+    }
+
+    /// Back to the standard size after a large record.
+    func shrink() {
+        guard capacity > Self.standardCapacity else { return }
+        storage.deallocate()
+        capacity = Self.standardCapacity
+        storage = .allocate(byteCount: capacity, alignment: 16)
+    }
+
+    /// Reads up to `count` bytes at `offset` (fewer at the end of the file) with one
+    /// `pread`, into the buffer; the result is valid until the next read.
+    func read(_ fd: FileDescriptor, from offset: Int, count: Int, path: String) throws(WormholeError) -> UnsafeRawBufferPointer {
+        reserve(count)
+        let target = UnsafeMutableRawBufferPointer(start: storage, count: count)
+        let result = Syscalls.retrying { pread(fd.rawValue, target.baseAddress!, count, off_t(offset)) }
+        switch result {
+        case .success(let got): return UnsafeRawBufferPointer(start: storage, count: got)
+        case .failure(let errno): throw WormholeError.system("read", errno, path: path)
+        }
+    }
+}
