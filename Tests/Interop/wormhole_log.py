@@ -703,8 +703,7 @@ class Claim:
         self.fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                           0o600, dir_fd=self.directory)                      # P3
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)                              # P4
-            _pwrite_all(self.fd, _U64.pack(0), 0)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)                              # P4 (empty reads as 0)
             os.rename(temporary, self.name, src_dir_fd=self.directory, dst_dir_fd=self.directory)  # P5
         except BaseException:
             try:

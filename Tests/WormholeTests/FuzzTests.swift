@@ -120,13 +120,17 @@ struct FuzzTests {
     }
 
     /// Characters that matter to paths, plus ordinary and multi-byte ones.
-    static let pieces: [Character] = ["/", ".", "\u{0}", "\n", "\t", "\u{7F}", "\\", " ", "-", "_", "a", "Z", "9", "é", "日", "🙂", "\u{202E}"]
+    static let pieces: [Character] = ["/", ".", "\u{0}", "\n", "\t", "\u{7F}", "\\", " ", "-", "_", "a", "Z", "9", "é", "日", "🙂", "\u{202E}", "\u{2067}", "\u{85}", "\u{301}", "e"]
 
     /// The rules, stated independently of the implementation.
     static func isValid(_ identifier: String) -> Bool {
-        !identifier.isEmpty && identifier.utf8.count <= 200 && identifier != "." && identifier != ".."
-            && !identifier.hasPrefix(".") && !identifier.contains("/")
-            && !identifier.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
+        // Byte-wise, not by Character: "." followed by a combining mark is one Character.
+        !identifier.isEmpty && identifier.utf8.count <= 200
+            && identifier.utf8.first != UInt8(ascii: ".") && !identifier.utf8.contains(UInt8(ascii: "/"))
+            && !identifier.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+            && !identifier.unicodeScalars.contains { [0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
+                                                      0x2066, 0x2067, 0x2068, 0x2069].contains($0.value) }
+            && Array(identifier.precomposedStringWithCanonicalMapping.unicodeScalars) == Array(identifier.unicodeScalars)
     }
 
     @Test("a million generated identifiers: accepted exactly when the rules allow, and never outside the container",

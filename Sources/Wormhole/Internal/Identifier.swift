@@ -1,5 +1,8 @@
+import Foundation
+
 /// Validation of identifiers, notification names and group identifiers: each becomes
-/// one file name inside the container, so each must be a single, ordinary path component.
+/// one file name inside the container, so each must be a single, ordinary path component
+/// that displays as what it is (`Docs/Protocol.md` §6).
 enum Identifier {
     /// The longest identifier, in UTF-8 bytes. File names may be 255 bytes; the rest is
     /// kept for the suffixes and temporary-file prefixes the store adds.
@@ -10,13 +13,46 @@ enum Identifier {
     static func validate(_ value: String, kind: String = "identifier") throws(WormholeError) {
         // Every pass validates its identifier: one look at each byte decides whether it
         // is acceptable; only a rejected one is examined again, for the reason.
+        // is acceptable; only a rejected one is examined again, for the reason. An ASCII
+        // identifier is always in NFC and free of C1 and bidirectional characters: only
+        // one with other characters takes the slower Unicode checks.
+        var asciiOnly = true
         let acceptable: Bool? = value.utf8.withContiguousStorageIfAvailable { bytes in
             guard !bytes.isEmpty, bytes.count <= maximumLength, bytes[0] != UInt8(ascii: ".") else { return false }
-            for byte in bytes where byte < 0x20 || byte == 0x7F || byte == UInt8(ascii: "/") { return false }
+            for byte in bytes {
+                if byte < 0x20 || byte == 0x7F || byte == UInt8(ascii: "/") { return false }
+                if byte >= 0x80 { asciiOnly = false }
+            }
             return true
         }
-        if acceptable == true { return }
+        if acceptable == true && (asciiOnly || unicodeAcceptable(value)) { return }
         try explainRejection(value, kind: kind)
+    }
+
+    /// C1 control characters (U+0080–U+009F): unprintable, and some terminals act on them.
+    static func isC1Control(_ scalar: Unicode.Scalar) -> Bool {
+        (0x80...0x9F).contains(scalar.value)
+    }
+
+    /// Bidirectional formatting characters: they make a name display as another
+    /// (`txt.exe` shown as `exe.txt`).
+    static func isBidiFormatting(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
+    }
+
+    /// `value` in Unicode Normalization Form C.
+    static func composed(_ value: String) -> String {
+        value.precomposedStringWithCanonicalMapping
+    }
+
+    /// Whether `value` is in NFC (compared scalar by scalar: `==` on `String` would call
+    /// canonically equivalent forms equal) and free of C1 and bidirectional characters.
+    private static func unicodeAcceptable(_ value: String) -> Bool {
+        !value.unicodeScalars.contains { isC1Control($0) || isBidiFormatting($0) }
+            && composed(value).unicodeScalars.elementsEqual(value.unicodeScalars)
     }
 
     /// Throws the reason `value` is not an acceptable identifier (nothing if it is).
@@ -34,13 +70,24 @@ enum Identifier {
         if bytes.first == UInt8(ascii: ".") { throw reject("may not start with '.' (reserved for Wormhole's own files)") }
         if bytes.contains(0) { throw reject("may not contain a NUL byte") }
         if bytes.contains(where: { $0 < 0x20 || $0 == 0x7F }) { throw reject("may not contain control characters") }
+        if value.unicodeScalars.contains(where: isC1Control) { throw reject("may not contain control characters") }
+        if value.unicodeScalars.contains(where: isBidiFormatting) {
+            throw reject("may not contain bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069)")
+        }
+        let nfc = composed(value)
+        if !nfc.unicodeScalars.elementsEqual(value.unicodeScalars) {
+            throw WormholeError(.invalidIdentifier, "\(kind) '\(printable(value, escapingMarks: true))' is not in Unicode Normalization Form C (NFC); write it as '\(printable(nfc))'")
+        }
     }
 
     /// The value with control characters escaped, safe to print in an error message.
-    static func printable(_ value: String) -> String {
+    /// With `escapingMarks`, combining marks are escaped too, to show how a name that is
+    /// not in NFC differs from its composed form.
+    static func printable(_ value: String, escapingMarks: Bool = false) -> String {
         var result = ""
         for scalar in value.unicodeScalars.prefix(80) {
-            if scalar.value < 0x20 || scalar.value == 0x7F {
+            if scalar.value < 0x20 || scalar.value == 0x7F || isC1Control(scalar) || isBidiFormatting(scalar)
+                || escapingMarks && scalar.properties.canonicalCombiningClass != .notReordered {
                 result += "\\u{\(String(scalar.value, radix: 16))}"
             } else {
                 result.unicodeScalars.append(scalar)

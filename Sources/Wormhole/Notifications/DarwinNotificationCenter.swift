@@ -10,7 +10,10 @@ import SystemPackage
 /// A name is a file in the center's directory, `<name>.notification`. Posting a name
 /// touches that file (`utimensat`), which inotify reports to every observer of the
 /// directory as IN_ATTRIB; nothing else travels. The file's first 8 bytes, little-endian,
-/// hold the name's state value.
+/// hold the name's state value. Passing a message to the identifier of the same name
+/// through a ``Wormhole`` on the same directory notifies the name's observers too: the
+/// append to `<name>.wormhole` is itself the wake-up (IN_MODIFY), as `passMessage` posts
+/// the identifier's Darwin notification in MMWormhole.
 ///
 /// ```swift
 /// let center = try DarwinNotificationCenter(directory: "/run/user/1000/app-groups/group.example")
@@ -163,9 +166,11 @@ public final class DarwinNotificationCenter: Sendable {
         DarwinNotifications(center: self, name: name)
     }
 
-    /// Subscribes to the engine for the file of `name`.
+    /// Subscribes to the engine for the posts of `name`: its notification file, and the
+    /// log of the identifier of the same name (a pass posts the identifier's name).
     func subscribe(_ name: String, handler: @escaping @Sendable (DirectoryEvent) -> Void) throws(WormholeError) -> UInt64 {
-        try InotifyEngine.shared.subscribe(directory: directory, name: name + Self.fileSuffix, kind: .notification, handler: handler)
+        try InotifyEngine.shared.subscribe(directory: directory, names: [name + Self.fileSuffix, LogFile.name(name)],
+                                           kind: .notification, handler: handler)
     }
 
     private func open(_ file: String, _ access: ContainerDirectory.Access, create: Bool) throws(WormholeError) -> FileDescriptor {

@@ -162,14 +162,24 @@ public final class FileTransiting: WormholeTransiting {
             var bytes = 0
             var last = header.baseSequence
             var lastNanoseconds: Int64?
-            _ = try? log.walk(from: LogFormat.headerSize, header: header, maximumPayload: LogFormat.maximumPayloadLength, buffer: buffer) { item in
-                if case .record(let frame, _, _, _, _) = item {
+            _ = try? log.walk(from: LogFormat.headerSize, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer) { item in
+                switch item {
+                case .record(let frame, _, _, _, _):
                     last = max(last, frame.sequence)
                     if frame.sequence > header.clearedThrough {
                         count += 1
                         bytes += frame.payloadLength
                         lastNanoseconds = frame.nanoseconds
                     }
+                case .tooLarge(let sequence, _, let length):
+                    // Counted, not read: larger than this process accepts.
+                    last = max(last, sequence)
+                    if sequence > header.clearedThrough {
+                        count += 1
+                        bytes += length - LogFormat.recordOverhead
+                    }
+                case .corrupt:
+                    break
                 }
                 return true
             }
@@ -294,7 +304,7 @@ public final class FileTransiting: WormholeTransiting {
                         log.header = header
                         state.log = log
                         var tail = try Self.currentTail(log, header: header, size: max(size, LogFormat.headerSize), known: state.tail,
-                                                        maximumPayload: LogFormat.maximumPayloadLength, buffer: buffer)
+                                                        maximumPayload: configuration.maximumMessageSize, buffer: buffer)
                         if tail.end < size {
                             // A record torn by a writer that was killed: cut it.
                             try Syscalls.truncate(log.fd, to: Int64(tail.end)).orThrow("cut the torn end of", path: log.path)
@@ -351,13 +361,11 @@ public final class FileTransiting: WormholeTransiting {
             if let known, known.end == size { return known }
             if let known, known.end < size {
                 var tail = known
-                tail.end = try log.walk(from: known.end, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
-                    if case .record(let frame, _, _, let offset, _) = item {
-                        tail.lastSequence = max(tail.lastSequence, frame.sequence)
-                        tail.lastRecordOffset = offset
-                    }
+                let end = try log.walk(from: known.end, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
+                    tail.advance(past: item)
                     return true
                 }
+                tail.end = end
                 return tail
             }
             return try log.findTail(size: size, header: header, maximumPayload: maximumPayload, buffer: buffer)

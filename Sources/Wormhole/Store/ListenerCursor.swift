@@ -52,7 +52,7 @@ final class ListenerCursor {
         }
     }
 
-    /// Creates the claim, initially 0 (keep everything), already locked when it appears
+    /// Creates the claim, initially empty, which reads as 0 (keep everything), already locked when it appears
     /// under its final name. Its temporary name starts with `.` and holds this process's
     /// id: a compactor leaves it alone while this process lives.
     init(container: ContainerDirectory, identifier: String, step: UInt64) throws(WormholeError) {
@@ -70,8 +70,9 @@ final class ListenerCursor {
         }
         let fd = FileDescriptor(rawValue: raw)
         do throws(WormholeError) {
+            // Left empty: an empty claim reads as 0 (keep everything), so a full disk does
+            // not stop a listener from claiming.
             try Syscalls.lock(fd).orThrow("lock listener claim", path: where_)
-            try Self.write(0, to: fd, path: where_)
             try Syscalls.retrying({ renameat(directory.rawValue, temporary, directory.rawValue, name) })
                 .map { _ in () }.orThrow("publish listener claim", path: where_)
         } catch {

@@ -27,9 +27,16 @@ struct LogCompaction {
     func compact(_ log: LogFile, header: LogFormat.Header, tail: LogFile.Tail, clearing: Bool, buffer: ReadBuffer) throws(WormholeError) -> (LogFile, LogFile.Tail) {
         // Where each whole record starts, its sequence number and size.
         var entries: [(offset: Int, sequence: UInt64, length: Int)] = []
-        _ = try log.walk(from: LogFormat.headerSize, header: header, maximumPayload: LogFormat.maximumPayloadLength, buffer: buffer) { item in
-            if case .record(let frame, _, _, let offset, let length) = item, offset + length <= tail.end {
+        // Records larger than this process reads are copied too, unread: the walk
+        // recognises them by header and trailer, so memory stays bounded whatever the file.
+        _ = try log.walk(from: LogFormat.headerSize, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer) { item in
+            switch item {
+            case .record(let frame, _, _, let offset, let length) where offset + length <= tail.end:
                 entries.append((offset, frame.sequence, length))
+            case .tooLarge(let sequence, let offset, let length) where offset + length <= tail.end:
+                entries.append((offset, sequence, length))
+            default:
+                break
             }
             return true
         }

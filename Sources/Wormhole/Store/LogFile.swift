@@ -71,6 +71,19 @@ struct LogFile {
         var lastSequence: UInt64
         /// Where the last whole record starts, when there is one.
         var lastRecordOffset: Int?
+
+        /// Moves past a whole record met by ``walk(from:header:maximumPayload:buffer:_:)``
+        /// (one too large for the walker counts: it is whole, just not read).
+        mutating func advance(past item: Item) {
+            switch item {
+            case .record(let frame, _, _, let offset, let length):
+                self = Tail(end: offset + length, lastSequence: max(lastSequence, frame.sequence), lastRecordOffset: offset)
+            case .tooLarge(let sequence, let offset, let length):
+                self = Tail(end: offset + length, lastSequence: max(lastSequence, sequence), lastRecordOffset: offset)
+            case .corrupt:
+                break
+            }
+        }
     }
 
     /// Finds the tail of a file of `size` bytes: first from its end (the last 4 bytes
@@ -85,20 +98,25 @@ struct LogFile {
             if case .success(4) = got {
                 let length = LogFormat.recordOverhead + Int(UInt32(littleEndian: trailer))
                 let start = size - length
-                if start >= LogFormat.headerSize, length - LogFormat.recordOverhead <= maximumPayload {
-                    let bytes = try buffer.read(fd, from: start, count: length, path: path)
-                    if case .record(let frame, length) = LogFormat.parse(bytes, at: 0, logID: header.logID, maximumPayload: maximumPayload),
-                       frame.sequence > header.baseSequence {
+                if start >= LogFormat.headerSize {
+                    // A record larger than this process accepts is recognised by its
+                    // header and trailer alone, without reading (or allocating) it.
+                    let count = length - LogFormat.recordOverhead <= maximumPayload ? length : LogFormat.recordHeaderSize
+                    let bytes = try buffer.read(fd, from: start, count: count, path: path)
+                    switch LogFormat.parse(bytes, at: 0, logID: header.logID, maximumPayload: maximumPayload) {
+                    case .record(let frame, length) where frame.sequence > header.baseSequence:
                         return Tail(end: size, lastSequence: frame.sequence, lastRecordOffset: start)
+                    case .tooLarge(let sequence, length) where sequence > header.baseSequence:
+                        return Tail(end: size, lastSequence: sequence, lastRecordOffset: start)
+                    default:
+                        break
                     }
                 }
             }
         }
         var tail = empty
         _ = try walk(from: LogFormat.headerSize, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
-            if case .record(let frame, _, _, let offset, let length) = item {
-                tail = Tail(end: offset + length, lastSequence: max(tail.lastSequence, frame.sequence), lastRecordOffset: offset)
-            }
+            tail.advance(past: item)
             return true
         }
         return tail

@@ -245,8 +245,10 @@ public final class Wormhole: Sendable {
     // MARK: - Identifiers
 
     /// Throws ``WormholeError/Code/invalidIdentifier`` with the reason when `identifier`
-    /// cannot be used: empty, longer than 200 UTF-8 bytes, or containing `/`, NUL or a
-    /// control character, or `.`, `..` or a leading `.`. Every call that takes an
+    /// cannot be used: empty, longer than 200 UTF-8 bytes, containing `/`, NUL, a control
+    /// character (C0, DEL or C1) or a bidirectional formatting character, `.`, `..` or a
+    /// leading `.`, or not in Unicode Normalization Form C (the error names the composed
+    /// form; nothing is normalised silently). Every call that takes an
     /// identifier checks it; back ends and tools call this to check one up front.
     ///
     /// - Parameter kind: What the value is, for the message ("identifier",

@@ -25,7 +25,10 @@ enum DirectoryEvent: Sendable {
 enum SubscriberKind: Sendable {
     /// A message log: writes wake it, replacements make it look at the file again.
     case log
-    /// A notification file: only posts (IN_ATTRIB) wake it.
+    /// A notification name: posts (IN_ATTRIB on its notification file) wake it, and so do
+    /// passes to the identifier of the same name (IN_MODIFY on its log), as
+    /// `passMessage` posts the identifier's Darwin notification in MMWormhole. Writing a
+    /// notification file's state (IN_MODIFY on it) does not.
     case notification
 }
 
@@ -71,7 +74,8 @@ final class InotifyEngine: Sendable {
         | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 
     private struct Subscriber {
-        let name: String?
+        /// The file names it hears about; empty for every name in the directory.
+        let names: [String]
         let kind: SubscriberKind
         let handler: Handler
     }
@@ -92,21 +96,17 @@ final class InotifyEngine: Sendable {
 
         mutating func add(_ id: UInt64, _ subscriber: Subscriber) {
             subscribers[id] = subscriber
-            if let name = subscriber.name {
-                subscribersOfName[name, default: []].insert(id)
-            } else {
-                wildcardSubscribers.insert(id)
-            }
+            for name in subscriber.names { subscribersOfName[name, default: []].insert(id) }
+            if subscriber.names.isEmpty { wildcardSubscribers.insert(id) }
         }
 
         mutating func remove(_ id: UInt64) {
             guard let subscriber = subscribers.removeValue(forKey: id) else { return }
-            if let name = subscriber.name {
+            for name in subscriber.names {
                 subscribersOfName[name]?.remove(id)
                 if subscribersOfName[name]?.isEmpty == true { subscribersOfName[name] = nil }
-            } else {
-                wildcardSubscribers.remove(id)
             }
+            if subscriber.names.isEmpty { wildcardSubscribers.remove(id) }
         }
     }
 
@@ -137,12 +137,12 @@ final class InotifyEngine: Sendable {
     /// Starts delivering events for the file `name` of `directory` to `handler`; the
     /// watch is in place when this returns.
     func subscribe(directory: String, name: String, kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
-        EngineSubscription(id: try subscribe(directory: directory, name: name, kind: kind, handler: handler))
+        EngineSubscription(id: try subscribe(directory: directory, names: [name], kind: kind, handler: handler))
     }
 
-    /// Starts delivering events for `directory` (only those for the file `name`, when
-    /// given) to `handler`. The watch is in place when this returns.
-    func subscribe(directory: String, name: String?, kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
+    /// Starts delivering events for `directory` (only those for the files `names`, unless
+    /// empty) to `handler`. The watch is in place when this returns.
+    func subscribe(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
         let result: Result<UInt64, WormholeError> = state.withLock { state in
             do throws(WormholeError) {
                 let session = try Self.startSessionIfNeeded(&state)
@@ -156,7 +156,7 @@ final class InotifyEngine: Sendable {
                 }
                 let id = state.nextSubscription
                 state.nextSubscription += 1
-                state.containers[directory]?.add(id, Subscriber(name: name, kind: kind, handler: handler))
+                state.containers[directory]?.add(id, Subscriber(names: names, kind: kind, handler: handler))
                 state.containerOfSubscription[id] = directory
                 return .success(id)
             } catch {
@@ -332,7 +332,8 @@ final class InotifyEngine: Sendable {
                 if let path = state.containerOfWatch[event.watch], let container = state.containers[path] {
                     if let name = event.name {
                         for id in container.subscribersOfName[name] ?? [] {
-                            guard let subscriber = container.subscribers[id], let routed = Self.route(event.mask, to: subscriber.kind) else { continue }
+                            guard let subscriber = container.subscribers[id],
+                                  let routed = Self.route(event.mask, on: name, to: subscriber.kind) else { continue }
                             deliver(id, subscriber, routed)
                         }
                         if event.mask & UInt32(IN_ATTRIB) != 0 {
@@ -377,14 +378,16 @@ final class InotifyEngine: Sendable {
     }
 
     /// What an event on a subscriber's own file means to it, if anything.
-    private static func route(_ mask: UInt32, to kind: SubscriberKind) -> DirectoryEvent? {
+    private static func route(_ mask: UInt32, on name: String, to kind: SubscriberKind) -> DirectoryEvent? {
         switch kind {
         case .log:
             if mask & UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) != 0 { return .replaced }
             if mask & UInt32(IN_MODIFY) != 0 { return .appended }
             return nil
         case .notification:
-            return mask & UInt32(IN_ATTRIB) != 0 ? .posted : nil
+            if mask & UInt32(IN_ATTRIB) != 0 { return .posted }
+            if mask & UInt32(IN_MODIFY) != 0, name.hasSuffix(LogFormat.fileSuffix) { return .posted }
+            return nil
         }
     }
 
