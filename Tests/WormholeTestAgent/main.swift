@@ -14,6 +14,10 @@
 //                                                      "descriptors threads" before and after
 //   WormholeTestAgent probe DIR                        try to listen; print "ok" or
 //                                                      "error <code>: <description>"
+//   WormholeTestAgent peak DIR ID [PAYLOAD]           read the latest message of ID, then pass
+//                                                      PAYLOAD if given; print "<latest> <peak>":
+//                                                      the latest's byte count ("none", or
+//                                                      "error:<code>"), and VmHWM in kB
 //   WormholeTestAgent pace DIR ID COUNT MICROSECONDS TAG   pass COUNT messages, one per interval
 //   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
 //                                                      (no memory kept per message); write
@@ -126,6 +130,27 @@ do {
         done.wait()
         observation.cancel()
         try "\(seen)\n".write(toFile: output, atomically: true, encoding: .utf8)
+
+    case "peak":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let identifier = argument(2)
+        var latest: String
+        do throws(WormholeError) {
+            latest = try wormhole.record(withIdentifier: identifier).map { "\($0.payload.count)" } ?? "none"
+        } catch {
+            latest = "error:\(error.code)"
+        }
+        if arguments.count > 3 {
+            do throws(WormholeError) {
+                try wormhole.passMessage(argument(3), identifier: identifier)
+            } catch {
+                latest += ",pass-error:\(error.code)"
+            }
+        }
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let peak = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }
+            .flatMap { $0.split(whereSeparator: \.isWhitespace).dropFirst().first } ?? "-1"
+        print("\(latest) \(peak)")
 
     case "cycles":
         let wormhole = try AgentLocation.wormhole(argument(1))

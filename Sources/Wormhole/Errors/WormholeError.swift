@@ -21,7 +21,8 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
 
         /// An identifier, notification name or group identifier that cannot name a file
         /// inside the container (empty, too long, `/`, NUL, control characters, `.`, `..`,
-        /// or a leading `.`).
+        /// or a leading `.`), or that would display as another name (not in Unicode NFC,
+        /// bidirectional formatting characters).
         public static let invalidIdentifier = Code("invalidIdentifier")
         /// A message larger than the configured ``Wormhole/Configuration/maximumMessageSize``.
         public static let messageTooLarge = Code("messageTooLarge")

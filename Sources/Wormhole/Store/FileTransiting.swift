@@ -56,6 +56,35 @@ public final class FileTransiting: WormholeTransiting {
         container.filePath(LogFile.name(identifier))
     }
 
+    // MARK: - A container moved away
+
+    /// Set when inotify says the container's directory went away or came back.
+    private let containerMayHaveMoved = Atomic<Bool>(false)
+    /// The writer's watch on the container, made at the first pass (best effort: without
+    /// inotify a writer still finds a deleted container, just not a moved one).
+    private let containerWatch = Locked<EngineSubscription?>(nil)
+    private let containerWatched = Atomic<Bool>(false)
+
+    /// Before a pass: a container moved away (`mv`) keeps its files, so the writer's
+    /// descriptor would go on writing into the moved directory, where no listener of the
+    /// path looks. The engine says when the directory at the path changed; the next pass
+    /// then opens the one there now. Costs one atomic load when nothing happened.
+    func noticeContainerMoves() {
+        if !containerWatched.load(ordering: .relaxed) {
+            containerWatched.store(true, ordering: .relaxed)
+            let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], kind: .container) { [weak self] event in
+                switch event {
+                case .rescan, .failed: self?.containerMayHaveMoved.store(true, ordering: .releasing)
+                case .appended, .replaced, .posted: break
+                }
+            }
+            containerWatch.withLock { $0 = watch.map(EngineSubscription.init(id:)) }
+        }
+        if containerMayHaveMoved.load(ordering: .acquiring), containerMayHaveMoved.exchange(false, ordering: .acquiringAndReleasing) {
+            _ = try? container.refresh(create: true)
+        }
+    }
+
     // MARK: - Writing
 
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
@@ -144,6 +173,12 @@ public final class FileTransiting: WormholeTransiting {
         let size = Int(try log.status().st_size)
         let tail = try log.findTail(size: size, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer)
         guard let offset = tail.lastRecordOffset, tail.lastSequence > header.clearedThrough else { return nil }
+        let payloadLength = tail.end - offset - LogFormat.recordOverhead
+        guard payloadLength <= configuration.maximumMessageSize else {
+            throw WormholeError(.messageTooLarge,
+                "the latest message of '\(identifier)' (\(tail.lastSequence)) is \(payloadLength) bytes, more than this reader's limit of \(configuration.maximumMessageSize) (Wormhole.Configuration.maximumMessageSize); it was not read",
+                path: log.path)
+        }
         let bytes = try buffer.read(log.fd, from: offset, count: tail.end - offset, path: log.path)
         guard case .record(let frame, _) = LogFormat.parse(bytes, at: 0, logID: header.logID, maximumPayload: configuration.maximumMessageSize) else {
             throw WormholeError.corrupt("the last record changed while it was read", path: log.path)
@@ -227,7 +262,8 @@ public final class FileTransiting: WormholeTransiting {
     /// A cached descriptor for one identifier's log, with what a writer learned of it.
     /// Its mutex keeps threads of this process apart (a `flock` is shared by every
     /// thread using the same descriptor). Once retired (evicted from the cache, or its
-    /// wormhole released) it is closed and refuses work: the caller takes a new handle.
+    /// wormhole released) its descriptor is closed; a call that took the handle before
+    /// that still completes, with a descriptor opened for that call alone.
     final class LogHandle: Sendable {
         let identifier: String
         private let state = Locked(State())
@@ -236,6 +272,8 @@ public final class FileTransiting: WormholeTransiting {
             var log: LogFile?
             var tail: LogFile.Tail?
             var retired = false
+            /// The container's generation when the log was opened.
+            var generation: UInt64 = 0
             var buffer: ReadBuffer?
         }
 
@@ -259,23 +297,42 @@ public final class FileTransiting: WormholeTransiting {
         func withLockedLog<T>(_ transiting: FileTransiting, create: Bool, clearing: Bool = false,
                               _ body: (LogFile, LogFormat.Header, inout LogFile.Tail) throws(WormholeError) -> T) throws(WormholeError) -> T? {
             try state.withLock { (state: inout State) throws(WormholeError) -> T? in
-                guard !state.retired else { return nil }
+                // A retired handle (evicted by another thread after this one took it)
+                // still works, for this call: it opens the log and closes it after.
+                defer {
+                    if state.retired {
+                        state.log?.close()
+                        state.log = nil
+                        state.tail = nil
+                    }
+                }
+                transiting.noticeContainerMoves()
+                let generation = transiting.container.current.generation
+                if state.log != nil, state.generation != generation {
+                    // The container was replaced: this log belongs to the old directory.
+                    state.log?.close()
+                    state.log = nil
+                    state.tail = nil
+                }
                 let configuration = transiting.configuration
                 let buffer = state.buffer ?? ReadBuffer()
                 state.buffer = buffer
                 for _ in 0..<64 {
                     if state.log == nil {
                         let opened: LogFile?
+                        var openedIn = generation
                         do throws(WormholeError) {
                             opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
                         } catch where error.code == .containerUnavailable && create {
                             // The container was deleted (or moved away): make it again, as
                             // the listeners expect, and open the log in the new one.
                             try transiting.container.refresh()
+                            openedIn = transiting.container.current.generation
                             opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
                         }
                         guard let opened else { return nil }
                         state.log = opened
+                        state.generation = openedIn
                         state.tail = nil
                     }
                     var log = state.log!

@@ -30,6 +30,8 @@ enum SubscriberKind: Sendable {
     /// `passMessage` posts the identifier's Darwin notification in MMWormhole. Writing a
     /// notification file's state (IN_MODIFY on it) does not.
     case notification
+    /// The directory itself: hears only that it went away or came back (rescan).
+    case container
 }
 
 /// A subscription to the engine; cancelling it (or dropping it) unsubscribes.
@@ -338,7 +340,7 @@ final class InotifyEngine: Sendable {
                         }
                         if event.mask & UInt32(IN_ATTRIB) != 0 {
                             for id in container.wildcardSubscribers {
-                                if let subscriber = container.subscribers[id] { deliver(id, subscriber, .posted) }
+                                if let subscriber = container.subscribers[id], subscriber.kind != .container { deliver(id, subscriber, .posted) }
                             }
                         }
                     }
@@ -383,6 +385,8 @@ final class InotifyEngine: Sendable {
         case .log:
             if mask & UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) != 0 { return .replaced }
             if mask & UInt32(IN_MODIFY) != 0 { return .appended }
+            return nil
+        case .container:
             return nil
         case .notification:
             if mask & UInt32(IN_ATTRIB) != 0 { return .posted }
