@@ -37,7 +37,7 @@ final class FileLogReader: WormholeTransitingReader {
     private var cursor: ListenerCursor?
     private let buffer = ReadBuffer()
 
-    init(transiting: FileTransiting, identifier: String, start: Wormhole.StartingPoint) throws(WormholeError) {
+    init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint) throws(WormholeError) {
         self.identifier = identifier
         self.container = transiting.container
         self.maximumPayload = transiting.configuration.maximumMessageSize

@@ -22,7 +22,7 @@ import Synchronization
 public final class FileTransiting: WormholeTransiting {
     /// The shared directory.
     public let directory: String
-    public let configuration: Wormhole.Configuration
+    public let configuration: WormholeConfiguration
     /// The notification center of the same directory, for bare posts.
     public let notificationCenter: DarwinNotificationCenter
     let container: ContainerDirectory
@@ -41,7 +41,7 @@ public final class FileTransiting: WormholeTransiting {
     }()
 
     /// Uses `directory` (created 0700 when missing, refused when unsafe).
-    public init(directory: String, configuration: Wormhole.Configuration = .init()) throws(WormholeError) {
+    public init(directory: String, configuration: WormholeConfiguration = .init()) throws(WormholeError) {
         self.configuration = try configuration.validated()
         self.container = try ContainerDirectory(path: directory)
         self.notificationCenter = DarwinNotificationCenter(container: container)
@@ -225,7 +225,7 @@ public final class FileTransiting: WormholeTransiting {
         return result
     }
 
-    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
         try Identifier.validate(identifier)
         return try FileLogReader(transiting: self, identifier: identifier, start: start)
     }
@@ -402,7 +402,7 @@ public final class FileTransiting: WormholeTransiting {
             }
         }
 
-        private static func newHeader(_ configuration: Wormhole.Configuration) -> LogFormat.Header {
+        private static func newHeader(_ configuration: WormholeConfiguration) -> LogFormat.Header {
             var header = LogFormat.Header()
             header.logID = UInt64.random(in: 1...UInt64.max)
             header.compactionByteThreshold = UInt64(LogFormat.headerSize)

@@ -19,7 +19,7 @@ import SystemPackage
 struct LogCompaction {
     let container: ContainerDirectory
     let identifier: String
-    let configuration: Wormhole.Configuration
+    let configuration: WormholeConfiguration
 
     /// Compacts `log` (locked, tail `tail`); `clearing` also marks every message so far
     /// as cleared. Returns the new file, opened, with its tail, or throws and leaves the

@@ -46,14 +46,6 @@ public struct WormholeRecord: Sendable, Hashable {
         self.kind = kind
         self.payload = payload
     }
-
-    /// The message as `Message`: `Data` gets the bytes as they are, `String` the UTF-8
-    /// text, any other `Decodable` type is decoded from JSON.
-    ///
-    /// - Throws: ``WormholeError/Code/decodingFailed`` when the bytes are not that type.
-    public func decode<Message: Decodable>(as type: Message.Type = Message.self) throws(WormholeError) -> Message {
-        try MessageCoding.decode(payload, as: type, identifier: identifier, sequence: sequence)
-    }
 }
 
 /// Retained contents of one identifier, as ``WormholeTransiting/summaries()`` lists them.
@@ -75,45 +67,5 @@ public struct WormholeIdentifierSummary: Sendable, Hashable {
         self.byteCount = byteCount
         self.lastSequence = lastSequence
         self.lastUpdate = lastUpdate
-    }
-}
-
-/// Turns messages into bytes and back. Raw bytes and text pass through unchanged; other
-/// types travel as JSON.
-enum MessageCoding {
-    static func encode<Message: Encodable>(_ message: Message, identifier: String) throws(WormholeError) -> (WormholePayloadKind, Data) {
-        if let data = message as? Data { return (.data, data) }
-        if let text = message as? String { return (.text, Data(text.utf8)) }
-        do {
-            return (.json, try JSONEncoder().encode(message))
-        } catch {
-            throw WormholeError(.encodingFailed, "cannot encode the message for '\(identifier)' as JSON: \(error)")
-        }
-    }
-
-    static func decode<Message: Decodable>(_ payload: Data, as type: Message.Type, identifier: String, sequence: UInt64) throws(WormholeError) -> Message {
-        if Message.self == Data.self, let data = payload as? Message { return data }
-        if Message.self == String.self {
-            guard let text = String(data: payload, encoding: .utf8), let message = text as? Message else {
-                throw WormholeError(.decodingFailed, "message \(sequence) of '\(identifier)' is not UTF-8 text")
-            }
-            return message
-        }
-        do {
-            return try JSONDecoder().decode(Message.self, from: payload)
-        } catch {
-            throw WormholeError(.decodingFailed, "message \(sequence) of '\(identifier)' is not a JSON \(Message.self): \(describe(error))")
-        }
-    }
-
-    private static func describe(_ error: any Error) -> String {
-        switch error as? DecodingError {
-        case .dataCorrupted(let context)?: return context.debugDescription
-        case .keyNotFound(let key, _)?: return "no value for key '\(key.stringValue)'"
-        case .typeMismatch(_, let context)?, .valueNotFound(_, let context)?:
-            let path = context.codingPath.map(\.stringValue).joined(separator: ".")
-            return path.isEmpty ? context.debugDescription : "\(path): \(context.debugDescription)"
-        default: return "\(error)"
-        }
     }
 }

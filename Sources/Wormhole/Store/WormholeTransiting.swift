@@ -10,7 +10,7 @@ import Foundation
 /// once, no partial record ever visible, and history bounded by the configuration.
 public protocol WormholeTransiting: Sendable {
     /// The limits this back end enforces.
-    var configuration: Wormhole.Configuration { get }
+    var configuration: WormholeConfiguration { get }
 
     /// Stores a message under `identifier`, assigns its sequence number, then wakes
     /// the identifier's observers. Returns the stored record.
@@ -31,7 +31,7 @@ public protocol WormholeTransiting: Sendable {
 
     /// A reader of `identifier`'s records from `start` on. Call it after
     /// ``observe(identifier:handler:)`` so that no wake-up is missed in between.
-    func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader
 
     /// Calls `handler` whenever records may have been added to `identifier`. The file
     /// back end calls it on its inotify reader thread, where listeners without a queue

@@ -26,6 +26,11 @@ import Synchronization
 /// cancelled, ``stopListeningForMessage(withIdentifier:)`` is called, or the wormhole is
 /// released: the wormhole keeps the tokens, so dropping one does not stop its listener.
 public final class Wormhole: Sendable {
+    /// Limits that every process sharing a directory should agree on.
+    public typealias Configuration = WormholeConfiguration
+    /// Where a listener starts reading.
+    public typealias StartingPoint = WormholeStartingPoint
+
     /// Where messages are stored and how listeners are woken.
     public let transiting: any WormholeTransiting
 

@@ -1,0 +1,267 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The kernel calls a ``WatchTable`` makes. The engine passes its inotify instance; the
+/// tests pass a fake, so the table's bookkeeping is tested without the kernel.
+protocol WatchKernel {
+    /// Watches the directory at `path` with ``WatchTable/watchMask``.
+    func addWatch(_ path: String) throws(WormholeError) -> Int32
+    func removeWatch(_ watch: Int32)
+    /// Whether a directory (not a link to one) exists at `path` now.
+    func isDirectory(_ path: String) -> Bool
+}
+
+/// One event as inotify reported it.
+struct RawEvent: Equatable {
+    let watch: Int32
+    let mask: UInt32
+    let name: String?
+}
+
+/// Who is subscribed to what, which watch stands for which directory, and what an event
+/// means to each subscriber: a plain value, with no lock and no thread.
+///
+/// Each watched directory's parent is watched too. The kernel reports a directory's own
+/// deletion (IN_DELETE_SELF) only once no process holds a file in it open, and writers
+/// and readers do; the parent reports the deletion (or move) of its entry at once. A
+/// deleted directory is watched again as soon as it exists again, and its subscribers
+/// are told to look again then.
+struct WatchTable<Handler> {
+    /// One mask for every watch, so that a directory watched both as a container and as
+    /// another container's parent keeps all it needs (a second add replaces the mask).
+    /// IN_MODIFY is an append, IN_ATTRIB a post; entry events serve the parent role and
+    /// say a log was replaced; the self events say the directory itself went away.
+    static var watchMask: UInt32 {
+        UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
+            | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+    }
+
+    private struct Subscriber {
+        /// The file names it hears about; empty for every name in the directory.
+        let names: [String]
+        let kind: SubscriberKind
+        let handler: Handler
+    }
+
+    /// A directory someone subscribed to.
+    private struct Container {
+        let parent: String
+        let name: String
+        /// `nil` while the directory does not exist.
+        var watch: Int32?
+        var subscribers: [UInt64: Subscriber] = [:]
+        /// The subscribers of each file name, so that an event costs the same whether
+        /// the directory has one subscriber or ten thousand.
+        var subscribersOfName: [String: Set<UInt64>] = [:]
+        /// Subscribers of every name in the directory.
+        var wildcardSubscribers: Set<UInt64> = []
+
+        mutating func add(_ id: UInt64, _ subscriber: Subscriber) {
+            subscribers[id] = subscriber
+            for name in subscriber.names { subscribersOfName[name, default: []].insert(id) }
+            if subscriber.names.isEmpty { wildcardSubscribers.insert(id) }
+        }
+
+        mutating func remove(_ id: UInt64) {
+            guard let subscriber = subscribers.removeValue(forKey: id) else { return }
+            for name in subscriber.names {
+                subscribersOfName[name]?.remove(id)
+                if subscribersOfName[name]?.isEmpty == true { subscribersOfName[name] = nil }
+            }
+            if subscriber.names.isEmpty { wildcardSubscribers.remove(id) }
+        }
+    }
+
+    private var containers: [String: Container] = [:]
+    private var containerOfWatch: [Int32: String] = [:]
+    /// Parent watches, and the containers each one looks after.
+    private var parentOfWatch: [Int32: String] = [:]
+    private var parentWatch: [String: Int32] = [:]
+    private var childrenOfParent: [String: Set<String>] = [:]
+    private var containerOfSubscription: [UInt64: String] = [:]
+    private var nextSubscription: UInt64 = 1
+
+    /// Whether nothing is subscribed (and nothing watched).
+    var isEmpty: Bool { containers.isEmpty }
+
+    /// The watches in use, for tests.
+    var watchCount: Int { Set(containerOfWatch.keys).union(parentOfWatch.keys).count }
+
+    private func isWatchInUse(_ watch: Int32) -> Bool {
+        containerOfWatch[watch] != nil || parentOfWatch[watch] != nil
+    }
+
+    // MARK: - Subscribing
+
+    /// Adds a subscriber of `names` in `directory` (every name when empty), watching the
+    /// directory and its parent first when they are not watched yet.
+    mutating func subscribe(directory: String, names: [String], kind: SubscriberKind, handler: Handler,
+                            kernel: some WatchKernel) throws(WormholeError) -> UInt64 {
+        if containers[directory] == nil { try addContainer(directory, kernel: kernel) }
+        let id = nextSubscription
+        nextSubscription += 1
+        containers[directory]?.add(id, Subscriber(names: names, kind: kind, handler: handler))
+        containerOfSubscription[id] = directory
+        return id
+    }
+
+    /// Removes a subscriber; the last one of a directory releases its watches.
+    mutating func unsubscribe(_ id: UInt64, kernel: some WatchKernel) {
+        guard let path = containerOfSubscription.removeValue(forKey: id) else { return }
+        containers[path]?.remove(id)
+        if containers[path]?.subscribers.isEmpty == true { removeContainer(path, kernel: kernel) }
+    }
+
+    private mutating func addContainer(_ path: String, kernel: some WatchKernel) throws(WormholeError) {
+        let slash = path.lastIndex(of: "/") ?? path.startIndex
+        let parent = slash == path.startIndex ? "/" : String(path[..<slash])
+        let name = String(path[path.index(after: slash)...])
+        let watch = try kernel.addWatch(path)
+        containers[path] = Container(parent: parent, name: name, watch: watch)
+        containerOfWatch[watch] = path
+        if parentWatch[parent] == nil, path != "/", let watch = try? kernel.addWatch(parent) {
+            parentWatch[parent] = watch
+            parentOfWatch[watch] = parent
+        }
+        childrenOfParent[parent, default: []].insert(path)
+    }
+
+    private mutating func removeContainer(_ path: String, kernel: some WatchKernel) {
+        guard let container = containers.removeValue(forKey: path) else { return }
+        if let watch = container.watch {
+            containerOfWatch[watch] = nil
+            removeWatchIfUnused(watch, kernel: kernel)
+        }
+        childrenOfParent[container.parent]?.remove(path)
+        if childrenOfParent[container.parent]?.isEmpty == true {
+            childrenOfParent[container.parent] = nil
+            if let watch = parentWatch.removeValue(forKey: container.parent) {
+                parentOfWatch[watch] = nil
+                removeWatchIfUnused(watch, kernel: kernel)
+            }
+        }
+    }
+
+    private func removeWatchIfUnused(_ watch: Int32, kernel: some WatchKernel) {
+        if !isWatchInUse(watch) { kernel.removeWatch(watch) }
+    }
+
+    // MARK: - Events
+
+    /// One delivery of one kind of event to one subscriber, so that events read
+    /// together reach each subscriber once.
+    private struct DeliveryKey: Hashable {
+        let subscription: UInt64
+        let kind: UInt8
+    }
+
+    /// What `events` mean to each subscriber: each subscriber hears each kind of event at
+    /// most once per batch. Directories that went away stop being watched; those that
+    /// came back are watched again.
+    mutating func handle(_ events: [RawEvent], kernel: some WatchKernel) -> [(Handler, DirectoryEvent)] {
+        var deliveries: [(Handler, DirectoryEvent)] = []
+        var seen = Set<DeliveryKey>()
+        func deliver(_ id: UInt64, _ subscriber: Subscriber, _ event: DirectoryEvent) {
+            let kind: UInt8
+            switch event {
+            case .appended: kind = 0
+            case .replaced: kind = 1
+            case .posted: kind = 2
+            case .rescan: kind = 3
+            case .failed: kind = 4
+            }
+            if seen.insert(DeliveryKey(subscription: id, kind: kind)).inserted { deliveries.append((subscriber.handler, event)) }
+        }
+        func rescan(_ path: String) {
+            for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .rescan) }
+        }
+        for event in events {
+            if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                // Events were lost: every subscriber looks again, and directories that
+                // came or went meanwhile are watched again.
+                for path in containers.keys { refresh(path, kernel: kernel) }
+                for path in containers.keys { rescan(path) }
+                continue
+            }
+            if let path = containerOfWatch[event.watch], let container = containers[path] {
+                if let name = event.name {
+                    for id in container.subscribersOfName[name] ?? [] {
+                        guard let subscriber = container.subscribers[id],
+                              let routed = Self.route(event.mask, on: name, to: subscriber.kind) else { continue }
+                        deliver(id, subscriber, routed)
+                    }
+                    if event.mask & UInt32(IN_ATTRIB) != 0 {
+                        for id in container.wildcardSubscribers {
+                            if let subscriber = container.subscribers[id], subscriber.kind != .container { deliver(id, subscriber, .posted) }
+                        }
+                    }
+                }
+                if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+                    orphan(path, kernel: kernel)
+                    rescan(path)
+                }
+            }
+            if let parent = parentOfWatch[event.watch], let name = event.name {
+                for path in childrenOfParent[parent] ?? [] where containers[path]?.name == name {
+                    if event.mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0 {
+                        orphan(path, kernel: kernel)
+                        rescan(path)
+                    } else if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0, containers[path]?.watch == nil {
+                        refresh(path, kernel: kernel)
+                        rescan(path)
+                    }
+                }
+            } else if let parent = parentOfWatch[event.watch], event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+                // The parent itself went away: nothing will tell when the containers
+                // come back.
+                parentOfWatch[event.watch] = nil
+                parentWatch[parent] = nil
+                let error = WormholeError(.containerUnavailable,
+                    "'\(parent)' was removed, so Wormhole can no longer notice when its directories are recreated; start listening again",
+                    path: parent)
+                for path in childrenOfParent[parent] ?? [] where containers[path]?.watch == nil {
+                    for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .failed(error)) }
+                }
+            }
+        }
+        return deliveries
+    }
+
+    /// What an event on a subscriber's own file means to it, if anything.
+    static func route(_ mask: UInt32, on name: String, to kind: SubscriberKind) -> DirectoryEvent? {
+        switch kind {
+        case .log:
+            if mask & UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) != 0 { return .replaced }
+            if mask & UInt32(IN_MODIFY) != 0 { return .appended }
+            return nil
+        case .container:
+            return nil
+        case .notification:
+            if mask & UInt32(IN_ATTRIB) != 0 { return .posted }
+            if mask & UInt32(IN_MODIFY) != 0, name.hasSuffix(LogFormat.fileSuffix) { return .posted }
+            return nil
+        }
+    }
+
+    /// The container at `path` is gone (deleted or moved away): stop watching the old
+    /// directory, and watch the new one at once if it was already recreated.
+    private mutating func orphan(_ path: String, kernel: some WatchKernel) {
+        guard let watch = containers[path]?.watch else { return }
+        containers[path]?.watch = nil
+        containerOfWatch[watch] = nil
+        removeWatchIfUnused(watch, kernel: kernel)
+        refresh(path, kernel: kernel)
+    }
+
+    /// Watches the container at `path` again if a directory exists there now.
+    private mutating func refresh(_ path: String, kernel: some WatchKernel) {
+        guard containers[path] != nil, kernel.isDirectory(path), let watch = try? kernel.addWatch(path) else { return }
+        if let old = containers[path]?.watch, old != watch {
+            containerOfWatch[old] = nil
+            removeWatchIfUnused(old, kernel: kernel)
+        }
+        containers[path]?.watch = watch
+        containerOfWatch[watch] = path
+    }
+}

@@ -1,0 +1,70 @@
+/// Limits that every process sharing a directory should agree on
+/// (``Wormhole/Configuration``).
+///
+/// It belongs to the store: back ends take it without knowing the ``Wormhole`` type.
+///
+/// ```swift
+/// var configuration = Wormhole.Configuration()
+/// configuration.retainedMessageCount = 100
+/// let wormhole = try Wormhole(directory: path, configuration: configuration)
+/// ```
+public struct WormholeConfiguration: Sendable, Hashable {
+    /// How many messages per identifier are kept for readers that start from
+    /// history (``WormholeStartingPoint/history``). Default 1,000. Messages a live listener
+    /// has not read yet are kept beyond this until it has read them.
+    public var retainedMessageCount: Int = 1000
+    /// How many payload bytes per identifier are kept for history. Default 16 MiB.
+    /// The latest message is always kept, whatever its size.
+    public var retainedByteCount: Int = 16 << 20
+    /// The largest message ``Wormhole/passMessage(_:identifier:)`` accepts, in bytes.
+    /// Default 8 MiB; at most 1 GiB.
+    public var maximumMessageSize: Int = 8 << 20
+    /// The most messages per identifier that are kept for live listeners that have not
+    /// read them yet, beyond the retained history. Default 100,000. Past it the oldest
+    /// unread messages are dropped, and each listener that loses some receives a
+    /// ``WormholeError/Code/messagesLost`` error with the count, so that a stopped
+    /// listener cannot fill the disk.
+    public var maximumBacklogMessageCount: Int = 100_000
+    /// The most payload bytes per identifier kept for live listeners, likewise.
+    /// Default 64 MiB. A log file stays below about twice the larger of this and the
+    /// retained history, plus one message.
+    public var maximumBacklogByteCount: Int = 64 << 20
+
+    public init() {}
+
+    /// The configuration itself, or ``WormholeError/Code/invalidConfiguration``
+    /// naming the value that is out of range. Back ends call it when they start.
+    public func validated() throws(WormholeError) -> WormholeConfiguration {
+        guard retainedMessageCount >= 1 else {
+            throw WormholeError(.invalidConfiguration, "retainedMessageCount must be at least 1, not \(retainedMessageCount)")
+        }
+        guard retainedByteCount >= 1 else {
+            throw WormholeError(.invalidConfiguration, "retainedByteCount must be at least 1, not \(retainedByteCount)")
+        }
+        guard maximumBacklogMessageCount >= 1 else {
+            throw WormholeError(.invalidConfiguration, "maximumBacklogMessageCount must be at least 1, not \(maximumBacklogMessageCount)")
+        }
+        guard maximumBacklogByteCount >= 1 else {
+            throw WormholeError(.invalidConfiguration, "maximumBacklogByteCount must be at least 1, not \(maximumBacklogByteCount)")
+        }
+        guard (1...(1 << 30)).contains(maximumMessageSize) else {
+            throw WormholeError(.invalidConfiguration, "maximumMessageSize must be between 1 byte and 1 GiB, not \(maximumMessageSize)")
+        }
+        return self
+    }
+}
+
+/// Where a listener starts reading (``Wormhole/StartingPoint``).
+public enum WormholeStartingPoint: Sendable, Hashable {
+    /// Only messages passed after listening starts. The default, as in MMWormhole.
+    case now
+    /// The latest retained message first (when there is one), then new ones: a
+    /// widget's "show the current value at once, then keep up".
+    case latest
+    /// Every retained message first, oldest first, then new ones: catch-up after
+    /// the process was not running.
+    case history
+    /// The retained messages with a sequence number above this one, then new ones:
+    /// resume where a previous run stopped.
+    case after(sequence: UInt64)
+}

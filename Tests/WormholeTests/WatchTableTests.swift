@@ -1,0 +1,132 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+@testable import Wormhole
+
+/// The engine's bookkeeping, without the kernel: a fake hands out watch descriptors and
+/// says which directories exist.
+@Suite("Watch table")
+struct WatchTableTests {
+    final class FakeKernel: WatchKernel {
+        var next: Int32 = 1
+        var watches: [String: Int32] = [:]
+        var removed: [Int32] = []
+        var directories: Set<String> = []
+
+        func addWatch(_ path: String) throws(WormholeError) -> Int32 {
+            guard directories.contains(path) else { throw WormholeError(.containerUnavailable, "no \(path)") }
+            if let watch = watches[path] { return watch }   // the kernel returns the same watch
+            defer { next += 1 }
+            watches[path] = next
+            return next
+        }
+        func removeWatch(_ watch: Int32) {
+            removed.append(watch)
+            watches = watches.filter { $0.value != watch }
+        }
+        func isDirectory(_ path: String) -> Bool { directories.contains(path) }
+    }
+
+    private func kinds(_ deliveries: [(String, DirectoryEvent)]) -> [String] {
+        deliveries.map { handler, event in
+            switch event {
+            case .appended: "\(handler):appended"
+            case .replaced: "\(handler):replaced"
+            case .posted: "\(handler):posted"
+            case .rescan: "\(handler):rescan"
+            case .failed: "\(handler):failed"
+            }
+        }.sorted()
+    }
+
+    private func setUp() throws -> (WatchTable<String>, FakeKernel, container: Int32, parent: Int32) {
+        let kernel = FakeKernel()
+        kernel.directories = ["/run", "/run/c"]
+        var table = WatchTable<String>()
+        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: ["x.notification", "x.wormhole"], kind: .notification, handler: "observer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
+        return (table, kernel, kernel.watches["/run/c"]!, kernel.watches["/run"]!)
+    }
+
+    @Test("an append wakes the log's listener and the observer of its name; a post wakes the observer alone; state writes wake nobody")
+    func routing() throws {
+        var (table, kernel, container, _) = try setUp()
+        #expect(kernel.watches.count == 2, "the container and its parent")
+        let append = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole")], kernel: kernel)
+        #expect(kinds(append) == ["log:appended", "observer:posted"])
+        let post = table.handle([RawEvent(watch: container, mask: UInt32(IN_ATTRIB), name: "x.notification")], kernel: kernel)
+        #expect(kinds(post) == ["observer:posted"])
+        let state = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.notification")], kernel: kernel)
+        #expect(state.isEmpty)
+        let other = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "y.wormhole")], kernel: kernel)
+        #expect(other.isEmpty)
+        let replaced = table.handle([RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole")], kernel: kernel)
+        #expect(kinds(replaced) == ["log:replaced"])
+    }
+
+    @Test("a batch of a thousand appends reaches each subscriber once")
+    func batchesCoalesce() throws {
+        var (table, kernel, container, _) = try setUp()
+        let events = Array(repeating: RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole"), count: 1000)
+        #expect(kinds(table.handle(events, kernel: kernel)) == ["log:appended", "observer:posted"])
+    }
+
+    @Test("the container moved away: everyone looks again, the old watch goes; made again: watched again, everyone looks again")
+    func movedAndRecreated() throws {
+        var (table, kernel, container, parent) = try setUp()
+        kernel.directories.remove("/run/c")
+        let moved = table.handle([RawEvent(watch: parent, mask: UInt32(IN_MOVED_FROM | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(kinds(moved) == ["log:rescan", "observer:rescan", "writer:rescan"])
+        #expect(kernel.removed == [container])
+        kernel.directories.insert("/run/c")
+        let made = table.handle([RawEvent(watch: parent, mask: UInt32(IN_CREATE | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(kinds(made) == ["log:rescan", "observer:rescan", "writer:rescan"])
+        let newWatch = try #require(kernel.watches["/run/c"])
+        #expect(newWatch != container)
+        let append = table.handle([RawEvent(watch: newWatch, mask: UInt32(IN_MODIFY), name: "x.wormhole")], kernel: kernel)
+        #expect(kinds(append) == ["log:appended", "observer:posted"])
+        // The old watch's IN_IGNORED, arriving late, means nothing now.
+        #expect(table.handle([RawEvent(watch: container, mask: UInt32(IN_IGNORED), name: nil)], kernel: kernel).isEmpty)
+    }
+
+    @Test("an overflow tells every subscriber of every directory to look again")
+    func overflowRescansAll() throws {
+        var (table, kernel, _, _) = try setUp()
+        kernel.directories.insert("/srv/d")
+        kernel.directories.insert("/srv")
+        _ = try table.subscribe(directory: "/srv/d", names: ["y.wormhole"], kind: .log, handler: "other", kernel: kernel)
+        let overflow = table.handle([RawEvent(watch: -1, mask: UInt32(IN_Q_OVERFLOW), name: nil)], kernel: kernel)
+        #expect(kinds(overflow) == ["log:rescan", "observer:rescan", "other:rescan", "writer:rescan"])
+    }
+
+    @Test("the parent removed: subscribers of a container that is gone are told it failed")
+    func parentRemovedFails() throws {
+        var (table, kernel, _, parent) = try setUp()
+        kernel.directories = []
+        _ = table.handle([RawEvent(watch: parent, mask: UInt32(IN_DELETE | IN_ISDIR), name: "c")], kernel: kernel)
+        let gone = table.handle([RawEvent(watch: parent, mask: UInt32(IN_DELETE_SELF), name: nil)], kernel: kernel)
+        #expect(kinds(gone) == ["log:failed", "observer:failed", "writer:failed"])
+    }
+
+    @Test("the last unsubscribe of a directory releases its watch and its parent's; the table is empty again")
+    func unsubscribingReleasesWatches() throws {
+        let kernel = FakeKernel()
+        kernel.directories = ["/run", "/run/a", "/run/b"]
+        var table = WatchTable<String>()
+        let a = try table.subscribe(directory: "/run/a", names: ["x.wormhole"], kind: .log, handler: "a", kernel: kernel)
+        let b = try table.subscribe(directory: "/run/b", names: ["x.wormhole"], kind: .log, handler: "b", kernel: kernel)
+        #expect(table.watchCount == 3, "two containers, one shared parent")
+        table.unsubscribe(a, kernel: kernel)
+        #expect(table.watchCount == 2)
+        table.unsubscribe(b, kernel: kernel)
+        #expect(table.watchCount == 0)
+        #expect(table.isEmpty)
+        #expect(kernel.watches.isEmpty)
+        #expect(throws: WormholeError.self) {
+            _ = try table.subscribe(directory: "/nowhere", names: [], kind: .log, handler: "x", kernel: kernel)
+        }
+        #expect(table.isEmpty)
+    }
+}
