@@ -68,7 +68,7 @@ struct Chat: AsyncParsableCommand {
         let typing = Terminal.inputIsTerminal
 
         // Recent history: the events after (latest - history), then everything live.
-        let latest = try wormhole.record(withIdentifier: room)?.sequence ?? 0
+        let latest = try await wormhole.record(withIdentifier: room)?.sequence ?? 0
         let start = latest > UInt64(history) ? latest - UInt64(history) : 0
         if typing {
             Terminal.say("Room '\(room)' in \(wormhole.directory ?? "?") as \(name). Type and press Enter to talk; Ctrl-D or /quit leaves.")
@@ -86,7 +86,7 @@ struct Chat: AsyncParsableCommand {
             }
         }
 
-        try wormhole.passMessage(ChatEvent.join(name), identifier: room)
+        try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
         let ending = Ending()
         Terminal.readLines({ line in
             let text = line.trimmingCharacters(in: .whitespaces)
@@ -103,7 +103,7 @@ struct Chat: AsyncParsableCommand {
 
         // Show everything up to our own leaving before going: with piped input the chat
         // may end before the history was printed.
-        let last = try wormhole.passMessage(ChatEvent.leave(name), identifier: room)
+        let last = try await wormhole.passMessage(ChatEvent.leave(name), identifier: room)
         let deadline = ContinuousClock.now + .seconds(5)
         while seen.load(ordering: .acquiring) < last && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))

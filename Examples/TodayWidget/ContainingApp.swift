@@ -33,7 +33,7 @@ struct ContainingApp: AsyncParsableCommand {
         try await failing {
             let wormhole = try container.makeWormhole()
             // Carry on from the last shared count: the store outlives the process.
-            let restored = try wormhole.message(withIdentifier: Identifiers.snapshot, as: StepsSnapshot.self)
+            let restored = try await wormhole.message(withIdentifier: Identifiers.snapshot, as: StepsSnapshot.self)
             let model = StepsModel(wormhole: wormhole, snapshot: restored ?? StepsSnapshot(steps: 0, goal: goal, handledAction: 0))
             say("app: sharing in \(wormhole.directory ?? "?")" + (restored.map { "; restored \($0.summary)" } ?? ""))
 

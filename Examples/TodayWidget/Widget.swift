@@ -37,7 +37,7 @@ struct Widget: AsyncParsableCommand {
             let wormhole = try container.makeWormhole()
             if press { try pressButton(wormhole) }
             if once {
-                guard let snapshot = try wormhole.message(withIdentifier: Identifiers.snapshot, as: StepsSnapshot.self) else {
+                guard let snapshot = try await wormhole.message(withIdentifier: Identifiers.snapshot, as: StepsSnapshot.self) else {
                     say("widget: no steps yet; start the app: swift run today-widget app")
                     return
                 }
@@ -58,7 +58,7 @@ struct Widget: AsyncParsableCommand {
                 if let limit, count >= limit { ending.end() }
             }
             defer { token.cancel() }
-            if try wormhole.record(withIdentifier: Identifiers.snapshot) == nil {
+            if try await wormhole.record(withIdentifier: Identifiers.snapshot) == nil {
                 say("widget: no steps yet; waiting for the app (swift run today-widget app)")
             }
 

@@ -84,6 +84,31 @@ final class PostgresSession: Sendable {
         }
     }
 
+    /// ``query(_:_:)`` for asynchronous callers: it suspends for the round trip instead
+    /// of blocking the thread. Opening a connection (only when there is none) runs on a
+    /// dispatch thread, never on the caller's.
+    @discardableResult
+    func query(_ query: PostgresQuery, _ doing: @autoclosure () -> String) async throws(WormholeError) -> [PostgresRow] {
+        let connection = try await openWithoutBlocking()
+        do {
+            return Array(try await connection.query(query, logger: logger).get().rows)
+        } catch {
+            throw Self.describe(error, doing: doing())
+        }
+    }
+
+    /// The open connection; when there is none, ``open()`` runs on a dispatch thread
+    /// while the caller is suspended.
+    private func openWithoutBlocking() async throws(WormholeError) -> PostgresConnection {
+        if !closed.load(ordering: .acquiring), let current = connection.withLock({ $0 }), !current.isClosed { return current }
+        let opened: Result<PostgresConnection, WormholeError> = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(returning: Result { () throws(WormholeError) in try self.open() })
+            }
+        }
+        return try opened.get()
+    }
+
     /// Runs one statement without waiting for it (releasing a claim, say); a failure is
     /// logged.
     func send(_ query: PostgresQuery, _ doing: String) {

@@ -118,6 +118,42 @@ public final class PostgresTransiting: WormholeTransiting {
     // MARK: - Writing
 
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
+        let pass = try preparePass(payload, kind: kind, identifier: identifier)
+        let rows = try session.query(pass.query, "pass a message to '\(identifier)' in \(server)")
+        let (record, prune) = try finishPass(pass, rows: rows)
+        if prune {
+            do throws(WormholeError) {
+                try self.prune(identifier)
+            } catch {
+                // The message is committed; the next pass prunes again.
+                session.logger.warning("could not prune '\(identifier)' in \(server): \(error)")
+            }
+        }
+        return record
+    }
+
+    /// ``append(_:kind:identifier:)`` without blocking the caller's thread.
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord {
+        let pass = try preparePass(payload, kind: kind, identifier: identifier)
+        let rows = try await session.query(pass.query, "pass a message to '\(identifier)' in \(server)")
+        let (record, prune) = try finishPass(pass, rows: rows)
+        if prune {
+            do throws(WormholeError) {
+                try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
+            } catch {
+                session.logger.warning("could not prune '\(identifier)' in \(server): \(error)")
+            }
+        }
+        return record
+    }
+
+    /// A pass's statement and the record it stores.
+    struct Pass {
+        let query: PostgresQuery
+        let record: WormholeRecord
+    }
+
+    private func preparePass(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> Pass {
         try Wormhole.validate(identifier: identifier)
         guard payload.count <= configuration.maximumMessageSize else {
             throw WormholeError(.messageTooLarge,
@@ -127,37 +163,38 @@ public final class PostgresTransiting: WormholeTransiting {
         let now = Date()
         let date = Date(timeIntervalSince1970: (now.timeIntervalSince1970 * 1_000_000).rounded(.down) / 1_000_000)
         let processID = ProcessInfo.processInfo.processIdentifier
-        let query: PostgresQuery
         do {
-            query = try PostgresSchema.append(container: container, identifier: identifier, channel: channel,
-                                              sentAt: date, processID: processID, kind: kind, payload: payload)
+            let query = try PostgresSchema.append(container: container, identifier: identifier, channel: channel,
+                                                  sentAt: date, processID: processID, kind: kind, payload: payload)
+            return Pass(query: query, record: WormholeRecord(identifier: identifier, sequence: 0, date: date,
+                                                             processID: processID, kind: kind, payload: payload))
         } catch {
             throw WormholeError(.encodingFailed, "cannot encode the message for '\(identifier)': \(error)")
         }
-        let rows = try session.query(query, "pass a message to '\(identifier)' in \(server)")
+    }
+
+    /// The stored record, and whether the identifier is due for pruning: once twice the
+    /// retention has gathered, as the file back end compacts, which costs one statement
+    /// per so many passes.
+    private func finishPass(_ pass: Pass, rows: [PostgresRow]) throws(WormholeError) -> (WormholeRecord, prune: Bool) {
+        let record = pass.record
         guard let row = rows.first,
               let (sequence, count, bytes) = try? row.decode((Int64, Int64, Int64).self) else {
-            throw WormholeError(.databaseError, "passing a message to '\(identifier)' in \(server) returned no sequence number")
+            throw WormholeError(.databaseError, "passing a message to '\(record.identifier)' in \(server) returned no sequence number")
         }
-        // Pruned in the background of the passes, as the file back end compacts: once
-        // twice the retention has gathered, which costs one statement per so many passes.
-        if count > 2 * Int64(configuration.retainedMessageCount) || (count > 1 && bytes > 2 * Int64(configuration.retainedByteCount)) {
-            do throws(WormholeError) {
-                try prune(identifier)
-            } catch {
-                // The message is committed; the next pass prunes again.
-                session.logger.warning("could not prune '\(identifier)' in \(server): \(error)")
-            }
-        }
-        return WormholeRecord(identifier: identifier, sequence: UInt64(sequence), date: date,
-                              processID: processID, kind: kind, payload: payload)
+        let prune = count > 2 * Int64(configuration.retainedMessageCount) || (count > 1 && bytes > 2 * Int64(configuration.retainedByteCount))
+        return (WormholeRecord(identifier: record.identifier, sequence: UInt64(sequence), date: record.date,
+                               processID: record.processID, kind: record.kind, payload: record.payload), prune)
+    }
+
+    private func pruneQuery(_ identifier: String) -> PostgresQuery {
+        PostgresSchema.prune(container: container, identifier: identifier,
+                             retainedCount: configuration.retainedMessageCount,
+                             retainedBytes: configuration.retainedByteCount)
     }
 
     func prune(_ identifier: String) throws(WormholeError) {
-        try session.query(PostgresSchema.prune(container: container, identifier: identifier,
-                                               retainedCount: configuration.retainedMessageCount,
-                                               retainedBytes: configuration.retainedByteCount),
-                          "prune '\(identifier)' in \(server)")
+        try session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
     }
 
     public func clearMessageContents(identifier: String) throws(WormholeError) {
@@ -170,6 +207,22 @@ public final class PostgresTransiting: WormholeTransiting {
     public func clearAllMessageContents() throws(WormholeError) {
         for identifier in try identifiers() {
             try clearMessageContents(identifier: identifier)
+        }
+    }
+
+    /// ``clearMessageContents(identifier:)`` without blocking the caller's thread.
+    public func clearMessageContents(identifier: String) async throws(WormholeError) {
+        try Wormhole.validate(identifier: identifier)
+        try await session.query(PostgresSchema.clear(container: container, identifier: identifier),
+                                "clear '\(identifier)' in \(server)")
+        try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
+    }
+
+    /// ``clearAllMessageContents()`` without blocking the caller's thread.
+    public func clearAllMessageContents() async throws(WormholeError) {
+        let rows = try await session.query(PostgresSchema.identifiers(container: container), "list the identifiers in \(server)")
+        for identifier in rows.compactMap({ try? $0.decode(String.self) }) {
+            try await clearMessageContents(identifier: identifier)
         }
     }
 
@@ -187,9 +240,25 @@ public final class PostgresTransiting: WormholeTransiting {
         return try rows.first.map { row throws(WormholeError) in try record(from: row, identifier: identifier).get() }
     }
 
+    /// ``latestRecord(identifier:)`` without blocking the caller's thread.
+    public func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord? {
+        try Wormhole.validate(identifier: identifier)
+        let rows = try await session.query(PostgresSchema.latest(container: container, identifier: identifier),
+                                           "read the latest message of '\(identifier)' in \(server)")
+        return try rows.first.map { row throws(WormholeError) in try record(from: row, identifier: identifier).get() }
+    }
+
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
-        let rows = try session.query(PostgresSchema.summaries(container: container), "summarize \(server)")
-        return rows.compactMap { row in
+        summaries(from: try session.query(PostgresSchema.summaries(container: container), "summarize \(server)"))
+    }
+
+    /// ``summaries()`` without blocking the caller's thread.
+    public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
+        summaries(from: try await session.query(PostgresSchema.summaries(container: container), "summarize \(server)"))
+    }
+
+    private func summaries(from rows: [PostgresRow]) -> [WormholeIdentifierSummary] {
+        rows.compactMap { row in
             guard let (identifier, count, bytes, last, date) = try? row.decode((String, Int64, Int64, Int64, Date?).self) else { return nil }
             return WormholeIdentifierSummary(identifier: identifier, messageCount: Int(count), byteCount: Int(bytes),
                                              lastSequence: UInt64(last), lastUpdate: date)

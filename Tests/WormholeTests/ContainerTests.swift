@@ -98,22 +98,43 @@ struct ContainerTests {
         let wormhole = try Wormhole(directory: path)
         let received = Collector<String>()
         let token = try wormhole.listenForMessage(withIdentifier: "n", as: String.self) { received.append($0) }
-        try wormhole.passMessage("before", identifier: "n")
+        try await wormhole.passMessage("before", identifier: "n")
         await received.wait(for: 1)
         try FileManager.default.removeItem(atPath: path)
         await settle(100)
         // Another process's wormhole would do the same: the pass recreates the directory,
         // and the listener watches the new one as soon as it appears.
-        try wormhole.passMessage("after", identifier: "n")
+        try await wormhole.passMessage("after", identifier: "n")
         await received.wait(for: 2)
         #expect(received.all == ["before", "after"])
         try FileManager.default.removeItem(atPath: path)
         await settle(100)
-        try Wormhole(directory: path).passMessage("again", identifier: "n")
+        try await Wormhole(directory: path).passMessage("again", identifier: "n")
         await received.wait(for: 3)
         token.cancel()
         #expect(received.all == ["before", "after", "again"])
         var status = stat()
         #expect(lstat(path, &status) == 0 && status.st_mode & 0o777 == 0o700)
+    }
+
+    @Test("the container deleted under a notification center: its next post recreates it and observers hear it",
+          .timeLimit(.minutes(1)))
+    func deletedContainerIsRecreatedByAPost() async throws {
+        let parent = TemporaryDirectory()
+        let path = parent.file("container")
+        let center = try DarwinNotificationCenter(directory: path)
+        let heard = Collector<String>()
+        let observation = try center.addObserver(forName: "refresh") { heard.append($0) }
+        try center.post("refresh")
+        #expect(await heard.wait(for: 1) == ["refresh"])
+        try FileManager.default.removeItem(atPath: path)
+        await settle(200)
+        // Observers also hear "look again" when the directory goes and comes back.
+        let before = heard.count
+        try center.post("refresh")
+        #expect(await heard.wait(for: before + 1).count > before)
+        var status = stat()
+        #expect(lstat(path + "/refresh.notification", &status) == 0)
+        observation.cancel()
     }
 }

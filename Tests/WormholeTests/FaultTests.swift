@@ -34,7 +34,7 @@ struct FaultTests {
         // One more round of passes compacts the log (prunes the table), which removes the
         // dead listeners' claims.
         var last: UInt64 = 0
-        for index in 0..<50 { last = try wormhole.passMessage("final \(index)", identifier: "crash") }
+        for index in 0..<50 { last = try await wormhole.passMessage("final \(index)", identifier: "crash") }
         let records = await received.wait(for: Int(last), seconds: 120)
         survivor.cancel()
 
@@ -81,7 +81,7 @@ struct FaultTests {
         var failure: WormholeError?
         while failure == nil && passed < 10_000 {
             do throws(WormholeError) {
-                try wormhole.passMessage("\(passed):\(block)", identifier: "fill")
+                try await wormhole.passMessage("\(passed):\(block)", identifier: "fill")
                 passed += 1
             } catch {
                 failure = error
@@ -98,13 +98,13 @@ struct FaultTests {
         #expect(await received.wait(for: passed).count == passed)
         let whole = try wormhole.transiting.makeReader(identifier: "fill", startingFrom: .after(sequence: 0)).read(maximumCount: 100_000)
         #expect(whole.compactMap { try? $0.get() }.map { String(decoding: $0.payload, as: UTF8.self) } == (0..<passed).map { "\($0):\(block)" })
-        #expect(try wormhole.summaries().first?.messageCount == passed)
-        #expect(try wormhole.message(withIdentifier: "fill", as: String.self) == "\(passed - 1):\(block)")
+        await #expect(try wormhole.summaries().first?.messageCount == passed)
+        await #expect(try wormhole.message(withIdentifier: "fill", as: String.self) == "\(passed - 1):\(block)")
 
         try FileManager.default.removeItem(atPath: filler)
-        try wormhole.passMessage("after", identifier: "fill")
+        try await wormhole.passMessage("after", identifier: "fill")
         #expect(await received.wait(for: passed + 1).last == "after")
-        #expect(try wormhole.record(withIdentifier: "fill")?.sequence == UInt64(passed + 1))
+        await #expect(try wormhole.record(withIdentifier: "fill")?.sequence == UInt64(passed + 1))
         let history = try wormhole.transiting.makeReader(identifier: "fill", startingFrom: .history).read(maximumCount: 100_000)
         #expect(history.count == passed + 1)
         #expect(history.allSatisfy { (try? $0.get()) != nil })

@@ -60,7 +60,7 @@ struct HostileFileTests {
         let top = TemporaryDirectory()
         let path = top.file("c")
         let wormhole = try Wormhole(directory: path)
-        try wormhole.passMessage("before", identifier: "x")
+        try await wormhole.passMessage("before", identifier: "x")
         let received = Collector<String>()
         let errors = Collector<WormholeError>()
         let token = try wormhole.listenForMessage(withIdentifier: "x", as: String.self, onError: { errors.append($0) }) {
@@ -70,14 +70,14 @@ struct HostileFileTests {
         // of the container.
         let forged = top.file("forged")
         let forger = try Wormhole(directory: forged)
-        try forger.passMessage("forged", identifier: "x")
+        try await forger.passMessage("forged", identifier: "x")
+        #expect(chown(forged, Self.otherUser, Self.otherUser) == 0)
+        #expect(chown(forged + "/x.wormhole", Self.otherUser, Self.otherUser) == 0)
         #expect(rename(path, top.file("c.away")) == 0)
         #expect(rename(forged, path) == 0)
-        #expect(chown(path, Self.otherUser, Self.otherUser) == 0)
-        #expect(chown(path + "/x.wormhole", Self.otherUser, Self.otherUser) == 0)
         let forgedSize = try FileManager.default.attributesOfItem(atPath: path + "/x.wormhole")[.size] as? Int
         // The writer that opened the original container does not write into hers.
-        _ = try? wormhole.passMessage("secret", identifier: "x")
+        _ = try? await wormhole.passMessage("secret", identifier: "x")
         await settle(500)
         #expect(!received.all.contains("forged"), "\(received.all)")
         #expect(try FileManager.default.attributesOfItem(atPath: path + "/x.wormhole")[.size] as? Int == forgedSize)
@@ -221,19 +221,19 @@ struct HostileFileTests {
         let path = top.file("c")
         let writer = try Wormhole(directory: path)
         let listener = try Wormhole(directory: path)
-        try writer.passMessage("before", identifier: "x")
+        try await writer.passMessage("before", identifier: "x")
         let received = Collector<String>()
         let token = try listener.listenForMessage(withIdentifier: "x", as: String.self) { received.append($0) }
-        try writer.passMessage("one", identifier: "x")
+        try await writer.passMessage("one", identifier: "x")
         #expect(await received.wait(for: 1) == ["one"])
         #expect(rename(path, top.file("c.old")) == 0)
         await settle(300)
         let newcomer = try Wormhole(directory: path)
-        try newcomer.passMessage("two", identifier: "x")
+        try await newcomer.passMessage("two", identifier: "x")
         #expect(await received.wait(for: 2) == ["one", "two"])
-        try writer.passMessage("three", identifier: "x")
+        try await writer.passMessage("three", identifier: "x")
         #expect(await received.wait(for: 3) == ["one", "two", "three"])
-        #expect(try newcomer.message(withIdentifier: "x", as: String.self) == "three")
+        await #expect(try newcomer.message(withIdentifier: "x", as: String.self) == "three")
         token.cancel()
     }
 
@@ -258,7 +258,7 @@ struct HostileFileTests {
         let total = 20_000
         var largest = 0
         for index in 1...total {
-            try wormhole.passMessage(index, identifier: "x")
+            try await wormhole.passMessage(index, identifier: "x")
             if index % 1000 == 0 {
                 let size = try FileManager.default.attributesOfItem(atPath: directory.file("x.wormhole"))[.size] as? Int ?? 0
                 largest = max(largest, size)

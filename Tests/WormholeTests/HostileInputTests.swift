@@ -143,7 +143,7 @@ struct HostileInputTests {
     func corruptRecordIsReportedAndSkipped() async throws {
         let directory = TemporaryDirectory()
         let wormhole = try Wormhole(directory: directory.path)
-        for text in ["first", "second", "third"] { try wormhole.passMessage(text, identifier: "log") }
+        for text in ["first", "second", "third"] { try await wormhole.passMessage(text, identifier: "log") }
         // Flip one byte inside the second record's payload.
         let path = directory.file("log.wormhole")
         var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -156,7 +156,7 @@ struct HostileInputTests {
         let token = try wormhole.listenForMessage(withIdentifier: "log", as: String.self, startingFrom: .history,
                                                   onError: { errors.append($0) }) { received.append($0) }
         await received.wait(for: 2)
-        try wormhole.passMessage("fourth", identifier: "log")
+        try await wormhole.passMessage("fourth", identifier: "log")
         await received.wait(for: 3)
         token.cancel()
         #expect(received.all == ["first", "third", "fourth"])
@@ -173,8 +173,8 @@ struct HostileInputTests {
         let errors = Collector<WormholeError>()
         let token = try wormhole.listenForMessage(withIdentifier: "note", as: Note.self,
                                                   onError: { errors.append($0) }) { received.append($0) }
-        try wormhole.passMessage("not json", identifier: "note")
-        try wormhole.passMessage(Note(text: "ok"), identifier: "note")
+        try await wormhole.passMessage("not json", identifier: "note")
+        try await wormhole.passMessage(Note(text: "ok"), identifier: "note")
         await received.wait(for: 1)
         token.cancel()
         #expect(received.all == [Note(text: "ok")])

@@ -19,7 +19,7 @@ struct ListeningTests {
         let token = try wormhole.listenForMessage(withIdentifier: "big", as: Data.self) { received.append($0) }
         let count = 40
         for index in 0..<count {
-            try wormhole.passMessage(Data(repeating: UInt8(index), count: 96 << 10), identifier: "big")
+            try await wormhole.passMessage(Data(repeating: UInt8(index), count: 96 << 10), identifier: "big")
             if index % 8 == 7 { try await Task.sleep(for: .milliseconds(20)) }
         }
         let values = await received.wait(for: count, seconds: 20)
@@ -37,10 +37,10 @@ struct ListeningTests {
         let tokens = try collectors.map { collector in
             try wormhole.listenForMessage(withIdentifier: "n", as: Int.self) { collector.append($0) }
         }
-        for value in 1...50 { try wormhole.passMessage(value, identifier: "n") }
+        for value in 1...50 { try await wormhole.passMessage(value, identifier: "n") }
         for collector in collectors { #expect(await collector.wait(for: 50) == Array(1...50)) }
         tokens[0].cancel()
-        try wormhole.passMessage(51, identifier: "n")
+        try await wormhole.passMessage(51, identifier: "n")
         await collectors[1].wait(for: 51)
         await collectors[2].wait(for: 51)
         await settle()
@@ -60,7 +60,7 @@ struct ListeningTests {
         let token = try wormhole.listenForMessage(withIdentifier: "n", as: String.self, queue: queue) { _ in
             seen.append(DispatchQueue.getSpecific(key: key))
         }
-        for index in 0..<20 { try wormhole.passMessage("m\(index)", identifier: "n") }
+        for index in 0..<20 { try await wormhole.passMessage("m\(index)", identifier: "n") }
         #expect(await seen.wait(for: 20) == Array(repeating: "ui", count: 20))
         token.cancel()
     }
@@ -71,7 +71,7 @@ struct ListeningTests {
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 5
         let wormhole = try store.wormhole(configuration: configuration)
-        for value in 1...23 { try wormhole.passMessage(value, identifier: "n") }
+        for value in 1...23 { try await wormhole.passMessage(value, identifier: "n") }
         let history = Collector<Int>(), latest = Collector<Int>(), after = Collector<Int>(), now = Collector<Int>()
         let tokens = [
             try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .history) { history.append($0) },
@@ -80,7 +80,7 @@ struct ListeningTests {
             try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .now) { now.append($0) },
         ]
         await history.wait(for: 5)
-        try wormhole.passMessage(24, identifier: "n")
+        try await wormhole.passMessage(24, identifier: "n")
         #expect(await history.wait(for: 6) == [19, 20, 21, 22, 23, 24], "the retained history: the last 5, then new ones")
         #expect(await latest.wait(for: 2) == [23, 24])
         #expect(await after.wait(for: 4) == [21, 22, 23, 24])
@@ -92,15 +92,15 @@ struct ListeningTests {
     func clearedMessagesAreNotReplayed(backend: Backend) async throws {
         let store = try backend.makeStore()
         let wormhole = try store.wormhole()
-        for value in 1...3 { try wormhole.passMessage(value, identifier: "n") }
-        try wormhole.clearMessageContents(forIdentifier: "n")
-        try wormhole.passMessage(4, identifier: "n")
+        for value in 1...3 { try await wormhole.passMessage(value, identifier: "n") }
+        try await wormhole.clearMessageContents(forIdentifier: "n")
+        try await wormhole.passMessage(4, identifier: "n")
         let history = Collector<Int>()
         let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .history) { history.append($0) }
         await history.wait(for: 1)
         await settle(100)
         #expect(history.all == [4])
-        #expect(try wormhole.record(withIdentifier: "n")?.sequence == 4, "sequence numbers go on after a clear")
+        await #expect(try wormhole.record(withIdentifier: "n")?.sequence == 4, "sequence numbers go on after a clear")
         token.cancel()
     }
 
@@ -119,7 +119,7 @@ struct ListeningTests {
             received.append(value)
         }
         let total = 5000
-        for value in 1...total { try wormhole.passMessage(value, identifier: "n") }
+        for value in 1...total { try await wormhole.passMessage(value, identifier: "n") }
         // Compaction ran many times while the listener's claim kept its unread records.
         let history = Collector<Int>()
         let late = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .history) { history.append($0) }
@@ -134,11 +134,11 @@ struct ListeningTests {
     func asyncSequenceDeliversInOrderAndReleasesItsClaimWhenItEnds(backend: Backend) async throws {
         let store = try backend.makeStore()
         let wormhole = try store.wormhole()
-        for value in 1...3 { try wormhole.passMessage(Note(text: "\(value)"), identifier: "notes") }
+        for value in 1...3 { try await wormhole.passMessage(Note(text: "\(value)"), identifier: "notes") }
         var texts: [String] = []
         for try await note in wormhole.messages(withIdentifier: "notes", as: Note.self, startingFrom: .history) {
             texts.append(note.text)
-            if texts.count == 3 { try wormhole.passMessage(Note(text: "4"), identifier: "notes") }
+            if texts.count == 3 { try await wormhole.passMessage(Note(text: "4"), identifier: "notes") }
             if texts.count == 4 { break }
         }
         #expect(texts == ["1", "2", "3", "4"])
@@ -167,7 +167,7 @@ struct ListeningTests {
         try await Task.sleep(for: .milliseconds(200))
         first.cancel()
         #expect(try await first.value == 0)
-        try wormhole.passMessage("x", identifier: "b")
+        try await wormhole.passMessage("x", identifier: "b")
         try await Task.sleep(for: .milliseconds(200))
         wormhole.stopListeningForMessage(withIdentifier: "b")
         #expect(try await second.value == ["x"])
@@ -181,7 +181,7 @@ struct ListeningTests {
         let token = try wormhole?.listenForMessage(withIdentifier: "n", as: String.self) { received.append($0) }
         wormhole = nil
         #expect(token?.isCancelled == true)
-        try store.wormhole().passMessage("x", identifier: "n")
+        try await store.wormhole().passMessage("x", identifier: "n")
         await settle()
         #expect(received.count == 0)
     }

@@ -65,7 +65,7 @@ struct MMWormholeBehaviourTests {
         let wormhole = try store.wormhole()
         let received = Collector<String>()
         let token = try wormhole.listenForMessage(withIdentifier: "note", as: String.self) { received.append($0) }
-        for index in 1...3 { try wormhole.passMessage("m\(index)", identifier: "note") }
+        for index in 1...3 { try await wormhole.passMessage("m\(index)", identifier: "note") }
         await received.wait(for: 3)
         await settle()
         #expect(received.all == ["m1", "m2", "m3"])
@@ -84,7 +84,7 @@ struct MMWormholeBehaviourTests {
         let a = try wormhole.listenForMessage(withIdentifier: "other", as: String.self) { wrongIdentifier.append($0) }
         let b = try elsewhere.listenForMessage(withIdentifier: "note", as: String.self) { wrongInstance.append($0) }
         let c = try wormhole.listenForMessage(withIdentifier: "note", as: String.self) { right.append($0) }
-        try wormhole.passMessage("x", identifier: "note")
+        try await wormhole.passMessage("x", identifier: "note")
         await right.wait(for: 1)
         await settle()
         #expect(right.all == ["x"])
@@ -103,8 +103,8 @@ struct MMWormholeBehaviourTests {
         try wormhole.listenForMessage(withIdentifier: "b", as: String.self) { stopped.append($0) }
         token.cancel()
         wormhole.stopListeningForMessage(withIdentifier: "b")
-        try wormhole.passMessage("x", identifier: "a")
-        try wormhole.passMessage("y", identifier: "b")
+        try await wormhole.passMessage("x", identifier: "a")
+        try await wormhole.passMessage("y", identifier: "b")
         await settle(300)
         #expect(cancelled.all.isEmpty)
         #expect(stopped.all.isEmpty)

@@ -63,7 +63,7 @@ struct MultiProcessTests {
             kill(writer.processIdentifier, SIGKILL)
             _ = await waitForExit(writer, seconds: 10)
         }
-        let last = try wormhole.passMessage("after the kills", identifier: "flood")
+        let last = try await wormhole.passMessage("after the kills", identifier: "flood")
         let records = await received.wait(for: Int(last), seconds: 60)
         token.cancel()
         #expect(errors.all.isEmpty, "no corrupt record was ever read: \(errors.all.prefix(3))")
@@ -78,7 +78,7 @@ struct MultiProcessTests {
         let history = try store.transiting(configuration: configuration)
             .makeReader(identifier: "flood", startingFrom: .history).read(maximumCount: 10_000)
         #expect(history.allSatisfy { (try? $0.get()) != nil })
-        #expect(try wormhole.message(withIdentifier: "flood", as: String.self) == "after the kills")
+        await #expect(try wormhole.message(withIdentifier: "flood", as: String.self) == "after the kills")
         if backend == .file {
             let leftovers = try FileManager.default.contentsOfDirectory(atPath: store.location).filter { $0.hasSuffix(".compacting") }
             #expect(leftovers.count <= 1)

@@ -56,18 +56,18 @@ struct PostgresBackendTests {
         let listener = Wormhole(transiting: listening)
         let token = try listener.listenForMessage(
             withIdentifier: "n", as: Int.self, onError: { errors.append($0) }) { received.append($0) }
-        for value in 1...10 { try sending.passMessage(value, identifier: "n") }
+        for value in 1...10 { try await sending.passMessage(value, identifier: "n") }
         #expect(await received.wait(for: 10) == Array(1...10))
 
         // The server ends both of the listener's sessions, as a restart or an
         // administrator would: its statement connection and its LISTEN connection.
-        let own = try listening.session.query("SELECT pg_backend_pid()", "own pid").first.flatMap { try? $0.decode(Int32.self) }
-        let cut = try (sending.transiting as! PostgresTransiting).session.query(
+        let own = try await listening.session.query("SELECT pg_backend_pid()", "own pid").first.flatMap { try? $0.decode(Int32.self) }
+        let cut = try await (sending.transiting as! PostgresTransiting).session.query(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid = \(try #require(own)) OR query = \("LISTEN \"\(listening.channel)\"")",
             "terminate the listener's sessions")
         #expect(cut.first.flatMap { try? $0.decode(Int64.self) } == 2)
 
-        for value in 11...20 { try sending.passMessage(value, identifier: "n") }
+        for value in 11...20 { try await sending.passMessage(value, identifier: "n") }
         #expect(await received.wait(for: 20, seconds: 20) == Array(1...20), "every message once, in order, across the reconnection")
         #expect(errors.all.allSatisfy { $0.code == .databaseError }, "\(errors.all)")
         token.cancel()

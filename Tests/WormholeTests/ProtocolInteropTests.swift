@@ -129,9 +129,9 @@ struct ProtocolInteropTests {
         let history = try await Self.swiftHistory(wormhole, "note", count: 3)
         #expect(history.map(\.sequence) == [1, 2, 3])
         #expect(history.map(\.payload) == received.map(\.payload))
-        #expect(try wormhole.message(withIdentifier: "note", as: Note.self) == Note(text: "from Python"))
-        #expect(try wormhole.record(withIdentifier: "note")?.sequence == 3)
-        let summary = try #require(try wormhole.summaries().first { $0.identifier == "note" })
+        await #expect(try wormhole.message(withIdentifier: "note", as: Note.self) == Note(text: "from Python"))
+        await #expect(try wormhole.record(withIdentifier: "note")?.sequence == 3)
+        let summary = try await #require(try wormhole.summaries().first { $0.identifier == "note" })
         #expect(summary.messageCount == 3 && summary.lastSequence == 3)
         #expect(summary.byteCount == text.utf8.count + bytes.count + json.utf8.count)
         await settle()
@@ -175,10 +175,10 @@ struct ProtocolInteropTests {
         let note = Note(text: "from Swift")
         // Larger than one read of either implementation's walk.
         let large = Data((0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 11) })
-        #expect(try wormhole.passMessage(text, identifier: "note") == 1)
-        #expect(try wormhole.passMessage(bytes, identifier: "note") == 2)
-        #expect(try wormhole.passMessage(note, identifier: "note") == 3)
-        #expect(try wormhole.passMessage(large, identifier: "note") == 4)
+        await #expect(try wormhole.passMessage(text, identifier: "note") == 1)
+        await #expect(try wormhole.passMessage(bytes, identifier: "note") == 2)
+        await #expect(try wormhole.passMessage(note, identifier: "note") == 3)
+        await #expect(try wormhole.passMessage(large, identifier: "note") == 4)
 
         let all = try await Self.pythonRecords(["read", container.path, "note"])
         #expect(all.map(\.sequence) == [1, 2, 3, 4])
@@ -201,10 +201,10 @@ struct ProtocolInteropTests {
         #expect(lines.compactMap(\.code) == ["messageTooLarge"])
 
         // Clearing (a compaction with clearedThrough) hides them from Python too; numbering goes on.
-        try wormhole.clearMessageContents(forIdentifier: "note")
+        try await wormhole.clearMessageContents(forIdentifier: "note")
         #expect(try await Self.pythonRecords(["read", container.path, "note"]).isEmpty)
         #expect(try await Self.pythonRecords(["read", container.path, "note", "--latest"]).isEmpty)
-        try wormhole.passMessage("after clearing", identifier: "note")
+        try await wormhole.passMessage("after clearing", identifier: "note")
         let after = try await Self.pythonRecords(["read", container.path, "note"])
         #expect(after.map(\.sequence) == [5])
         #expect(after.first?.payload == "after clearing")
@@ -217,14 +217,14 @@ struct ProtocolInteropTests {
         let container = TemporaryDirectory("interop")
         let scratch = TemporaryDirectory("interop-scratch")
         let wormhole = try Wormhole(directory: container.path)
-        for index in 1...5 { try wormhole.passMessage("m\(index)", identifier: "start") }
+        for index in 1...5 { try await wormhole.passMessage("m\(index)", identifier: "start") }
 
         let ready = scratch.file("latest.ready")
         let latest = try PythonProcess(["read", container.path, "start", "--follow", "3", "--start", "latest",
                                         "--timeout", "60", "--ready", ready], scratch: scratch, name: "latest")
         #expect(await waitForFile(ready))
-        try wormhole.passMessage("m6", identifier: "start")
-        try wormhole.passMessage("m7", identifier: "start")
+        try await wormhole.passMessage("m6", identifier: "start")
+        try await wormhole.passMessage("m7", identifier: "start")
         let followed = await latest.finish()
         #expect(followed.status == 0, "\(followed.errorOutput)")
         let lines = try Self.decode(followed.output)
@@ -242,7 +242,7 @@ struct ProtocolInteropTests {
     func bothImplementationsSkipADamagedRecordAndReadOn() async throws {
         let container = TemporaryDirectory("interop")
         let wormhole = try Wormhole(directory: container.path)
-        for text in ["first", "second", "third"] { try wormhole.passMessage(text, identifier: "note") }
+        for text in ["first", "second", "third"] { try await wormhole.passMessage(text, identifier: "note") }
         // Flip one payload byte of "second": its checksum no longer matches.
         let path = container.file("note.wormhole")
         var file = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -280,7 +280,7 @@ struct ProtocolInteropTests {
             // Python creates the log in the first round, Swift appends to it.
             let result = try await Self.python(["write", container.path, "turns", "text", "python \(round)"])
             #expect(result.status == 0, "\(result.errorOutput)")
-            try wormhole.passMessage("swift \(round)", identifier: "turns")
+            try await wormhole.passMessage("swift \(round)", identifier: "turns")
             expected += ["python \(round)", "swift \(round)"]
         }
         let fromPython = try await Self.pythonRecords(["read", container.path, "turns"])
@@ -303,7 +303,7 @@ struct ProtocolInteropTests {
         let token = try wormhole.listenForRecords(withIdentifier: "burst", onError: { errors.append($0) }) { live.append($0) }
         defer { token.cancel() }
         // Swift creates the log, so its header carries the small thresholds.
-        try wormhole.passMessage("start", identifier: "burst")
+        try await wormhole.passMessage("start", identifier: "burst")
 
         let count = 1000
         let total = 1 + 2 * count
@@ -318,10 +318,10 @@ struct ProtocolInteropTests {
                                        scratch: scratch, name: "writer")
         // Start once Python is appending, so that the two writers contend for the lock.
         let deadline = Date().addingTimeInterval(30)
-        while (try wormhole.record(withIdentifier: "burst")?.sequence ?? 0) < 3 && Date() < deadline {
+        while await (try wormhole.record(withIdentifier: "burst")?.sequence ?? 0) < 3 && Date() < deadline {
             try await Task.sleep(for: .milliseconds(1))
         }
-        for index in 1...count { try wormhole.passMessage("swift \(index)", identifier: "burst") }
+        for index in 1...count { try await wormhole.passMessage("swift \(index)", identifier: "burst") }
         let written = await writer.finish()
         #expect(written.status == 0, "\(written.errorOutput)")
 
@@ -344,10 +344,10 @@ struct ProtocolInteropTests {
         // The log was compacted: it keeps far fewer than it was given, the latest last.
         let header = try #require(try Self.header(container.file("burst.wormhole")))
         #expect(header.baseSequence > 0)
-        let summary = try #require(try wormhole.summaries().first { $0.identifier == "burst" })
+        let summary = try await #require(try wormhole.summaries().first { $0.identifier == "burst" })
         #expect(summary.lastSequence == UInt64(total))
         #expect(summary.messageCount < total)
-        #expect(try wormhole.record(withIdentifier: "burst")?.sequence == UInt64(total))
+        await #expect(try wormhole.record(withIdentifier: "burst")?.sequence == UInt64(total))
     }
 
     // MARK: - Claims, the backlog cap and gaps across implementations
@@ -359,14 +359,14 @@ struct ProtocolInteropTests {
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 16
         let wormhole = try Wormhole(directory: container.path, configuration: configuration)
-        for index in 1...20 { try wormhole.passMessage("m\(index)", identifier: "claims") }
+        for index in 1...20 { try await wormhole.passMessage("m\(index)", identifier: "claims") }
 
         let ready = scratch.file("stalled.ready")
         let listener = try PythonProcess(["read", container.path, "claims", "--follow", "300", "--timeout", "90", "--ready", ready],
                                          scratch: scratch, name: "stalled")
         try #require(await waitForFile(ready))
         kill(listener.pid, SIGSTOP)
-        for index in 21...320 { try wormhole.passMessage("m\(index)", identifier: "claims") }
+        for index in 21...320 { try await wormhole.passMessage("m\(index)", identifier: "claims") }
         // Compacted many times over, each time down to what the stopped listener claims
         // (it had read up to 20 when it started).
         let header = try #require(try Self.header(container.file("claims.wormhole")))
@@ -413,14 +413,14 @@ struct ProtocolInteropTests {
         configuration.retainedMessageCount = 10
         configuration.maximumBacklogMessageCount = 50
         let wormhole = try Wormhole(directory: container.path, configuration: configuration)
-        try wormhole.passMessage("m1", identifier: "capped")
+        try await wormhole.passMessage("m1", identifier: "capped")
 
         let ready = scratch.file("capped.ready")
         let listener = try PythonProcess(["read", container.path, "capped", "--until", "301", "--timeout", "90", "--ready", ready],
                                          scratch: scratch, name: "capped")
         try #require(await waitForFile(ready))
         kill(listener.pid, SIGSTOP)
-        for index in 2...301 { try wormhole.passMessage("m\(index)", identifier: "capped") }
+        for index in 2...301 { try await wormhole.passMessage("m\(index)", identifier: "capped") }
         kill(listener.pid, SIGCONT)
 
         let followed = await listener.finish()
@@ -449,7 +449,7 @@ struct ProtocolInteropTests {
         configuration.retainedMessageCount = 10
         let wormhole = try Wormhole(directory: container.path, configuration: configuration)
         if writer == "swift" {
-            for index in 1...100 { try wormhole.passMessage("m\(index)", identifier: "gap") }
+            for index in 1...100 { try await wormhole.passMessage("m\(index)", identifier: "gap") }
         } else {
             let write = try await Self.python(["write", container.path, "gap", "text", "m{i}", "--count", "100", "--retain-count", "10"])
             #expect(write.status == 0, "\(write.errorOutput)")
@@ -509,12 +509,12 @@ struct ProtocolInteropTests {
         #expect(try Self.bytes(path).count == 128 + 2 * 42 + 20)
 
         #expect(await records.wait(for: 2) == [1, 2])
-        #expect(try wormhole.record(withIdentifier: "torn")?.payload == Data("m2".utf8))
+        await #expect(try wormhole.record(withIdentifier: "torn")?.payload == Data("m2".utf8))
         await settle()
         #expect(records.all == [1, 2] && errors.all.isEmpty, "the torn record was seen: \(records.all) \(errors.all)")
 
         // The next writer cuts the torn bytes and takes their sequence number.
-        #expect(try wormhole.passMessage("m3", identifier: "torn") == 3)
+        await #expect(try wormhole.passMessage("m3", identifier: "torn") == 3)
         #expect(try Self.bytes(path).count == 128 + 3 * 42)
         #expect(await records.wait(for: 3) == [1, 2, 3])
         let fromPython = try await Self.pythonRecords(["read", container.path, "torn"])
@@ -528,8 +528,8 @@ struct ProtocolInteropTests {
     func aTornTailInALogSwiftWroteIsInvisibleToPythonAndItsWriterCutsIt() async throws {
         let container = TemporaryDirectory("interop")
         let wormhole = try Wormhole(directory: container.path)
-        try wormhole.passMessage("m1", identifier: "torn")
-        try wormhole.passMessage("m2", identifier: "torn")
+        try await wormhole.passMessage("m1", identifier: "torn")
+        try await wormhole.passMessage("m2", identifier: "torn")
         let path = container.file("torn.wormhole")
         let file = try Self.bytes(path)
         let logID = file[16..<24].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
@@ -573,7 +573,7 @@ struct ProtocolInteropTests {
 
         for attempt in ["pass", "latest"] {
             do throws(WormholeError) {
-                if attempt == "pass" { try wormhole.passMessage("new", identifier: "old") } else { _ = try wormhole.record(withIdentifier: "old") }
+                if attempt == "pass" { try await wormhole.passMessage("new", identifier: "old") } else { _ = try await wormhole.record(withIdentifier: "old") }
                 Issue.record("Swift's \(attempt) did not refuse a version 1 log")
             } catch {
                 #expect(error.code == .unsupportedFormat)
@@ -590,7 +590,7 @@ struct ProtocolInteropTests {
 
         // Once it is deleted, the next message starts a version 2 log.
         try FileManager.default.removeItem(atPath: path)
-        #expect(try wormhole.passMessage("new", identifier: "old") == 1)
+        await #expect(try wormhole.passMessage("new", identifier: "old") == 1)
         #expect(try Self.header(path)?.baseSequence == 0)
     }
 
@@ -605,14 +605,14 @@ struct ProtocolInteropTests {
         let accepted = ["note", "com.example.state", "héllo wörld", "with space", String(repeating: "é", count: 100), "日本語", "a..b"]
         for identifier in rejected + accepted {
             let expectAccepted = accepted.contains { Array($0.utf8) == Array(identifier.utf8) }
-            let swiftAccepts = (try? wormhole.passMessage("x", identifier: identifier)) != nil
+            let swiftAccepts = await (try? wormhole.passMessage("x", identifier: identifier)) != nil
             let python = try await Self.python(["write", container.path, identifier, "text", "x"])
             #expect(swiftAccepts == expectAccepted, "Swift on '\(Self.escaped(identifier))'")
             #expect((python.status == 0) == expectAccepted, "Python on '\(Self.escaped(identifier))': \(python.errorOutput)")
         }
         // The non-NFC identifier is refused naming its composed form.
         do throws(WormholeError) {
-            try wormhole.passMessage("x", identifier: "cafe\u{301}")
+            try await wormhole.passMessage("x", identifier: "cafe\u{301}")
             Issue.record("a non-NFC identifier was accepted")
         } catch {
             #expect(error.code == .invalidIdentifier)

@@ -17,7 +17,7 @@ struct RegressionTests {
         let wormhole = try Wormhole(directory: directory.path)
         let received = Collector<String>()
         let token = try wormhole.listenForMessage(withIdentifier: "n", as: String.self, startingFrom: .latest) { received.append($0) }
-        try wormhole.passMessage("first", identifier: "n")
+        try await wormhole.passMessage("first", identifier: "n")
         #expect(await received.wait(for: 1) == ["first"])
         token.cancel()
     }

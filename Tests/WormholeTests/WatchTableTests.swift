@@ -110,6 +110,21 @@ struct WatchTableTests {
         #expect(kinds(gone) == ["log:failed", "observer:failed", "writer:failed"])
     }
 
+    @Test("a subscription number is never reused: a late second unsubscribe of an old one leaves a new one alone")
+    func numbersAreNotReused() throws {
+        let kernel = FakeKernel()
+        kernel.directories = ["/run", "/run/c"]
+        var table = WatchTable<String>()
+        let old = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "old", kernel: kernel)
+        table.unsubscribe(old, kernel: kernel)
+        #expect(table.isEmpty)
+        let new = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "new", kernel: kernel)
+        #expect(new != old)
+        table.unsubscribe(old, kernel: kernel)
+        let watch = try #require(kernel.watches["/run/c"])
+        #expect(kinds(table.handle([RawEvent(watch: watch, mask: UInt32(IN_MODIFY), name: "x.wormhole")], kernel: kernel)) == ["new:appended"])
+    }
+
     @Test("the last unsubscribe of a directory releases its watch and its parent's; the table is empty again")
     func unsubscribingReleasesWatches() throws {
         let kernel = FakeKernel()

@@ -12,7 +12,6 @@ enum Identifier {
     /// name a file inside the container.
     static func validate(_ value: String, kind: String = "identifier") throws(WormholeError) {
         // Every pass validates its identifier: one look at each byte decides whether it
-        // is acceptable; only a rejected one is examined again, for the reason.
         // is acceptable; only a rejected one is examined again, for the reason. An ASCII
         // identifier is always in NFC and free of C1 and bidirectional characters: only
         // one with other characters takes the slower Unicode checks.

@@ -83,7 +83,16 @@ public final class DarwinNotificationCenter: Sendable {
         case .success:
             return
         case .failure(.noSuchFileOrDirectory):
-            try? open(file, .readWrite, create: true).close()
+            // The name's file is missing, or the whole container was deleted or moved
+            // away: make it again (observers wait for it), then create the file.
+            let created: FileDescriptor
+            do throws(WormholeError) {
+                created = try open(file, .readWrite, create: true)
+            } catch {
+                try container.refresh()
+                created = try open(file, .readWrite, create: true)
+            }
+            try? created.close()
             try touch(file).orThrow("post notification", path: path)
         case .failure(let errno):
             throw WormholeError.system("post notification", errno, path: path)

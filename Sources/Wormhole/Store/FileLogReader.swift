@@ -2,8 +2,8 @@ import SystemPackage
 
 /// A listener's position in one identifier's log, as an explicit state machine.
 ///
-/// - ``State/waiting``: no log file yet (or it was deleted): nothing to read until the
-///   file appears (inotify says so, and the reader is invalidated).
+/// - ``State/waiting``: no log file yet (or it was deleted): each wake-up looks whether
+///   it exists now.
 /// - ``State/following(_:)``: reading one file from an offset. A wake-up costs one
 ///   `pread`; whole records above the last delivered one are delivered, an incomplete one
 ///   (being written, or torn by a killed writer) waits for the next wake-up.
@@ -99,7 +99,9 @@ final class FileLogReader: WormholeTransitingReader {
             case .closed:
                 return results
             case .waiting:
-                guard invalidated, try openCurrent() else { return finish(results) }
+                // Any wake-up may mean the file exists now: its creation can go unseen when
+                // the directory itself was being watched again at that moment.
+                guard try openCurrent() else { return finish(results) }
             case .following(var log, let offset):
                 if log.header == nil, let read = try? log.readHeader() {
                     log.header = read
@@ -110,7 +112,13 @@ final class FileLogReader: WormholeTransitingReader {
                     if invalidated, try openCurrent() { continue }
                     return finish(results)
                 }
-                if logID == nil { logID = header.logID }
+                if logID != header.logID {
+                    // A log opened while its creator was still writing the header: if it
+                    // is another log than the one this position belongs to, its numbers
+                    // start over.
+                    if logID != nil { delivered = 0 }
+                    logID = header.logID
+                }
                 var reachedEnd = true
                 var clearedThrough = header.clearedThrough
                 // A damaged record hides its sequence number: the gap after it is that
@@ -177,7 +185,9 @@ final class FileLogReader: WormholeTransitingReader {
     /// whether the state changed (a new file to read).
     private func openCurrent() throws(WormholeError) -> Bool {
         invalidated = false
-        _ = try? container.refresh()
+        // A listener follows the directory at the path but never makes it: only passes
+        // and posts recreate a deleted container.
+        _ = try? container.refresh(create: false)
         let opened: LogFile?
         do throws(WormholeError) {
             opened = try LogFile.open(identifier, in: container, access: .readOnly, create: false)

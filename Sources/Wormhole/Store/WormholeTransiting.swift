@@ -29,6 +29,18 @@ public protocol WormholeTransiting: Sendable {
     /// What is retained for each identifier that has a log.
     func summaries() throws(WormholeError) -> [WormholeIdentifierSummary]
 
+    /// ``append(_:kind:identifier:)`` for asynchronous callers (see the extension below
+    /// for the default).
+    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord
+    /// ``latestRecord(identifier:)`` for asynchronous callers.
+    func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord?
+    /// ``clearMessageContents(identifier:)`` for asynchronous callers.
+    func clearMessageContents(identifier: String) async throws(WormholeError)
+    /// ``clearAllMessageContents()`` for asynchronous callers.
+    func clearAllMessageContents() async throws(WormholeError)
+    /// ``summaries()`` for asynchronous callers.
+    func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary]
+
     /// A reader of `identifier`'s records from `start` on. Call it after
     /// ``observe(identifier:handler:)`` so that no wake-up is missed in between.
     func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader
@@ -38,6 +50,40 @@ public protocol WormholeTransiting: Sendable {
     /// then read and run; a back end whose events arrive on a thread that must not block
     /// (an event loop) moves them to another thread first.
     func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation
+}
+
+/// The asynchronous entry points, for callers in Swift concurrency. A back end that waits
+/// on a network (the PostgreSQL one) implements them without blocking the caller's
+/// thread, so that waiting for a round trip never holds a thread of the cooperative
+/// pool. These defaults run the synchronous call: right for a back end whose calls do
+/// not wait on anything remote (the file back end's are a few system calls).
+extension WormholeTransiting {
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord {
+        try synchronously { () throws(WormholeError) in try append(payload, kind: kind, identifier: identifier) }
+    }
+
+    public func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord? {
+        try synchronously { () throws(WormholeError) in try latestRecord(identifier: identifier) }
+    }
+
+    public func clearMessageContents(identifier: String) async throws(WormholeError) {
+        try synchronously { () throws(WormholeError) in try clearMessageContents(identifier: identifier) }
+    }
+
+    public func clearAllMessageContents() async throws(WormholeError) {
+        try synchronously { () throws(WormholeError) in try clearAllMessageContents() }
+    }
+
+    public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
+        try synchronously { () throws(WormholeError) in try summaries() }
+    }
+}
+
+/// Runs `body`, a synchronous closure: inside it, overload resolution picks the
+/// synchronous variant of a call that also has an asynchronous one.
+@inline(__always)
+func synchronously<T>(_ body: () throws(WormholeError) -> T) throws(WormholeError) -> T {
+    try body()
 }
 
 /// A position in one identifier's records. Used by one consumer at a time.

@@ -138,6 +138,48 @@ public final class Wormhole: Sendable {
         try transiting.summaries()
     }
 
+    // MARK: - From Swift concurrency
+
+    // The same calls for callers in an `async` context, chosen there by overload
+    // resolution (`try await wormhole.passMessage(...)`). On a back end that waits on a
+    // network (PostgreSQL) they suspend instead of blocking a thread of the cooperative
+    // pool; on the file back end they are the synchronous calls, a few system calls each.
+
+    /// ``passMessage(_:identifier:)`` from an asynchronous context.
+    @discardableResult
+    public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) async throws(WormholeError) -> UInt64 {
+        try Identifier.validate(identifier)
+        let (kind, payload) = try MessageCoding.encode(message, identifier: identifier)
+        return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
+    }
+
+    /// ``message(withIdentifier:as:)`` from an asynchronous context.
+    public func message<Message: Decodable>(withIdentifier identifier: String, as type: Message.Type = Message.self) async throws(WormholeError) -> Message? {
+        try await record(withIdentifier: identifier)?.decode(as: type)
+    }
+
+    /// ``record(withIdentifier:)`` from an asynchronous context.
+    public func record(withIdentifier identifier: String) async throws(WormholeError) -> WormholeRecord? {
+        try Identifier.validate(identifier)
+        return try await transiting.latestRecord(identifier: identifier)
+    }
+
+    /// ``clearMessageContents(forIdentifier:)`` from an asynchronous context.
+    public func clearMessageContents(forIdentifier identifier: String) async throws(WormholeError) {
+        try Identifier.validate(identifier)
+        try await transiting.clearMessageContents(identifier: identifier)
+    }
+
+    /// ``clearAllMessageContents()`` from an asynchronous context.
+    public func clearAllMessageContents() async throws(WormholeError) {
+        try await transiting.clearAllMessageContents()
+    }
+
+    /// ``summaries()`` from an asynchronous context.
+    public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
+        try await transiting.summaries()
+    }
+
     // MARK: - Listening
 
     /// Calls `listener` with every message passed under `identifier` from now on (or

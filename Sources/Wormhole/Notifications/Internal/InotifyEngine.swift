@@ -136,7 +136,8 @@ final class InotifyEngine: Sendable {
     private static func stopSession(_ state: inout State) {
         guard let session = state.session else { return }
         state.session = nil
-        state.table = WatchTable()
+        // The table is empty by now, and is kept: its subscription numbers go on rising,
+        // so a number is never reused and a late second unsubscribe cannot hit another.
         if let sentinel = try? session.inotify.addWatch("/", mask: UInt32(IN_DELETE_SELF | IN_ONLYDIR)) {
             session.inotify.removeWatch(sentinel)
         }
