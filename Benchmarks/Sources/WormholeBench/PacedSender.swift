@@ -1,6 +1,6 @@
 /// The measured part of every sender role: `count` sends, one per `interval`
 /// nanoseconds (0: as fast as it can), each timed, then the RESULT line the harness
-/// reads (first and last instant, pass time p50 and mean, CPU, peak resident memory).
+/// reads (first and last instant, pass time p50 and mean, CPU, resident memory).
 func sendPaced(count: Int, interval: UInt64, _ send: (Int) throws -> Void) rethrows {
     let before = ResourceUsage.current()
     var passTimes = [UInt64](repeating: 0, count: count)
@@ -15,5 +15,5 @@ func sendPaced(count: Int, interval: UInt64, _ send: (Int) throws -> Void) rethr
     let after = ResourceUsage.current()
     passTimes.sort()
     let mean = passTimes.reduce(0, +) / UInt64(max(1, count))
-    emit("RESULT first=\(start) end=\(end) pass_p50_ns=\(passTimes.isEmpty ? 0 : passTimes[count / 2]) pass_mean_ns=\(mean) cpu_us=\(after.cpuMicroseconds - before.cpuMicroseconds) rss_kb=\(after.maximumResidentKiB)")
+    emit("RESULT first=\(start) end=\(end) pass_p50_ns=\(passTimes.isEmpty ? 0 : passTimes[count / 2]) pass_mean_ns=\(mean) cpu_us=\(after.cpuMicroseconds - before.cpuMicroseconds) rss_kb=\(ResourceUsage.residentKiB())")
 }
