@@ -16,9 +16,15 @@ enum Mechanism: String, Sendable {
     /// The PostgreSQL floor: `SELECT pg_notify(channel, payload)` with the stamp and the
     /// index in the payload, one `LISTEN` connection per listener; no table.
     case postgresNotify = "postgres-notify"
+    /// The floor of Wormhole's design: the system calls of protocol version 2 in C, one
+    /// thread (`Benchmarks/C/floor.c`).
+    case floor = "c-floor"
+    /// A D-Bus signal through a private `dbus-daemon` (`Benchmarks/C/dbus_peer.c`, libdbus-1).
+    case dbus = "dbus-signal"
 
-    /// What the latency and burst sections compare on each file system.
-    static let local: [Mechanism] = [.pipe, .socket, .wormholeRaw, .wormholeCodable, .naive]
+    /// What the latency and burst sections compare on each file system, when the run has
+    /// them all (the C peers and the bus are optional: ``Peers``).
+    static let local: [Mechanism] = [.pipe, .socket, .floor, .wormholeRaw, .wormholeCodable, .dbus, .naive]
 
     /// The name in tables and charts.
     var label: String {
@@ -30,6 +36,8 @@ enum Mechanism: String, Sendable {
         case .naive: "naive file + rename (MMWormhole-style)"
         case .wormholePostgres: "Wormhole, PostgreSQL"
         case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
+        case .floor: "C floor: protocol v2 calls, one thread"
+        case .dbus: "D-Bus signal via dbus-daemon"
         }
     }
 
@@ -72,6 +80,27 @@ struct SenderReport: Sendable {
     var passMeanNanoseconds: UInt64
     var cpuMicroseconds: UInt64
     var residentKiB: UInt64
+}
+
+/// The C peers (`Benchmarks/C`, built by `Benchmarks/run`) and the bus of the D-Bus
+/// baseline, as far as this run has them.
+struct Peers: Sendable {
+    /// `floor`: the protocol's system calls in C.
+    var floor: String?
+    /// `dbus_peer`: a D-Bus signal sender and listener.
+    var dbusPeer: String?
+    /// The address of the running bus (a private `dbus-daemon` started by `Benchmarks/run`)
+    /// and its process id.
+    var dbusAddress: String?
+    var dbusPid: pid_t?
+
+    func has(_ mechanism: Mechanism) -> Bool {
+        switch mechanism {
+        case .floor: floor != nil
+        case .dbus: dbusPeer != nil && dbusAddress != nil
+        default: true
+        }
+    }
 }
 
 /// The result of one ``Scenario``.
@@ -125,6 +154,8 @@ struct Runner {
     var postgresURL: String? = nil
     /// Its counters, read before and after each of their scenarios.
     var serverCounters: ServerCounters? = nil
+    /// The C peers and the bus, for ``Mechanism/floor`` and ``Mechanism/dbus``.
+    var peers = Peers()
 
     func run(_ scenario: Scenario) throws(BenchError) -> Outcome {
         let directory = base + "/" + scenario.mechanism.rawValue + "-\(scenario.listeners)-\(scenario.identifiers)-\(scenario.size)"
@@ -169,27 +200,51 @@ struct Runner {
             listeners = [listener]
             _ = try listener.expect("READY", timeout: 30)
             sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
-        case .wormholeRaw, .wormholeCodable, .wormholePostgres, .postgresNotify:
+        case .wormholeRaw, .wormholeCodable, .wormholePostgres, .postgresNotify, .floor, .dbus:
+            // These take part in the warm-up handshake: the listeners print READY, the
+            // sender passes the warm-up and prints WARMED, the listeners print WARM once
+            // they have read it, and the harness says GO.
             let mode = scenario.mechanism == .wormholeCodable ? "codable" : "raw"
-            let (listen, send) = scenario.mechanism == .postgresNotify ? ("notify-listen", "notify-send") : ("wormhole-listen", "wormhole-send")
-            // Where the messages go: the directory, or the PostgreSQL server and a container.
-            let place = scenario.mechanism.usesPostgres ? postgres : ["--dir", directory]
-            common += place + ["--ids", String(scenario.identifiers), "--mode", mode]
-            // The container exists before the listeners start, as an app's would.
-            if !scenario.mechanism.usesPostgres { mkdir(directory, 0o700) }
+            var program = Child.selfPath
+            let listen: [String]
+            let send: [String]
+            switch scenario.mechanism {
+            case .floor, .dbus:
+                if scenario.mechanism == .floor {
+                    guard let floor = peers.floor else { throw BenchError("the C floor is not built (Benchmarks/run builds it)") }
+                    program = floor
+                    mkdir(directory, 0o700)
+                    common += ["--dir", directory]
+                } else {
+                    guard let dbusPeer = peers.dbusPeer else { throw BenchError("dbus_peer is not built (Benchmarks/run builds it)") }
+                    program = dbusPeer
+                    guard let address = peers.dbusAddress else { throw BenchError("no bus for D-Bus: --dbus-address (Benchmarks/run starts one)") }
+                    common += ["--address", address]
+                }
+                listen = ["listen"] + common
+                send = ["send"] + sendArguments + Array(common.dropFirst(4)) + ["--handshake"]
+            default:
+                let (listenRole, sendRole) = scenario.mechanism == .postgresNotify ? ("notify-listen", "notify-send") : ("wormhole-listen", "wormhole-send")
+                // Where the messages go: the directory, or the PostgreSQL server and a container.
+                let place = scenario.mechanism.usesPostgres ? postgres : ["--dir", directory]
+                common += place + ["--ids", String(scenario.identifiers), "--mode", mode]
+                // The container exists before the listeners start, as an app's would.
+                if !scenario.mechanism.usesPostgres { mkdir(directory, 0o700) }
+                listen = [listenRole] + common
+                send = [sendRole] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"]
+            }
             let perProcess = Scenario.identifiersPerProcess
             for _ in 0..<scenario.listeners {
                 if scenario.identifiers <= perProcess {
-                    listeners.append(try Child([listen] + common))
+                    listeners.append(try Child(path: program, listen))
                     continue
                 }
                 for first in stride(from: 0, to: scenario.identifiers, by: perProcess) {
-                    listeners.append(try Child([listen] + common + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
+                    listeners.append(try Child(path: program, listen + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
                 }
             }
             for listener in listeners { _ = try listener.expect("READY", timeout: 300) }
-            sender = try Child([send] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"],
-                               withInput: true)
+            sender = try Child(path: program, send, withInput: true)
             _ = try sender.expect("WARMED", timeout: 300)
             for listener in listeners { _ = try listener.expect("WARM", timeout: 300) }
             sender.send("GO")

@@ -29,10 +29,15 @@ struct Suite {
     var postgresSettings: String?
     /// Where the postgres section puts the file back end's containers (tmpfs).
     var tmpfsPath: String
+    /// The C peers and the bus of the D-Bus baseline (`--c-bin`, `--dbus-address`, ...).
+    var peers = Peers()
 
     static let allSections = ["latency", "burst", "fanout", "sizes", "identifiers", "process", "postgres"]
     /// The sections that run once per file system.
     static let fileSystemSections: Set<String> = ["latency", "burst", "fanout", "sizes", "identifiers", "process"]
+
+    /// The mechanisms of the latency and burst sections: every local one this run has.
+    var localMechanisms: [Mechanism] { Mechanism.local.filter { peers.has($0) } }
 
     init(_ options: Options) throws(BenchError) {
         quick = options.flag("quick")
@@ -57,6 +62,25 @@ struct Suite {
         }
         outputDirectory = options.string("out", default: "Results")
         cli = options.flag("cli") ? try options.string("cli") : nil
+        // The C peers, from the directory Benchmarks/run builds them into.
+        if options.flag("c-bin") {
+            let directory = try options.string("c-bin")
+            for (name, path) in [("floor", directory + "/floor"), ("dbus_peer", directory + "/dbus_peer")] {
+                guard access(path, X_OK) == 0 else {
+                    printError("Note: \(path) is missing: \(name == "floor" ? "the C floor" : "the D-Bus baseline") is skipped")
+                    continue
+                }
+                if name == "floor" { peers.floor = path } else { peers.dbusPeer = path }
+            }
+        } else {
+            printError("Note: no --c-bin: the C floor and the D-Bus baseline are skipped (Benchmarks/run builds them)")
+        }
+        if options.flag("dbus-address") {
+            peers.dbusAddress = try options.string("dbus-address")
+            if options.flag("dbus-pid") { peers.dbusPid = pid_t(try options.int("dbus-pid", default: 0)) }
+        } else if peers.dbusPeer != nil {
+            printError("Note: no --dbus-address: the D-Bus baseline is skipped (Benchmarks/run starts a bus)")
+        }
     }
 
     private func progress(_ text: String) {
@@ -94,7 +118,7 @@ struct Suite {
             let type = fileSystemName(place.path)
             let fileSystem = type == place.name ? place.name : "\(place.name) (\(type))"
             progress("\n== \(fileSystem) at \(place.path)")
-            let runner = Runner(base: place.path)
+            let runner = Runner(base: place.path, peers: peers)
             if sections.contains("latency") { try latency(runner, fileSystem) }
             if sections.contains("burst") { try burst(runner, fileSystem) }
             if sections.contains("fanout") { try fanOut(runner, fileSystem) }
@@ -115,8 +139,9 @@ struct Suite {
     /// Runs every mechanism once per round, the rounds one after the other, so that
     /// whatever else the machine does at some moment falls on ours and the baselines
     /// alike.
-    private func interleaved(_ runner: Runner, _ mechanisms: [Mechanism] = Mechanism.local,
+    private func interleaved(_ runner: Runner, _ mechanisms: [Mechanism]? = nil,
                              _ scenario: (Mechanism) -> Scenario) throws(BenchError) -> [Mechanism: [Outcome]] {
+        let mechanisms = mechanisms ?? localMechanisms
         var outcomes: [Mechanism: [Outcome]] = [:]
         for round in 1...rounds {
             if rounds > 1 { progress("   round \(round) of \(rounds)") }
@@ -131,12 +156,13 @@ struct Suite {
         let count = quick ? 500 : 2000
         progress("  one-way latency, paced: \(count) small messages 300 us apart, \(rounds) rounds")
         let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count) }
-        for mechanism in Mechanism.local {
+        for mechanism in localMechanisms {
             let runs = outcomes[mechanism] ?? []
             var row = Row(section: "latency", fileSystem: fileSystem, mechanism: mechanism.label, messages: count * runs.count)
             row.latency(from: runs)
             row.senderMicroseconds = median(runs.map { Double($0.sender.passMeanNanoseconds) / 1000 })
             if mechanism == .naive { row.note = "last value wins: lost = messages never seen" }
+            if mechanism == .dbus { row.note = "libdbus-1 on both sides; a private dbus-daemon" }
             rows.append(row)
             samples.append((fileSystem, mechanism.label, runs.flatMap(\.latenciesInOrder)))
         }
@@ -146,7 +172,7 @@ struct Suite {
         let count = quick ? 5000 : 20000
         progress("  burst throughput: \(count) small messages as fast as the sender can, \(rounds) rounds")
         let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count, intervalNanoseconds: 0) }
-        for mechanism in Mechanism.local {
+        for mechanism in localMechanisms {
             let runs = outcomes[mechanism] ?? []
             var row = Row(section: "burst", fileSystem: fileSystem, mechanism: mechanism.label, messages: count)
             row.rate(from: runs)
