@@ -90,9 +90,13 @@ struct Peers: Sendable {
     /// `dbus_peer`: a D-Bus signal sender and listener.
     var dbusPeer: String?
     /// The address of the running bus (a private `dbus-daemon` started by `Benchmarks/run`)
-    /// and its process id.
+    /// and its process id (for `strace`).
     var dbusAddress: String?
     var dbusPid: pid_t?
+    /// Its configuration file and `dbus-daemon` itself: the callgrind measurement starts
+    /// a bus of its own under valgrind with them.
+    var dbusConfig: String?
+    var dbusDaemon: String?
 
     func has(_ mechanism: Mechanism) -> Bool {
         switch mechanism {
@@ -103,11 +107,43 @@ struct Peers: Sendable {
     }
 }
 
+/// A tool that counts what the processes of a measurement do between the harness's `GO`
+/// (after the warm-up) and the moment each of them has handled its last message (it then
+/// prints `MEASURED` and waits, so that what it does to report is not counted).
+enum Instrument: Sendable {
+    /// `strace -c -f -p PID` attached to every process at `GO` (and to the running
+    /// dbus-daemon, for D-Bus) and detached at `MEASURED`: system calls by name.
+    case strace(tool: String, directory: String)
+    /// Every process started under `valgrind --tool=callgrind` (D-Bus: with a bus of its
+    /// own, also under callgrind); counters zeroed at `GO` and dumped at `MEASURED`
+    /// (`callgrind_control`): instructions executed in user space. `harness` is the
+    /// executable that runs this harness's roles under valgrind: a copy of it without
+    /// debugging information (valgrind 3.19 gives up on the DWARF 5 of Swift 6 binaries).
+    case callgrind(valgrind: String, control: String, directory: String, harness: String)
+
+    /// The mechanisms whose processes can be held at `MEASURED`.
+    static let mechanisms: Set<Mechanism> = [.wormholeRaw, .wormholeCodable, .floor, .dbus]
+}
+
+/// What an ``Instrument`` counted in one process of a measurement.
+struct ProcessCounts: Sendable {
+    /// "sender", "listener" or "dbus-daemon".
+    var role: String
+    /// strace: system calls by name.
+    var systemCalls: [String: Int] = [:]
+    /// callgrind: instructions (Ir).
+    var instructions: UInt64?
+
+    var totalSystemCalls: Int { systemCalls.values.reduce(0, +) }
+}
+
 /// The result of one ``Scenario``.
 struct Outcome: Sendable {
     var scenario: Scenario
     var sender: SenderReport
     var listeners: [ListenerReport]
+    /// What an ``Instrument`` counted, per process (none without one).
+    var counts: [ProcessCounts] = []
     /// For PostgreSQL scenarios: the server's WAL flushes and commits during the
     /// scenario (setup, warm-up and measured messages, every process).
     var serverDelta: ServerCounters.Snapshot? = nil
@@ -157,7 +193,7 @@ struct Runner {
     /// The C peers and the bus, for ``Mechanism/floor`` and ``Mechanism/dbus``.
     var peers = Peers()
 
-    func run(_ scenario: Scenario) throws(BenchError) -> Outcome {
+    func run(_ scenario: Scenario, instrument: Instrument? = nil) throws(BenchError) -> Outcome {
         let directory = base + "/" + scenario.mechanism.rawValue + "-\(scenario.listeners)-\(scenario.identifiers)-\(scenario.size)"
         removeTree(directory)
         defer { removeTree(directory) }
@@ -176,6 +212,24 @@ struct Runner {
         let timeout = Double(scenario.count) * Double(scenario.intervalNanoseconds) / 1e9 + 120
         var listeners: [Child] = []
         let sender: Child
+        // With an instrument, each process stops at MEASURED until the counts are taken.
+        let held = instrument != nil
+        if held && !Instrument.mechanisms.contains(scenario.mechanism) {
+            throw BenchError("\(scenario.mechanism.label) cannot be measured under strace or callgrind")
+        }
+        var instrumented: [Tracee] = []
+        var counts: [ProcessCounts] = []
+        var busUnderCallgrind: Child?
+        defer { busUnderCallgrind?.terminate() }
+        /// Starts a child in `role`; under callgrind, inside valgrind. With `input`, its
+        /// standard input is a pipe (for GO and REPORT); listeners get one when held.
+        func start(_ role: String, _ program: String, _ arguments: [String], input: Bool = false) throws(BenchError) -> Child {
+            if case .callgrind(let valgrind, _, let tools, let harness) = instrument {
+                let program = program == Child.selfPath ? harness : program
+                return try Child(path: valgrind, Self.callgrindArguments(tools, role) + [program] + arguments, withInput: true)
+            }
+            return try Child(path: program, arguments, withInput: input || held)
+        }
         switch scenario.mechanism {
         case .pipe, .socket:
             var ends: [Int32] = [0, 0]
@@ -206,8 +260,8 @@ struct Runner {
             // they have read it, and the harness says GO.
             let mode = scenario.mechanism == .wormholeCodable ? "codable" : "raw"
             var program = Child.selfPath
-            let listen: [String]
-            let send: [String]
+            var listen: [String]
+            var send: [String]
             switch scenario.mechanism {
             case .floor, .dbus:
                 if scenario.mechanism == .floor {
@@ -218,8 +272,24 @@ struct Runner {
                 } else {
                     guard let dbusPeer = peers.dbusPeer else { throw BenchError("dbus_peer is not built (Benchmarks/run builds it)") }
                     program = dbusPeer
-                    guard let address = peers.dbusAddress else { throw BenchError("no bus for D-Bus: --dbus-address (Benchmarks/run starts one)") }
-                    common += ["--address", address]
+                    if case .callgrind(let valgrind, _, let tools, _) = instrument {
+                        // A bus of its own, under callgrind too: the daemon's instructions.
+                        guard let daemon = peers.dbusDaemon, let config = peers.dbusConfig else {
+                            throw BenchError("the D-Bus measurement under callgrind needs dbus-daemon and --dbus-config")
+                        }
+                        // (Quiet: under valgrind it cannot raise its descriptor limit, and says so.)
+                        let bus = try Child(path: valgrind, Self.callgrindArguments(tools, "dbus-daemon") + [
+                            daemon, "--config-file=" + config, "--address=unix:path=" + tools + "/bus", "--nofork", "--print-address=1"],
+                            quiet: true)
+                        guard let address = bus.readLine(timeout: 300), address.hasPrefix("unix:") else {
+                            throw BenchError("dbus-daemon under callgrind printed no address")
+                        }
+                        busUnderCallgrind = bus
+                        common += ["--address", address]
+                    } else {
+                        guard let address = peers.dbusAddress else { throw BenchError("no bus for D-Bus: --dbus-address (Benchmarks/run starts one)") }
+                        common += ["--address", address]
+                    }
                 }
                 listen = ["listen"] + common
                 send = ["send"] + sendArguments + Array(common.dropFirst(4)) + ["--handshake"]
@@ -233,21 +303,45 @@ struct Runner {
                 listen = [listenRole] + common
                 send = [sendRole] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"]
             }
+            if held {
+                listen.append("--hold")
+                send.append("--hold")
+            }
             let perProcess = Scenario.identifiersPerProcess
             for _ in 0..<scenario.listeners {
                 if scenario.identifiers <= perProcess {
-                    listeners.append(try Child(path: program, listen))
+                    listeners.append(try start("listener", program, listen))
                     continue
                 }
                 for first in stride(from: 0, to: scenario.identifiers, by: perProcess) {
-                    listeners.append(try Child(path: program, listen + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
+                    listeners.append(try start("listener", program, listen + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
                 }
             }
             for listener in listeners { _ = try listener.expect("READY", timeout: 300) }
-            sender = try Child(path: program, send, withInput: true)
+            sender = try start("sender", program, send, input: true)
             _ = try sender.expect("WARMED", timeout: 300)
             for listener in listeners { _ = try listener.expect("WARM", timeout: 300) }
+            if let instrument {
+                var targets = [("sender", sender.pid)] + listeners.map { ("listener", $0.pid) }
+                if scenario.mechanism == .dbus {
+                    if let busUnderCallgrind {
+                        targets.append(("dbus-daemon", busUnderCallgrind.pid))
+                    } else if let pid = peers.dbusPid {
+                        targets.append(("dbus-daemon", pid))
+                    }
+                }
+                instrumented = try Self.begin(instrument, targets)
+            }
             sender.send("GO")
+        }
+        if let instrument {
+            // Each process prints MEASURED once it has handled its last message and waits:
+            // the counts stop there, before it sorts and prints what it measured.
+            _ = try sender.expect("MEASURED", timeout: timeout)
+            for listener in listeners { _ = try listener.expect("MEASURED", timeout: timeout) }
+            counts = try Self.end(instrument, instrumented)
+            sender.send("REPORT")
+            for listener in listeners { listener.send("REPORT") }
         }
         let sent = fields(of: try sender.expect("RESULT", timeout: timeout))
         sender.wait()
@@ -285,6 +379,7 @@ struct Runner {
                 cpuMicroseconds: UInt64(sent["cpu_us"] ?? "") ?? 0,
                 residentKiB: UInt64(sent["rss_kb"] ?? "") ?? 0),
             listeners: reports,
+            counts: counts,
             serverDelta: serverDelta)
     }
 }
