@@ -31,6 +31,8 @@ COLOURS = {
     "Wormhole, raw bytes": "#1f77b4",
     "Wormhole, Codable": "#17becf",
     "naive file + rename (MMWormhole-style)": "#d62728",
+    "C floor: protocol v2 calls, one thread": "#2ca02c",
+    "D-Bus signal via dbus-daemon": "#9467bd",
 }
 
 

@@ -28,12 +28,10 @@ enum Monotonic {
     }
 }
 
-/// What a process has used so far: CPU time and peak resident memory.
+/// What a process has used so far: CPU time and context switches.
 struct ResourceUsage {
     /// User plus system CPU time, in microseconds.
     var cpuMicroseconds: UInt64
-    /// Peak resident set size, in KiB.
-    var maximumResidentKiB: UInt64
     /// Times the process gave up the CPU to wait (each is a wake-up later).
     var voluntarySwitches: UInt64
 
@@ -43,8 +41,17 @@ struct ResourceUsage {
         getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
         let cpu = UInt64(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000
             + UInt64(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
-        return ResourceUsage(cpuMicroseconds: cpu, maximumResidentKiB: UInt64(usage.ru_maxrss),
-                             voluntarySwitches: UInt64(usage.ru_nvcsw))
+        return ResourceUsage(cpuMicroseconds: cpu, voluntarySwitches: UInt64(usage.ru_nvcsw))
+    }
+
+    /// This process's resident memory now, in KiB: the second field of
+    /// `/proc/self/statm`, in pages. (`ru_maxrss` is the peak, which for these processes
+    /// is reached while the runtime and Foundation load, and is higher than what they
+    /// hold while they pass messages.)
+    static func residentKiB() -> UInt64 {
+        let fields = (readText("/proc/self/statm") ?? "").split(separator: " ")
+        guard fields.count > 1, let pages = UInt64(fields[1]) else { return 0 }
+        return pages * UInt64(sysconf(Int32(_SC_PAGESIZE))) / 1024
     }
 }
 

@@ -1,7 +1,11 @@
 /// The measured part of every sender role: `count` sends, one per `interval`
 /// nanoseconds (0: as fast as it can), each timed, then the RESULT line the harness
-/// reads (first and last instant, pass time p50 and mean, CPU, peak resident memory).
-func sendPaced(count: Int, interval: UInt64, _ send: (Int) throws -> Void) rethrows {
+/// reads (first and last instant, pass time p50 and mean, CPU, resident memory).
+///
+/// With `hold` (`--hold`, when the harness counts system calls or instructions), it
+/// prints `MEASURED` after the last send and waits for a line on standard input before
+/// it sorts the times and reports, so that the counts stop at the last message.
+func sendPaced(count: Int, interval: UInt64, hold: Bool = false, _ send: (Int) throws -> Void) rethrows {
     let before = ResourceUsage.current()
     var passTimes = [UInt64](repeating: 0, count: count)
     let start = Monotonic.now()
@@ -13,7 +17,14 @@ func sendPaced(count: Int, interval: UInt64, _ send: (Int) throws -> Void) rethr
     }
     let end = Monotonic.now()
     let after = ResourceUsage.current()
+    if hold { holdUntilReport() }
     passTimes.sort()
     let mean = passTimes.reduce(0, +) / UInt64(max(1, count))
-    emit("RESULT first=\(start) end=\(end) pass_p50_ns=\(passTimes.isEmpty ? 0 : passTimes[count / 2]) pass_mean_ns=\(mean) cpu_us=\(after.cpuMicroseconds - before.cpuMicroseconds) rss_kb=\(after.maximumResidentKiB)")
+    emit("RESULT first=\(start) end=\(end) pass_p50_ns=\(passTimes.isEmpty ? 0 : passTimes[count / 2]) pass_mean_ns=\(mean) cpu_us=\(after.cpuMicroseconds - before.cpuMicroseconds) rss_kb=\(ResourceUsage.residentKiB())")
+}
+
+/// Prints `MEASURED` and waits for the harness's next line (`REPORT`) on standard input.
+func holdUntilReport() {
+    emit("MEASURED")
+    _ = readLine()
 }

@@ -33,9 +33,15 @@ struct Row: Sendable {
     /// PostgreSQL only: the server's WAL flushes and commits per message passed.
     var walFlushesPerMessage: Double?
     var commitsPerMessage: Double?
+    /// The syscalls section: which process ("sender", "listener", "dbus-daemon"), its
+    /// system calls per message (strace) and user-space instructions per message
+    /// (callgrind).
+    var process: String?
+    var systemCallsPerMessage: Double?
+    var instructionsPerMessage: Double?
     var note = ""
 
-    static let csvHeader = "section,filesystem,mechanism,listeners,identifiers,size_bytes,messages,p50_us,p90_us,p99_us,max_us,msgs_per_s,mb_per_s,lost,duplicates,sender_us_per_msg,listener_cpu_us_per_msg,paced_sender_us_per_msg,paced_listener_cpu_us_per_msg,rss_kib,wal_flushes_per_msg,commits_per_msg,note"
+    static let csvHeader = "section,filesystem,mechanism,listeners,identifiers,size_bytes,messages,p50_us,p90_us,p99_us,max_us,msgs_per_s,mb_per_s,lost,duplicates,sender_us_per_msg,listener_cpu_us_per_msg,paced_sender_us_per_msg,paced_listener_cpu_us_per_msg,rss_kib,wal_flushes_per_msg,commits_per_msg,process,syscalls_per_msg,instructions_per_msg,note"
 
     var csv: String {
         func number(_ value: Double?, _ digits: Int = 1) -> String { value.map { String(format: "%.\(digits)f", $0) } ?? "" }
@@ -47,6 +53,7 @@ struct Row: Sendable {
         cells += [number(pacedSenderMicroseconds, 2), number(pacedListenerMicroseconds, 2)]
         cells.append(residentKiB.map(String.init) ?? "")
         cells += [number(walFlushesPerMessage, 2), number(commitsPerMessage, 2)]
+        cells += [process.map(csvQuoted) ?? "", number(systemCallsPerMessage, 2), number(instructionsPerMessage, 0)]
         cells.append(csvQuoted(note))
         return cells.joined(separator: ",")
     }

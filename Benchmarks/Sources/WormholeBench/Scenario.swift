@@ -16,9 +16,15 @@ enum Mechanism: String, Sendable {
     /// The PostgreSQL floor: `SELECT pg_notify(channel, payload)` with the stamp and the
     /// index in the payload, one `LISTEN` connection per listener; no table.
     case postgresNotify = "postgres-notify"
+    /// The floor of Wormhole's design: the system calls of protocol version 2 in C, one
+    /// thread (`Benchmarks/C/floor.c`).
+    case floor = "c-floor"
+    /// A D-Bus signal through a private `dbus-daemon` (`Benchmarks/C/dbus_peer.c`, libdbus-1).
+    case dbus = "dbus-signal"
 
-    /// What the latency and burst sections compare on each file system.
-    static let local: [Mechanism] = [.pipe, .socket, .wormholeRaw, .wormholeCodable, .naive]
+    /// What the latency and burst sections compare on each file system, when the run has
+    /// them all (the C peers and the bus are optional: ``Peers``).
+    static let local: [Mechanism] = [.pipe, .socket, .floor, .wormholeRaw, .wormholeCodable, .dbus, .naive]
 
     /// The name in tables and charts.
     var label: String {
@@ -30,6 +36,8 @@ enum Mechanism: String, Sendable {
         case .naive: "naive file + rename (MMWormhole-style)"
         case .wormholePostgres: "Wormhole, PostgreSQL"
         case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
+        case .floor: "C floor: protocol v2 calls, one thread"
+        case .dbus: "D-Bus signal via dbus-daemon"
         }
     }
 
@@ -74,11 +82,68 @@ struct SenderReport: Sendable {
     var residentKiB: UInt64
 }
 
+/// The C peers (`Benchmarks/C`, built by `Benchmarks/run`) and the bus of the D-Bus
+/// baseline, as far as this run has them.
+struct Peers: Sendable {
+    /// `floor`: the protocol's system calls in C.
+    var floor: String?
+    /// `dbus_peer`: a D-Bus signal sender and listener.
+    var dbusPeer: String?
+    /// The address of the running bus (a private `dbus-daemon` started by `Benchmarks/run`)
+    /// and its process id (for `strace`).
+    var dbusAddress: String?
+    var dbusPid: pid_t?
+    /// Its configuration file and `dbus-daemon` itself: the callgrind measurement starts
+    /// a bus of its own under valgrind with them.
+    var dbusConfig: String?
+    var dbusDaemon: String?
+
+    func has(_ mechanism: Mechanism) -> Bool {
+        switch mechanism {
+        case .floor: floor != nil
+        case .dbus: dbusPeer != nil && dbusAddress != nil
+        default: true
+        }
+    }
+}
+
+/// A tool that counts what the processes of a measurement do between the harness's `GO`
+/// (after the warm-up) and the moment each of them has handled its last message (it then
+/// prints `MEASURED` and waits, so that what it does to report is not counted).
+enum Instrument: Sendable {
+    /// `strace -c -f -p PID` attached to every process at `GO` (and to the running
+    /// dbus-daemon, for D-Bus) and detached at `MEASURED`: system calls by name.
+    case strace(tool: String, directory: String)
+    /// Every process started under `valgrind --tool=callgrind` (D-Bus: with a bus of its
+    /// own, also under callgrind); counters zeroed at `GO` and dumped at `MEASURED`
+    /// (`callgrind_control`): instructions executed in user space. `harness` is the
+    /// executable that runs this harness's roles under valgrind: a copy of it without
+    /// debugging information (valgrind 3.19 gives up on the DWARF 5 of Swift 6 binaries).
+    case callgrind(valgrind: String, control: String, directory: String, harness: String)
+
+    /// The mechanisms whose processes can be held at `MEASURED`.
+    static let mechanisms: Set<Mechanism> = [.wormholeRaw, .wormholeCodable, .floor, .dbus]
+}
+
+/// What an ``Instrument`` counted in one process of a measurement.
+struct ProcessCounts: Sendable {
+    /// "sender", "listener" or "dbus-daemon".
+    var role: String
+    /// strace: system calls by name.
+    var systemCalls: [String: Int] = [:]
+    /// callgrind: instructions (Ir).
+    var instructions: UInt64?
+
+    var totalSystemCalls: Int { systemCalls.values.reduce(0, +) }
+}
+
 /// The result of one ``Scenario``.
 struct Outcome: Sendable {
     var scenario: Scenario
     var sender: SenderReport
     var listeners: [ListenerReport]
+    /// What an ``Instrument`` counted, per process (none without one).
+    var counts: [ProcessCounts] = []
     /// For PostgreSQL scenarios: the server's WAL flushes and commits during the
     /// scenario (setup, warm-up and measured messages, every process).
     var serverDelta: ServerCounters.Snapshot? = nil
@@ -125,8 +190,10 @@ struct Runner {
     var postgresURL: String? = nil
     /// Its counters, read before and after each of their scenarios.
     var serverCounters: ServerCounters? = nil
+    /// The C peers and the bus, for ``Mechanism/floor`` and ``Mechanism/dbus``.
+    var peers = Peers()
 
-    func run(_ scenario: Scenario) throws(BenchError) -> Outcome {
+    func run(_ scenario: Scenario, instrument: Instrument? = nil) throws(BenchError) -> Outcome {
         let directory = base + "/" + scenario.mechanism.rawValue + "-\(scenario.listeners)-\(scenario.identifiers)-\(scenario.size)"
         removeTree(directory)
         defer { removeTree(directory) }
@@ -145,6 +212,24 @@ struct Runner {
         let timeout = Double(scenario.count) * Double(scenario.intervalNanoseconds) / 1e9 + 120
         var listeners: [Child] = []
         let sender: Child
+        // With an instrument, each process stops at MEASURED until the counts are taken.
+        let held = instrument != nil
+        if held && !Instrument.mechanisms.contains(scenario.mechanism) {
+            throw BenchError("\(scenario.mechanism.label) cannot be measured under strace or callgrind")
+        }
+        var instrumented: [Tracee] = []
+        var counts: [ProcessCounts] = []
+        var busUnderCallgrind: Child?
+        defer { busUnderCallgrind?.terminate() }
+        /// Starts a child in `role`; under callgrind, inside valgrind. With `input`, its
+        /// standard input is a pipe (for GO and REPORT); listeners get one when held.
+        func start(_ role: String, _ program: String, _ arguments: [String], input: Bool = false) throws(BenchError) -> Child {
+            if case .callgrind(let valgrind, _, let tools, let harness) = instrument {
+                let program = program == Child.selfPath ? harness : program
+                return try Child(path: valgrind, Self.callgrindArguments(tools, role) + [program] + arguments, withInput: true)
+            }
+            return try Child(path: program, arguments, withInput: input || held)
+        }
         switch scenario.mechanism {
         case .pipe, .socket:
             var ends: [Int32] = [0, 0]
@@ -169,30 +254,94 @@ struct Runner {
             listeners = [listener]
             _ = try listener.expect("READY", timeout: 30)
             sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
-        case .wormholeRaw, .wormholeCodable, .wormholePostgres, .postgresNotify:
+        case .wormholeRaw, .wormholeCodable, .wormholePostgres, .postgresNotify, .floor, .dbus:
+            // These take part in the warm-up handshake: the listeners print READY, the
+            // sender passes the warm-up and prints WARMED, the listeners print WARM once
+            // they have read it, and the harness says GO.
             let mode = scenario.mechanism == .wormholeCodable ? "codable" : "raw"
-            let (listen, send) = scenario.mechanism == .postgresNotify ? ("notify-listen", "notify-send") : ("wormhole-listen", "wormhole-send")
-            // Where the messages go: the directory, or the PostgreSQL server and a container.
-            let place = scenario.mechanism.usesPostgres ? postgres : ["--dir", directory]
-            common += place + ["--ids", String(scenario.identifiers), "--mode", mode]
-            // The container exists before the listeners start, as an app's would.
-            if !scenario.mechanism.usesPostgres { mkdir(directory, 0o700) }
+            var program = Child.selfPath
+            var listen: [String]
+            var send: [String]
+            switch scenario.mechanism {
+            case .floor, .dbus:
+                if scenario.mechanism == .floor {
+                    guard let floor = peers.floor else { throw BenchError("the C floor is not built (Benchmarks/run builds it)") }
+                    program = floor
+                    mkdir(directory, 0o700)
+                    common += ["--dir", directory]
+                } else {
+                    guard let dbusPeer = peers.dbusPeer else { throw BenchError("dbus_peer is not built (Benchmarks/run builds it)") }
+                    program = dbusPeer
+                    if case .callgrind(let valgrind, _, let tools, _) = instrument {
+                        // A bus of its own, under callgrind too: the daemon's instructions.
+                        guard let daemon = peers.dbusDaemon, let config = peers.dbusConfig else {
+                            throw BenchError("the D-Bus measurement under callgrind needs dbus-daemon and --dbus-config")
+                        }
+                        // (Quiet: under valgrind it cannot raise its descriptor limit, and says so.)
+                        let bus = try Child(path: valgrind, Self.callgrindArguments(tools, "dbus-daemon") + [
+                            daemon, "--config-file=" + config, "--address=unix:path=" + tools + "/bus", "--nofork", "--print-address=1"],
+                            quiet: true)
+                        guard let address = bus.readLine(timeout: 300), address.hasPrefix("unix:") else {
+                            throw BenchError("dbus-daemon under callgrind printed no address")
+                        }
+                        busUnderCallgrind = bus
+                        common += ["--address", address]
+                    } else {
+                        guard let address = peers.dbusAddress else { throw BenchError("no bus for D-Bus: --dbus-address (Benchmarks/run starts one)") }
+                        common += ["--address", address]
+                    }
+                }
+                listen = ["listen"] + common
+                send = ["send"] + sendArguments + Array(common.dropFirst(4)) + ["--handshake"]
+            default:
+                let (listenRole, sendRole) = scenario.mechanism == .postgresNotify ? ("notify-listen", "notify-send") : ("wormhole-listen", "wormhole-send")
+                // Where the messages go: the directory, or the PostgreSQL server and a container.
+                let place = scenario.mechanism.usesPostgres ? postgres : ["--dir", directory]
+                common += place + ["--ids", String(scenario.identifiers), "--mode", mode]
+                // The container exists before the listeners start, as an app's would.
+                if !scenario.mechanism.usesPostgres { mkdir(directory, 0o700) }
+                listen = [listenRole] + common
+                send = [sendRole] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"]
+            }
+            if held {
+                listen.append("--hold")
+                send.append("--hold")
+            }
             let perProcess = Scenario.identifiersPerProcess
             for _ in 0..<scenario.listeners {
                 if scenario.identifiers <= perProcess {
-                    listeners.append(try Child([listen] + common))
+                    listeners.append(try start("listener", program, listen))
                     continue
                 }
                 for first in stride(from: 0, to: scenario.identifiers, by: perProcess) {
-                    listeners.append(try Child([listen] + common + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
+                    listeners.append(try start("listener", program, listen + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
                 }
             }
             for listener in listeners { _ = try listener.expect("READY", timeout: 300) }
-            sender = try Child([send] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"],
-                               withInput: true)
+            sender = try start("sender", program, send, input: true)
             _ = try sender.expect("WARMED", timeout: 300)
             for listener in listeners { _ = try listener.expect("WARM", timeout: 300) }
+            if let instrument {
+                var targets = [("sender", sender.pid)] + listeners.map { ("listener", $0.pid) }
+                if scenario.mechanism == .dbus {
+                    if let busUnderCallgrind {
+                        targets.append(("dbus-daemon", busUnderCallgrind.pid))
+                    } else if let pid = peers.dbusPid {
+                        targets.append(("dbus-daemon", pid))
+                    }
+                }
+                instrumented = try Self.begin(instrument, targets)
+            }
             sender.send("GO")
+        }
+        if let instrument {
+            // Each process prints MEASURED once it has handled its last message and waits:
+            // the counts stop there, before it sorts and prints what it measured.
+            _ = try sender.expect("MEASURED", timeout: timeout)
+            for listener in listeners { _ = try listener.expect("MEASURED", timeout: timeout) }
+            counts = try Self.end(instrument, instrumented)
+            sender.send("REPORT")
+            for listener in listeners { listener.send("REPORT") }
         }
         let sent = fields(of: try sender.expect("RESULT", timeout: timeout))
         sender.wait()
@@ -230,6 +379,7 @@ struct Runner {
                 cpuMicroseconds: UInt64(sent["cpu_us"] ?? "") ?? 0,
                 residentKiB: UInt64(sent["rss_kb"] ?? "") ?? 0),
             listeners: reports,
+            counts: counts,
             serverDelta: serverDelta)
     }
 }

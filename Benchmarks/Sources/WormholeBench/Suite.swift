@@ -29,10 +29,15 @@ struct Suite {
     var postgresSettings: String?
     /// Where the postgres section puts the file back end's containers (tmpfs).
     var tmpfsPath: String
+    /// The C peers and the bus of the D-Bus baseline (`--c-bin`, `--dbus-address`, ...).
+    var peers = Peers()
 
-    static let allSections = ["latency", "burst", "fanout", "sizes", "identifiers", "process", "postgres"]
-    /// The sections that run once per file system.
-    static let fileSystemSections: Set<String> = ["latency", "burst", "fanout", "sizes", "identifiers", "process"]
+    static let allSections = ["latency", "burst", "fanout", "sizes", "identifiers", "process", "syscalls", "postgres"]
+    /// The sections that run once per file system (syscalls: on the first one only).
+    static let fileSystemSections: Set<String> = ["latency", "burst", "fanout", "sizes", "identifiers", "process", "syscalls"]
+
+    /// The mechanisms of the latency and burst sections: every local one this run has.
+    var localMechanisms: [Mechanism] { Mechanism.local.filter { peers.has($0) } }
 
     init(_ options: Options) throws(BenchError) {
         quick = options.flag("quick")
@@ -57,19 +62,49 @@ struct Suite {
         }
         outputDirectory = options.string("out", default: "Results")
         cli = options.flag("cli") ? try options.string("cli") : nil
+        // The C peers, from the directory Benchmarks/run builds them into.
+        if options.flag("c-bin") {
+            let directory = try options.string("c-bin")
+            for (name, path) in [("floor", directory + "/floor"), ("dbus_peer", directory + "/dbus_peer")] {
+                guard access(path, X_OK) == 0 else {
+                    printError("Note: \(path) is missing: \(name == "floor" ? "the C floor" : "the D-Bus baseline") is skipped")
+                    continue
+                }
+                if name == "floor" { peers.floor = path } else { peers.dbusPeer = path }
+            }
+        } else {
+            printError("Note: no --c-bin: the C floor and the D-Bus baseline are skipped (Benchmarks/run builds them)")
+        }
+        if options.flag("dbus-address") {
+            peers.dbusAddress = try options.string("dbus-address")
+            if options.flag("dbus-pid") { peers.dbusPid = pid_t(try options.int("dbus-pid", default: 0)) }
+            if options.flag("dbus-config") { peers.dbusConfig = try options.string("dbus-config") }
+            peers.dbusDaemon = executableOnPath("dbus-daemon")
+        } else if peers.dbusPeer != nil {
+            printError("Note: no --dbus-address: the D-Bus baseline is skipped (Benchmarks/run starts a bus)")
+        }
     }
 
     private func progress(_ text: String) {
         printError(text)
     }
 
-    private func measure(_ runner: Runner, _ scenario: Scenario) throws(BenchError) -> Outcome {
-        let outcome = try runner.run(scenario)
+    private func measure(_ runner: Runner, _ scenario: Scenario, instrument: Instrument? = nil) throws(BenchError) -> Outcome {
+        let outcome = try runner.run(scenario, instrument: instrument)
         let sorted = outcome.latencies
         var line = "    \(scenario.mechanism.label): \(scenario.count) x \(Format.size(scenario.size))"
         if scenario.listeners > 1 { line += ", \(scenario.listeners) listeners" }
         if scenario.identifiers > 1 { line += ", \(scenario.identifiers) identifiers" }
-        if scenario.intervalNanoseconds > 0 {
+        if let instrument {
+            if case .strace = instrument { line += " under strace:" } else { line += " under callgrind:" }
+            for counts in outcome.counts {
+                if let instructions = counts.instructions {
+                    line += String(format: " %@ %.0f instructions/msg", counts.role, Double(instructions) / Double(max(1, scenario.count)))
+                } else {
+                    line += String(format: " %@ %.2f calls/msg", counts.role, Double(counts.totalSystemCalls) / Double(max(1, scenario.count)))
+                }
+            }
+        } else if scenario.intervalNanoseconds > 0 {
             line += String(format: " paced: p50 %.1f us, p99 %.1f us", Double(percentile(sorted, 50)) / 1000, Double(percentile(sorted, 99)) / 1000)
         } else {
             line += " burst: \(Format.rate(outcome.throughput)) msg/s"
@@ -94,13 +129,14 @@ struct Suite {
             let type = fileSystemName(place.path)
             let fileSystem = type == place.name ? place.name : "\(place.name) (\(type))"
             progress("\n== \(fileSystem) at \(place.path)")
-            let runner = Runner(base: place.path)
+            let runner = Runner(base: place.path, peers: peers)
             if sections.contains("latency") { try latency(runner, fileSystem) }
             if sections.contains("burst") { try burst(runner, fileSystem) }
             if sections.contains("fanout") { try fanOut(runner, fileSystem) }
             if sections.contains("sizes") { try sizes(runner, fileSystem) }
             if sections.contains("identifiers") { try identifierCounts(runner, fileSystem) }
             if sections.contains("process") { try process(runner, fileSystem) }
+            if sections.contains("syscalls") && place.name == places.first?.name { try systemCalls(runner, fileSystem) }
             removeTree(place.path)
         }
         if sections.contains("postgres"), let postgresURL { try postgres(postgresURL) }
@@ -115,8 +151,9 @@ struct Suite {
     /// Runs every mechanism once per round, the rounds one after the other, so that
     /// whatever else the machine does at some moment falls on ours and the baselines
     /// alike.
-    private func interleaved(_ runner: Runner, _ mechanisms: [Mechanism] = Mechanism.local,
+    private func interleaved(_ runner: Runner, _ mechanisms: [Mechanism]? = nil,
                              _ scenario: (Mechanism) -> Scenario) throws(BenchError) -> [Mechanism: [Outcome]] {
+        let mechanisms = mechanisms ?? localMechanisms
         var outcomes: [Mechanism: [Outcome]] = [:]
         for round in 1...rounds {
             if rounds > 1 { progress("   round \(round) of \(rounds)") }
@@ -131,12 +168,13 @@ struct Suite {
         let count = quick ? 500 : 2000
         progress("  one-way latency, paced: \(count) small messages 300 us apart, \(rounds) rounds")
         let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count) }
-        for mechanism in Mechanism.local {
+        for mechanism in localMechanisms {
             let runs = outcomes[mechanism] ?? []
             var row = Row(section: "latency", fileSystem: fileSystem, mechanism: mechanism.label, messages: count * runs.count)
             row.latency(from: runs)
             row.senderMicroseconds = median(runs.map { Double($0.sender.passMeanNanoseconds) / 1000 })
             if mechanism == .naive { row.note = "last value wins: lost = messages never seen" }
+            if mechanism == .dbus { row.note = "libdbus-1 on both sides; a private dbus-daemon" }
             rows.append(row)
             samples.append((fileSystem, mechanism.label, runs.flatMap(\.latenciesInOrder)))
         }
@@ -146,7 +184,7 @@ struct Suite {
         let count = quick ? 5000 : 20000
         progress("  burst throughput: \(count) small messages as fast as the sender can, \(rounds) rounds")
         let outcomes = try interleaved(runner) { Scenario(mechanism: $0, count: count, intervalNanoseconds: 0) }
-        for mechanism in Mechanism.local {
+        for mechanism in localMechanisms {
             let runs = outcomes[mechanism] ?? []
             var row = Row(section: "burst", fileSystem: fileSystem, mechanism: mechanism.label, messages: count)
             row.rate(from: runs)
@@ -259,6 +297,77 @@ struct Suite {
             if fileSystem.hasPrefix("tmpfs") {
                 verdicts.append(("idle CPU zero: \(label)", ticks == 0 && switches == 0,
                                  "\(ticks) ticks, \(switches) wake-ups in \(Int(idleSeconds)) s"))
+            }
+        }
+    }
+
+    /// The burst that strace counts, and the smaller one that callgrind counts.
+    var tracedBurst: Int { quick ? 5000 : 20000 }
+    var profiledBurst: Int { quick ? 1000 : 2000 }
+
+    /// System calls and user-space instructions per message of each process of a
+    /// Wormhole pass, of the C floor and of a D-Bus signal (with the dbus-daemon between
+    /// its two processes): a burst under `strace -c -f` attached to each process after
+    /// the warm-up, then a smaller burst with every process under callgrind. Counted from
+    /// the harness's GO to the moment the process has handled its last message; divided
+    /// by the messages of the burst.
+    private mutating func systemCalls(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
+        let strace = executableOnPath("strace")
+        let valgrind = executableOnPath("valgrind")
+        let control = executableOnPath("callgrind_control")
+        if strace == nil { printError("Note: strace is missing: no system-call counts ('apt-get install strace')") }
+        if valgrind == nil || control == nil { printError("Note: valgrind is missing: no instruction counts ('apt-get install valgrind')") }
+        if strace == nil && (valgrind == nil || control == nil) { return }
+        let mechanisms = [Mechanism.wormholeRaw, .floor, .dbus].filter { peers.has($0) }
+        let tools = runner.base + "/instruments"
+        // valgrind 3.19 cannot read the DWARF 5 debugging information of Swift 6 binaries
+        // and gives up: it runs a copy of this executable without it (binutils' strip).
+        let harness = runner.base + "/WormholeBench-nodebug"
+        var harnessCopy = Child.selfPath
+        if valgrind != nil, let strip = executableOnPath("strip"),
+           (try? Child(path: strip, ["--strip-debug", "-o", harness, Child.selfPath], quiet: true).wait()) == 0 {
+            harnessCopy = harness
+        }
+        defer { unlink(harness) }
+        progress("  system calls per message (strace -c -f, burst of \(Format.grouped(tracedBurst))) and user-space instructions per message (callgrind, burst of \(Format.grouped(profiledBurst)))")
+        for mechanism in mechanisms {
+            removeTree(tools)
+            mkdir(tools, 0o700)
+            defer { removeTree(tools) }
+            var traced: Outcome?
+            var profiled: Outcome?
+            if let strace {
+                traced = try measure(runner, Scenario(mechanism: mechanism, count: tracedBurst, intervalNanoseconds: 0),
+                                     instrument: .strace(tool: strace, directory: tools))
+            }
+            if let valgrind, let control {
+                profiled = try measure(runner, Scenario(mechanism: mechanism, count: profiledBurst, intervalNanoseconds: 0),
+                                       instrument: .callgrind(valgrind: valgrind, control: control, directory: tools, harness: harnessCopy))
+            }
+            for role in ["sender", "listener", "dbus-daemon"] {
+                let calls = traced?.counts.filter { $0.role == role } ?? []
+                let instructions = profiled?.counts.filter { $0.role == role }.compactMap(\.instructions) ?? []
+                guard !calls.isEmpty || !instructions.isEmpty else { continue }
+                var row = Row(section: "syscalls", fileSystem: fileSystem, mechanism: mechanism.label, messages: tracedBurst)
+                row.process = role
+                row.lost = (traced?.lost ?? 0) + (profiled?.lost ?? 0)
+                if !calls.isEmpty {
+                    var byName: [String: Int] = [:]
+                    for count in calls { byName.merge(count.systemCalls, uniquingKeysWith: +) }
+                    let burst = Double(tracedBurst)
+                    func perMessage(_ value: Int) -> Double { Double(value) / burst }
+                    row.systemCallsPerMessage = perMessage(byName.values.reduce(0, +))
+                    // The calls that make up the figure, most frequent first; those under
+                    // one per hundred messages are left out.
+                    row.note = byName.sorted { $0.value == $1.value ? $0.key < $1.key : $0.value > $1.value }
+                        .filter { perMessage($0.value) >= 0.01 }
+                        .map { String(format: "%@ %.2f", $0.key, perMessage($0.value)) }
+                        .joined(separator: ", ")
+                }
+                if !instructions.isEmpty {
+                    row.instructionsPerMessage = Double(instructions.reduce(0, +)) / Double(profiledBurst)
+                }
+                rows.append(row)
             }
         }
     }
@@ -452,6 +561,11 @@ struct Suite {
                     ["what", "p50 (us)", "p90 (us)", "max (us)", "resident (KiB)", "note"]) {
                 [$0.mechanism, Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.max),
                  $0.residentKiB.map { Format.grouped(Int($0)) } ?? "", $0.note]
+            }
+            section("syscalls", "System calls and user-space instructions per message (strace -c -f: burst of \(Format.grouped(tracedBurst)); callgrind: burst of \(Format.grouped(profiledBurst)))",
+                    ["mechanism", "process", "system calls/msg", "user-space instructions/msg", "lost", "system calls/msg by name (strace)"]) {
+                [$0.mechanism, $0.process ?? "", $0.systemCallsPerMessage.map { String(format: "%.2f", $0) } ?? "",
+                 $0.instructionsPerMessage.map { Format.grouped(Int($0.rounded())) } ?? "", Format.integer($0.lost), $0.note]
             }
         }
         return text

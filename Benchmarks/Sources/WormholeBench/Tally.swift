@@ -74,7 +74,7 @@ struct Tally: Sendable {
         var text = "RESULT expected=\(expected) received=\(received) duplicates=\(duplicates) order=\(outOfOrder)"
         text += " first=\(firstReceipt) last=\(lastReceipt)"
         let from = usageAtFirst ?? start
-        text += " cpu_us=\(usage.cpuMicroseconds - from.cpuMicroseconds) rss_kb=\(usage.maximumResidentKiB)"
+        text += " cpu_us=\(usage.cpuMicroseconds - from.cpuMicroseconds) rss_kb=\(ResourceUsage.residentKiB())"
         text += " switches=\(usage.voluntarySwitches - from.voluntarySwitches)"
         let missing = seen.indices.lazy.filter { !self.seen[$0] }.prefix(5).map(String.init)
         text += " missing=" + (missing.isEmpty ? "none" : missing.joined(separator: ",")) + "\n"

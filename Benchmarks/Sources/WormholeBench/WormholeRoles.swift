@@ -23,11 +23,13 @@ enum WormholeRoles {
         return try Wormhole(directory: try options.string("dir"), configuration: configuration)
     }
 
-    /// `wormhole-listen (--dir D | --postgres URL --container NAME) [--ids N] [--first-id A --end-id B] [--count C] [--mode raw|codable] [--idle]`
+    /// `wormhole-listen (--dir D | --postgres URL --container NAME) [--ids N] [--first-id A --end-id B] [--count C] [--mode raw|codable] [--idle] [--hold]`
     ///
     /// Listens to N identifiers (or those numbered A..<B of them) on one serial queue (as an app listens on its main
     /// queue), counts what arrives and times it. `--idle` listens until killed, for the
-    /// idle CPU and memory measurement.
+    /// idle CPU and memory measurement. `--hold` prints `MEASURED` once every message
+    /// arrived and waits for a line on standard input before it reports (the syscalls
+    /// section stops counting there).
     static func listen(_ options: Options) throws -> Int32 {
         let identifiers = try options.int("ids", default: 1)
         let count = try options.int("count", default: 2000)
@@ -63,12 +65,13 @@ enum WormholeRoles {
             while true { pause() }
         }
         tally.waitForEnd(idle: try options.double("idle-timeout", default: 3), start: 60)
+        if options.flag("hold") { holdUntilReport() }
         emit(tally.read { $0.report(since: start) })
         withExtendedLifetime(tokens) {}
         return 0
     }
 
-    /// `wormhole-send (--dir D | --postgres URL --container NAME) [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable]`
+    /// `wormhole-send (--dir D | --postgres URL --container NAME) [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable] [--handshake] [--hold]`
     ///
     /// Passes C messages round-robin over N identifiers, one every I nanoseconds (as
     /// fast as it can when I is 0), each stamped just before it is passed. Warm-up
@@ -108,7 +111,7 @@ enum WormholeRoles {
             Monotonic.sleep(seconds: 0.05 + Double(identifiers) * 20e-6 + Double(size) * 20 / 1e9)
         }
         Monotonic.sleep(seconds: 0.01)
-        try sendPaced(count: count, interval: interval) { index in
+        try sendPaced(count: count, interval: interval, hold: options.flag("hold")) { index in
             try pass(UInt64(index), names[identifierNumber(forMessage: index, of: identifiers)])
         }
         return 0

@@ -7,6 +7,8 @@ import Glibc
 //   WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections latency,burst,...]
 //                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH-TO-wormhole]
 //                     [--postgres-url URL]   (or $WORMHOLE_BENCH_POSTGRES_URL: adds the postgres section)
+//                     [--c-bin DIR]          (the C peers: DIR/floor and DIR/dbus_peer, from Benchmarks/C)
+//                     [--dbus-address A --dbus-pid P --dbus-config FILE]   (a running bus for D-Bus)
 //
 // `run` starts this executable again as child processes in the roles below, one sender
 // and one or more listeners per measurement. The roles can be started by hand too (for
@@ -34,8 +36,10 @@ do {
         print("""
             usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
                                      [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH] [--postgres-url URL]
+                                     [--c-bin DIR] [--dbus-address A --dbus-pid P --dbus-config FILE]
             roles: wormhole-listen, wormhole-send, stream-send, stream-receive, naive-send, naive-listen, notify-send, notify-listen
             (wormhole-listen and wormhole-send take --dir D, or --postgres URL --container NAME)
+            the C peers are programs of their own: floor send|listen --dir D, dbus_peer send|listen --address A
             """)
         status = role == "help" || role == "--help" ? 0 : 64
     }
