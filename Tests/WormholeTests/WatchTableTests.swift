@@ -14,7 +14,9 @@ struct WatchTableTests {
         var removed: [Int32] = []
         var directories: Set<String> = []
 
-        func addWatch(_ path: String) throws(WormholeError) -> Int32 {
+        var parents: Set<String> = []
+        func addWatch(_ path: String, asParent: Bool) throws(WormholeError) -> Int32 {
+            if asParent { parents.insert(path) }
             guard directories.contains(path) else { throw WormholeError(.containerUnavailable, "no \(path)") }
             if let watch = watches[path] { return watch }   // the kernel returns the same watch
             defer { next += 1 }
@@ -54,6 +56,7 @@ struct WatchTableTests {
     func routing() throws {
         var (table, kernel, container, _) = try setUp()
         #expect(kernel.watches.count == 2, "the container and its parent")
+        #expect(kernel.parents == ["/run"], "the parent is watched for its entries only")
         let append = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole")], kernel: kernel)
         #expect(kinds(append) == ["log:appended", "observer:posted"])
         let post = table.handle([RawEvent(watch: container, mask: UInt32(IN_ATTRIB), name: "x.notification")], kernel: kernel)

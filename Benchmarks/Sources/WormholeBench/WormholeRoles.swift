@@ -23,10 +23,11 @@ enum WormholeRoles {
         return try Wormhole(directory: try options.string("dir"), configuration: configuration)
     }
 
-    /// `wormhole-listen (--dir D | --postgres URL --container NAME) [--ids N] [--first-id A --end-id B] [--count C] [--mode raw|codable] [--idle] [--hold]`
+    /// `wormhole-listen (--dir D | --postgres URL --container NAME) [--ids N] [--first-id A --end-id B] [--count C] [--mode raw|codable] [--queue] [--idle] [--hold]`
     ///
-    /// Listens to N identifiers (or those numbered A..<B of them) on one serial queue (as an app listens on its main
-    /// queue), counts what arrives and times it. `--idle` listens until killed, for the
+    /// Listens to N identifiers (or those numbered A..<B of them) the library's default way,
+    /// on its inotify reader thread (with `--queue`, on one serial queue, as an app that
+    /// names its main queue: one hop), counts what arrives and times it. `--idle` listens until killed, for the
     /// idle CPU and memory measurement. `--hold` prints `MEASURED` once every message
     /// arrived and waits for a line on standard input before it reports (the syscalls
     /// section stops counting there).
@@ -36,7 +37,7 @@ enum WormholeRoles {
         let codable = options.string("mode", default: "raw") == "codable"
         raiseDescriptorLimit(atLeast: identifiers * 2 + 256)
         let wormhole = try open(options)
-        let queue = DispatchQueue(label: "bench.listener")
+        let queue: DispatchQueue? = options.flag("queue") ? DispatchQueue(label: "bench.listener") : nil
         // A slice of the identifiers, when several processes share them out.
         let first = try options.int("first-id", default: 0)
         let end = min(identifiers, try options.int("end-id", default: identifiers))

@@ -199,6 +199,9 @@ struct LogFile {
                 }
             }
             position += local
+            // A short read reached the end of the file: nothing more to read now (reading
+            // again would cost a `pread` that returns nothing).
+            if atEnd && local >= bytes.count { return committed }
         }
     }
 

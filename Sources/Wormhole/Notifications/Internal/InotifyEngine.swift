@@ -197,8 +197,8 @@ final class InotifyEngine: Sendable {
 }
 
 extension Inotify: WatchKernel {
-    func addWatch(_ path: String) throws(WormholeError) -> Int32 {
-        try addWatch(path, mask: WatchTable<Void>.watchMask)
+    func addWatch(_ path: String, asParent: Bool) throws(WormholeError) -> Int32 {
+        try addWatch(path, mask: asParent ? WatchTable<Void>.parentMask | UInt32(IN_MASK_ADD) : WatchTable<Void>.containerMask)
     }
 
     func isDirectory(_ path: String) -> Bool {

@@ -5,8 +5,10 @@ import Glibc
 /// The kernel calls a ``WatchTable`` makes. The engine passes its inotify instance; the
 /// tests pass a fake, so the table's bookkeeping is tested without the kernel.
 protocol WatchKernel {
-    /// Watches the directory at `path` with ``WatchTable/watchMask``.
-    func addWatch(_ path: String) throws(WormholeError) -> Int32
+    /// Watches the directory at `path`: as a container (``WatchTable/containerMask``), or
+    /// as a container's parent (``WatchTable/parentMask``, added to what the watch
+    /// already has: a directory can be both).
+    func addWatch(_ path: String, asParent: Bool) throws(WormholeError) -> Int32
     func removeWatch(_ watch: Int32)
     /// Whether a directory (not a link to one) exists at `path` now.
     func isDirectory(_ path: String) -> Bool
@@ -28,13 +30,19 @@ struct RawEvent: Equatable {
 /// deleted directory is watched again as soon as it exists again, and its subscribers
 /// are told to look again then.
 struct WatchTable<Handler> {
-    /// One mask for every watch, so that a directory watched both as a container and as
-    /// another container's parent keeps all it needs (a second add replaces the mask).
-    /// IN_MODIFY is an append, IN_ATTRIB a post; entry events serve the parent role and
-    /// say a log was replaced; the self events say the directory itself went away.
-    static var watchMask: UInt32 {
-        UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
-            | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+    /// A container's watch: IN_MODIFY is an append, IN_ATTRIB a post; entry events say a
+    /// log was replaced; the self events say the directory itself went away. It includes
+    /// ``parentMask``, so a directory that is also another container's parent keeps what
+    /// that role needs when this mask replaces its watch's.
+    static var containerMask: UInt32 {
+        UInt32(IN_MODIFY | IN_ATTRIB) | parentMask
+    }
+
+    /// A parent's watch hears only entries coming and going: writes to other files in
+    /// a shared parent (`/dev/shm`, say) do not wake the reader thread. Added to an
+    /// existing watch's mask (IN_MASK_ADD), never narrowing a container's.
+    static var parentMask: UInt32 {
+        UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
     }
 
     private struct Subscriber {
@@ -117,10 +125,10 @@ struct WatchTable<Handler> {
         let slash = path.lastIndex(of: "/") ?? path.startIndex
         let parent = slash == path.startIndex ? "/" : String(path[..<slash])
         let name = String(path[path.index(after: slash)...])
-        let watch = try kernel.addWatch(path)
+        let watch = try kernel.addWatch(path, asParent: false)
         containers[path] = Container(parent: parent, name: name, watch: watch)
         containerOfWatch[watch] = path
-        if parentWatch[parent] == nil, path != "/", let watch = try? kernel.addWatch(parent) {
+        if parentWatch[parent] == nil, path != "/", let watch = try? kernel.addWatch(parent, asParent: true) {
             parentWatch[parent] = watch
             parentOfWatch[watch] = parent
         }
@@ -256,7 +264,7 @@ struct WatchTable<Handler> {
 
     /// Watches the container at `path` again if a directory exists there now.
     private mutating func refresh(_ path: String, kernel: some WatchKernel) {
-        guard containers[path] != nil, kernel.isDirectory(path), let watch = try? kernel.addWatch(path) else { return }
+        guard containers[path] != nil, kernel.isDirectory(path), let watch = try? kernel.addWatch(path, asParent: false) else { return }
         if let old = containers[path]?.watch, old != watch {
             containerOfWatch[old] = nil
             removeWatchIfUnused(old, kernel: kernel)
