@@ -72,6 +72,34 @@ struct PostgresBackendTests {
         #expect(errors.all.allSatisfy { $0.code == .databaseError }, "\(errors.all)")
         token.cancel()
     }
+
+    @Test("awaited passes that wait on a locked table leave the cooperative pool free; all land once the lock goes",
+          .timeLimit(.minutes(1)))
+    func awaitedPassesDoNotHoldTheCooperativePool() async throws {
+        let store = try Backend.postgres.makeStore()
+        let sending = Wormhole(transiting: try transiting(store))
+        try await sending.passMessage(0, identifier: "n")   // connected, schema made
+        // Another session holds the messages table: every pass waits on the server.
+        let locker = try transiting(store)
+        try await locker.session.query("BEGIN", "begin")
+        try await locker.session.query("LOCK TABLE wormhole.messages IN ACCESS EXCLUSIVE MODE", "lock the messages")
+        // Many more waiting passes than the pool has threads (one per core). Had each
+        // blocked its thread, the probe below could not run until the lock went.
+        let passes = (1...(4 * ProcessInfo.processInfo.activeProcessorCount + 8)).map { value in
+            Task { try await sending.passMessage(value, identifier: "n") }
+        }
+        let probe = Collector<Bool>()
+        Task { probe.append(true) }
+        let ranWhileWaiting = Collector<Bool>()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
+            ranWhileWaiting.append(probe.count == 1)
+            _ = try? locker.session.query("COMMIT", "commit")
+        }
+        var sequences: [UInt64] = []
+        for pass in passes { sequences.append(try await pass.value) }
+        #expect(ranWhileWaiting.all == [true], "a task on the cooperative pool ran while the passes waited on the server")
+        #expect(sequences.sorted() == Array(2...UInt64(passes.count + 1)))
+    }
 }
 
 #endif

@@ -14,9 +14,9 @@ struct WatchTableTests {
         var removed: [Int32] = []
         var directories: Set<String> = []
 
-        var parents: Set<String> = []
-        func addWatch(_ path: String, asParent: Bool) throws(WormholeError) -> Int32 {
-            if asParent { parents.insert(path) }
+        var masks: [String: UInt32] = [:]
+        func addWatch(_ path: String, mask: UInt32) throws(WormholeError) -> Int32 {
+            if directories.contains(path) { masks[path] = mask }
             guard directories.contains(path) else { throw WormholeError(.containerUnavailable, "no \(path)") }
             if let watch = watches[path] { return watch }   // the kernel returns the same watch
             defer { next += 1 }
@@ -56,7 +56,8 @@ struct WatchTableTests {
     func routing() throws {
         var (table, kernel, container, _) = try setUp()
         #expect(kernel.watches.count == 2, "the container and its parent")
-        #expect(kernel.parents == ["/run"], "the parent is watched for its entries only")
+        #expect(kernel.masks["/run"].map { $0 & UInt32(IN_MODIFY | IN_ATTRIB) } == 0, "the parent is watched for its entries only")
+        #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY | IN_ATTRIB) } == UInt32(IN_MODIFY | IN_ATTRIB))
         let append = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole")], kernel: kernel)
         #expect(kinds(append) == ["log:appended", "observer:posted"])
         let post = table.handle([RawEvent(watch: container, mask: UInt32(IN_ATTRIB), name: "x.notification")], kernel: kernel)
@@ -111,6 +112,31 @@ struct WatchTableTests {
         _ = table.handle([RawEvent(watch: parent, mask: UInt32(IN_DELETE | IN_ISDIR), name: "c")], kernel: kernel)
         let gone = table.handle([RawEvent(watch: parent, mask: UInt32(IN_DELETE_SELF), name: nil)], kernel: kernel)
         #expect(kinds(gone) == ["log:failed", "observer:failed", "writer:failed"])
+    }
+
+    @Test("a writer watching only for its container's moves is not woken by appends; a listener's arrival and departure change the mask")
+    func writersAloneWatchQuietly() throws {
+        let kernel = FakeKernel()
+        kernel.directories = ["/run", "/run/c"]
+        var table = WatchTable<String>()
+        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
+        #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE) } == 0)
+        let listener = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == UInt32(IN_MODIFY))
+        table.unsubscribe(listener, kernel: kernel)
+        #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == 0)
+        #expect(table.appliedMask(of: "/run/c") == kernel.masks["/run/c"])
+    }
+
+    @Test("a directory that is a container and another container's parent keeps both roles' events")
+    func containerThatIsAlsoAParent() throws {
+        let kernel = FakeKernel()
+        kernel.directories = ["/run", "/run/c", "/run/c/inner"]
+        var table = WatchTable<String>()
+        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c/inner", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_CREATE | IN_MOVED_FROM) } == UInt32(IN_CREATE | IN_MOVED_FROM))
+        #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == 0)
     }
 
     @Test("a subscription number is never reused: a late second unsubscribe of an old one leaves a new one alone")

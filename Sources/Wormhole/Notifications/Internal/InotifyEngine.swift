@@ -197,10 +197,6 @@ final class InotifyEngine: Sendable {
 }
 
 extension Inotify: WatchKernel {
-    func addWatch(_ path: String, asParent: Bool) throws(WormholeError) -> Int32 {
-        try addWatch(path, mask: asParent ? WatchTable<Void>.parentMask | UInt32(IN_MASK_ADD) : WatchTable<Void>.containerMask)
-    }
-
     func isDirectory(_ path: String) -> Bool {
         guard case .success(let status) = Syscalls.linkStatus(path) else { return false }
         return status.isDirectory

@@ -5,10 +5,9 @@ import Glibc
 /// The kernel calls a ``WatchTable`` makes. The engine passes its inotify instance; the
 /// tests pass a fake, so the table's bookkeeping is tested without the kernel.
 protocol WatchKernel {
-    /// Watches the directory at `path`: as a container (``WatchTable/containerMask``), or
-    /// as a container's parent (``WatchTable/parentMask``, added to what the watch
-    /// already has: a directory can be both).
-    func addWatch(_ path: String, asParent: Bool) throws(WormholeError) -> Int32
+    /// Watches the directory at `path` for `mask`, replacing the mask of an existing watch
+    /// of it (and returning that watch).
+    func addWatch(_ path: String, mask: UInt32) throws(WormholeError) -> Int32
     func removeWatch(_ watch: Int32)
     /// Whether a directory (not a link to one) exists at `path` now.
     func isDirectory(_ path: String) -> Bool
@@ -30,19 +29,43 @@ struct RawEvent: Equatable {
 /// deleted directory is watched again as soon as it exists again, and its subscribers
 /// are told to look again then.
 struct WatchTable<Handler> {
-    /// A container's watch: IN_MODIFY is an append, IN_ATTRIB a post; entry events say a
-    /// log was replaced; the self events say the directory itself went away. It includes
-    /// ``parentMask``, so a directory that is also another container's parent keeps what
-    /// that role needs when this mask replaces its watch's.
-    static var containerMask: UInt32 {
-        UInt32(IN_MODIFY | IN_ATTRIB) | parentMask
+    /// What a container with listeners or observers needs: IN_MODIFY is an append,
+    /// IN_ATTRIB a post, entry events say a log was replaced.
+    static var activeMask: UInt32 { UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) }
+    /// What every watched container needs: that the directory itself went away.
+    static var selfMask: UInt32 { UInt32(IN_DELETE_SELF | IN_MOVE_SELF) }
+    /// What a parent needs: its entries coming and going (and its own end). Writes to
+    /// other files in a shared parent (`/dev/shm`, say) do not wake the reader thread.
+    static var parentMask: UInt32 { UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF) }
+
+    /// The mask the watch of `path` needs for every role it has: a container whose only
+    /// subscribers are writers watching for a move (``SubscriberKind/container``) is not
+    /// woken by its own appends; a directory that is also another container's parent
+    /// keeps what that role needs.
+    func mask(for path: String) -> UInt32 {
+        var mask = UInt32(IN_ONLYDIR)
+        if let container = containers[path] {
+            mask |= Self.selfMask
+            if container.subscribers.values.contains(where: { $0.kind != .container }) { mask |= Self.activeMask }
+        }
+        if childrenOfParent[path]?.isEmpty == false { mask |= Self.parentMask }
+        return mask
     }
 
-    /// A parent's watch hears only entries coming and going: writes to other files in
-    /// a shared parent (`/dev/shm`, say) do not wake the reader thread. Added to an
-    /// existing watch's mask (IN_MASK_ADD), never narrowing a container's.
-    static var parentMask: UInt32 {
-        UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+    /// The mask each watch has now.
+    private var appliedMask: [Int32: UInt32] = [:]
+
+    /// The mask a watch has now, for tests.
+    func appliedMask(of path: String) -> UInt32? {
+        (containers[path]?.watch ?? parentWatch[path]).flatMap { appliedMask[$0] }
+    }
+
+    /// Gives the watch of `path` the mask its roles need now, when that changed.
+    private mutating func updateMask(_ path: String, kernel: some WatchKernel) {
+        guard let watch = containers[path]?.watch ?? parentWatch[path] else { return }
+        let mask = mask(for: path)
+        guard appliedMask[watch] != mask, let again = try? kernel.addWatch(path, mask: mask) else { return }
+        appliedMask[again] = mask
     }
 
     private struct Subscriber {
@@ -111,6 +134,7 @@ struct WatchTable<Handler> {
         nextSubscription += 1
         containers[directory]?.add(id, Subscriber(names: names, kind: kind, handler: handler))
         containerOfSubscription[id] = directory
+        updateMask(directory, kernel: kernel)
         return id
     }
 
@@ -118,21 +142,35 @@ struct WatchTable<Handler> {
     mutating func unsubscribe(_ id: UInt64, kernel: some WatchKernel) {
         guard let path = containerOfSubscription.removeValue(forKey: id) else { return }
         containers[path]?.remove(id)
-        if containers[path]?.subscribers.isEmpty == true { removeContainer(path, kernel: kernel) }
+        if containers[path]?.subscribers.isEmpty == true {
+            removeContainer(path, kernel: kernel)
+        } else {
+            updateMask(path, kernel: kernel)
+        }
     }
 
     private mutating func addContainer(_ path: String, kernel: some WatchKernel) throws(WormholeError) {
         let slash = path.lastIndex(of: "/") ?? path.startIndex
         let parent = slash == path.startIndex ? "/" : String(path[..<slash])
         let name = String(path[path.index(after: slash)...])
-        let watch = try kernel.addWatch(path, asParent: false)
-        containers[path] = Container(parent: parent, name: name, watch: watch)
+        containers[path] = Container(parent: parent, name: name, watch: nil)
+        let watch: Int32
+        do throws(WormholeError) {
+            watch = try kernel.addWatch(path, mask: mask(for: path))
+        } catch {
+            containers[path] = nil
+            throw error
+        }
+        containers[path]?.watch = watch
         containerOfWatch[watch] = path
-        if parentWatch[parent] == nil, path != "/", let watch = try? kernel.addWatch(parent, asParent: true) {
+        appliedMask[watch] = mask(for: path)
+        guard path != "/" else { return }
+        childrenOfParent[parent, default: []].insert(path)
+        if parentWatch[parent] == nil, let watch = try? kernel.addWatch(parent, mask: mask(for: parent)) {
             parentWatch[parent] = watch
             parentOfWatch[watch] = parent
+            appliedMask[watch] = mask(for: parent)
         }
-        childrenOfParent[parent, default: []].insert(path)
     }
 
     private mutating func removeContainer(_ path: String, kernel: some WatchKernel) {
@@ -148,11 +186,15 @@ struct WatchTable<Handler> {
                 parentOfWatch[watch] = nil
                 removeWatchIfUnused(watch, kernel: kernel)
             }
+            // A parent that is a container too no longer needs the parent's events.
+            updateMask(container.parent, kernel: kernel)
         }
     }
 
-    private func removeWatchIfUnused(_ watch: Int32, kernel: some WatchKernel) {
-        if !isWatchInUse(watch) { kernel.removeWatch(watch) }
+    private mutating func removeWatchIfUnused(_ watch: Int32, kernel: some WatchKernel) {
+        guard !isWatchInUse(watch) else { return }
+        kernel.removeWatch(watch)
+        appliedMask[watch] = nil
     }
 
     // MARK: - Events
@@ -264,12 +306,14 @@ struct WatchTable<Handler> {
 
     /// Watches the container at `path` again if a directory exists there now.
     private mutating func refresh(_ path: String, kernel: some WatchKernel) {
-        guard containers[path] != nil, kernel.isDirectory(path), let watch = try? kernel.addWatch(path, asParent: false) else { return }
+        let mask = mask(for: path)
+        guard containers[path] != nil, kernel.isDirectory(path), let watch = try? kernel.addWatch(path, mask: mask) else { return }
         if let old = containers[path]?.watch, old != watch {
             containerOfWatch[old] = nil
             removeWatchIfUnused(old, kernel: kernel)
         }
         containers[path]?.watch = watch
         containerOfWatch[watch] = path
+        appliedMask[watch] = mask
     }
 }
