@@ -155,10 +155,7 @@ public final class PostgresTransiting: WormholeTransiting {
 
     private func preparePass(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> Pass {
         try Wormhole.validate(identifier: identifier)
-        guard payload.count <= configuration.maximumMessageSize else {
-            throw WormholeError(.messageTooLarge,
-                "message for '\(identifier)' is \(payload.count) bytes; the limit is \(configuration.maximumMessageSize) bytes (Wormhole.Configuration.maximumMessageSize)")
-        }
+        try configuration.checkMessageSize(payload.count, identifier: identifier)
         // Microseconds: what a timestamptz keeps, so the returned record equals the stored one.
         let now = Date()
         let date = Date(timeIntervalSince1970: (now.timeIntervalSince1970 * 1_000_000).rounded(.down) / 1_000_000)

@@ -36,7 +36,7 @@ final class ContainerDirectory: Sendable {
         let normalized = try Self.normalize(path)
         self.path = normalized
         let (descriptor, status) = try Self.open(normalized, createParents: createParents)
-        state = Locked(State(descriptor: descriptor, device: UInt64(status.st_dev), inode: UInt64(status.st_ino), generation: 1))
+        state = Locked(State(descriptor: descriptor, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), generation: 1))
     }
 
     deinit {
@@ -55,19 +55,18 @@ final class ContainerDirectory: Sendable {
     /// directory went away, never on the hot path.
     @discardableResult
     func refresh(create: Bool = true) throws(WormholeError) -> UInt64? {
-        var status = stat()
-        let same = fstatat(AT_FDCWD, path, &status, AT_SYMLINK_NOFOLLOW) == 0
+        let status = try? Syscalls.linkStatus(path).get()
         let held = state.withLock { ($0.device, $0.inode) }
-        if same && UInt64(status.st_dev) == held.0 && UInt64(status.st_ino) == held.1 { return nil }
-        if !same && !create { return nil }
+        if let status, UInt64(status.deviceID.rawValue) == held.0 && UInt64(status.inode.rawValue) == held.1 { return nil }
+        if status == nil && !create { return nil }
         let (descriptor, opened) = try Self.open(path, createParents: true)
         return state.withLock { state -> UInt64 in
             // Descriptors of the old directory may be in use by another thread's call:
             // it is kept open until this object goes (at most one per refresh).
             retired.withLock { $0.append(state.descriptor) }
             state.descriptor = descriptor
-            state.device = UInt64(opened.st_dev)
-            state.inode = UInt64(opened.st_ino)
+            state.device = UInt64(opened.deviceID.rawValue)
+            state.inode = UInt64(opened.inode.rawValue)
             state.generation += 1
             return state.generation
         }
@@ -85,7 +84,7 @@ final class ContainerDirectory: Sendable {
     /// Opens the regular file `name` in the container: `O_NOFOLLOW | O_NONBLOCK |
     /// O_CLOEXEC`, then `fstat` to refuse anything that is not a regular file. `nil`
     /// when it does not exist (and `create` is false).
-    func openFile(_ name: String, _ access: Access, create: Bool = false) throws(WormholeError) -> (FileDescriptor, stat)? {
+    func openFile(_ name: String, _ access: Access, create: Bool = false) throws(WormholeError) -> (FileDescriptor, Stat)? {
         let directory = current.descriptor
         var flags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
         flags |= access == .readOnly ? O_RDONLY : O_RDWR
@@ -97,12 +96,12 @@ final class ContainerDirectory: Sendable {
         case .failure(.noSuchFileOrDirectory) where !create: return nil
         case .failure(let errno): throw fileError(name, errno)
         }
-        let status: stat
-        switch Syscalls.fileStatus(fd) {
-        case .success(let value): status = value
-        case .failure(let errno):
+        let status: Stat
+        do throws(Errno) {
+            status = try fd.stat()
+        } catch {
             try? fd.close()
-            throw WormholeError.system("inspect", errno, path: filePath(name))
+            throw WormholeError.system("inspect", error, path: filePath(name))
         }
         guard status.isRegularFile else {
             try? fd.close()
@@ -198,7 +197,7 @@ final class ContainerDirectory: Sendable {
 
     /// Opens the directory at the normalised `path` through its parent, creating what is
     /// missing, and checks it.
-    static func open(_ path: String, createParents: Bool) throws(WormholeError) -> (FileDescriptor, stat) {
+    static func open(_ path: String, createParents: Bool) throws(WormholeError) -> (FileDescriptor, Stat) {
         guard path != "/" else {
             throw WormholeError(.containerInsecure, "the root directory cannot be a container; choose a directory of your own", path: path)
         }
@@ -222,8 +221,7 @@ final class ContainerDirectory: Sendable {
         switch opened {
         case .success(let value): fd = FileDescriptor(rawValue: value)
         case .failure(.tooManySymbolicLinkLevels), .failure(.notDirectory):
-            var status = stat()
-            if fstatat(parentFD.rawValue, name, &status, AT_SYMLINK_NOFOLLOW) == 0, status.isSymbolicLink {
+            if (try? FilePath(name).stat(relativeTo: parentFD, flags: .symlinkNoFollow))?.isSymbolicLink == true {
                 throw WormholeError(.containerInsecure,
                     "container '\(path)' is a symbolic link; Wormhole refuses it so that no one can redirect messages. Remove the link or pass the real directory",
                     path: path)
@@ -245,19 +243,19 @@ final class ContainerDirectory: Sendable {
     /// Checks on the open descriptor that the directory is owned by this user and that
     /// no other user may write to it.
     @discardableResult
-    static func checkOwnership(_ fd: FileDescriptor, path: String) throws(WormholeError) -> stat {
-        let status = try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
+    static func checkOwnership(_ fd: FileDescriptor, path: String) throws(WormholeError) -> Stat {
+        let status = try Result { () throws(Errno) in try fd.stat() }.orThrow("inspect", path: path)
         guard status.isDirectory else {
             throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
         }
         let me = Syscalls.effectiveUserID
-        if status.st_uid != me {
+        if status.userID.rawValue != me {
             throw WormholeError(.containerInsecure,
-                "container '\(path)' belongs to user \(status.st_uid), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
+                "container '\(path)' belongs to user \(status.userID.rawValue), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
                 path: path)
         }
-        if status.permissions & 0o022 != 0 {
-            let mode = String(status.permissions, radix: 8)
+        if status.modeBits & 0o022 != 0 {
+            let mode = String(status.modeBits, radix: 8)
             throw WormholeError(.containerInsecure,
                 "container '\(path)' has mode \(mode): other users may write to it. Run 'chmod go-w \(path)' or choose another directory",
                 path: path)
@@ -269,18 +267,18 @@ final class ContainerDirectory: Sendable {
     /// rename the container away and put one of hers in its place. Refused, unless the
     /// parent is owned by this user or root and only they can write to it.
     static func checkParent(_ parent: FileDescriptor, parentPath: String, path: String) throws(WormholeError) {
-        let status = try Syscalls.fileStatus(parent).orThrow("inspect", path: parentPath)
-        let sticky = status.st_mode & S_ISVTX != 0
-        let othersMayWrite = status.permissions & 0o022 != 0
-        let ownedBySomeoneElse = status.st_uid != Syscalls.effectiveUserID && status.st_uid != 0
+        let status = try Result { () throws(Errno) in try parent.stat() }.orThrow("inspect", path: parentPath)
+        let sticky = status.permissions.contains(.saveText)
+        let othersMayWrite = status.modeBits & 0o022 != 0
+        let ownedBySomeoneElse = status.userID.rawValue != Syscalls.effectiveUserID && status.userID.rawValue != 0
         if othersMayWrite && !sticky {
             throw WormholeError(.containerInsecure,
-                "the parent of container '\(path)', '\(parentPath)', has mode \(String(status.permissions, radix: 8)) without the sticky bit: another user could replace the container with one of hers. Run 'chmod +t \(parentPath)' or 'chmod go-w \(parentPath)', or choose another directory",
+                "the parent of container '\(path)', '\(parentPath)', has mode \(String(status.modeBits, radix: 8)) without the sticky bit: another user could replace the container with one of hers. Run 'chmod +t \(parentPath)' or 'chmod go-w \(parentPath)', or choose another directory",
                 path: parentPath)
         }
         if ownedBySomeoneElse && !sticky {
             throw WormholeError(.containerInsecure,
-                "the parent of container '\(path)', '\(parentPath)', belongs to user \(status.st_uid): that user could replace the container. Choose a directory under one of your own",
+                "the parent of container '\(path)', '\(parentPath)', belongs to user \(status.userID.rawValue): that user could replace the container. Choose a directory under one of your own",
                 path: parentPath)
         }
     }
@@ -301,16 +299,16 @@ final class ContainerDirectory: Sendable {
     }
 }
 
-extension stat {
+extension Stat {
     /// "a FIFO", "a directory", ... for error messages.
     var kindDescription: String {
-        switch st_mode & S_IFMT {
-        case S_IFIFO: "a FIFO"
-        case S_IFDIR: "a directory"
-        case S_IFCHR: "a character device"
-        case S_IFBLK: "a block device"
-        case S_IFSOCK: "a socket"
-        case S_IFLNK: "a symbolic link"
+        switch type {
+        case .fifo: "a FIFO"
+        case .directory: "a directory"
+        case .characterSpecial: "a character device"
+        case .blockSpecial: "a block device"
+        case .socket: "a socket"
+        case .symbolicLink: "a symbolic link"
         default: "not a regular file"
         }
     }

@@ -92,7 +92,7 @@ public enum WormholeContainer {
     /// Checks with `lstat` that `path` is a real directory owned by this user that no
     /// other user can write to.
     static func check(_ path: String) throws(WormholeError) {
-        let status: stat
+        let status: Stat
         switch Syscalls.linkStatus(path) {
         case .success(let value): status = value
         case .failure(let errno): throw unavailable(path, errno)
@@ -106,13 +106,13 @@ public enum WormholeContainer {
             throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
         }
         let me = Syscalls.effectiveUserID
-        if status.st_uid != me {
+        if status.userID.rawValue != me {
             throw WormholeError(.containerInsecure,
-                "container '\(path)' belongs to user \(status.st_uid), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
+                "container '\(path)' belongs to user \(status.userID.rawValue), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
                 path: path)
         }
-        if status.permissions & 0o022 != 0 {
-            let mode = String(status.permissions, radix: 8)
+        if status.modeBits & 0o022 != 0 {
+            let mode = String(status.modeBits, radix: 8)
             throw WormholeError(.containerInsecure,
                 "container '\(path)' has mode \(mode): other users may write to it. Run 'chmod go-w \(path)' or choose another directory",
                 path: path)

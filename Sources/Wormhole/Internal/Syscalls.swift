@@ -32,17 +32,10 @@ enum Syscalls {
         _ = retrying { flock(fd.rawValue, LOCK_UN) }
     }
 
-    /// The corresponding C function is `fstat`.
-    static func fileStatus(_ fd: FileDescriptor) -> Result<stat, Errno> {
-        var status = stat()
-        return retrying { fstat(fd.rawValue, &status) }.map { _ in status }
-    }
-
-    /// The corresponding C function is `lstat`: the status of the path itself, not of
-    /// what a symbolic link there points to.
-    static func linkStatus(_ path: String) -> Result<stat, Errno> {
-        var status = stat()
-        return retrying { lstat(path, &status) }.map { _ in status }
+    /// The status of the path itself, not of what a symbolic link there points to
+    /// (swift-system's `Stat`, as `lstat`).
+    static func linkStatus(_ path: String) -> Result<Stat, Errno> {
+        Result { () throws(Errno) in try Stat(FilePath(path), followTargetSymlink: false) }
     }
 
     /// The corresponding C function is `mkdir`.
@@ -211,9 +204,10 @@ extension Result where Failure == Errno {
     }
 }
 
-extension stat {
-    var isDirectory: Bool { (st_mode & S_IFMT) == S_IFDIR }
-    var isSymbolicLink: Bool { (st_mode & S_IFMT) == S_IFLNK }
-    var isRegularFile: Bool { (st_mode & S_IFMT) == S_IFREG }
-    var permissions: mode_t { st_mode & 0o7777 }
+extension Stat {
+    var isDirectory: Bool { type == .directory }
+    var isSymbolicLink: Bool { type == .symbolicLink }
+    var isRegularFile: Bool { type == .regular }
+    /// The permission bits, for messages and checks (`0o700`).
+    var modeBits: mode_t { permissions.rawValue & 0o7777 }
 }

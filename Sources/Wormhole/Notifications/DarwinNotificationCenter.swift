@@ -177,7 +177,7 @@ public final class DarwinNotificationCenter: Sendable {
 
     /// Subscribes to the engine for the posts of `name`: its notification file, and the
     /// log of the identifier of the same name (a pass posts the identifier's name).
-    func subscribe(_ name: String, handler: @escaping @Sendable (DirectoryEvent) -> Void) throws(WormholeError) -> UInt64 {
+    func subscribe(_ name: String, handler: @escaping @Sendable (DirectoryEvent) -> Void) throws(WormholeError) -> EngineSubscription {
         try InotifyEngine.shared.subscribe(directory: directory, names: [name + Self.fileSuffix, LogFile.name(name)],
                                            kind: .notification, handler: handler)
     }

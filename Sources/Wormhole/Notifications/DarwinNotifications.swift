@@ -29,14 +29,14 @@ public struct DarwinNotifications: AsyncSequence, Sendable {
             if subscription == nil {
                 try Identifier.validate(name, kind: "notification name")
                 let signal = WakeSignal()
-                let id = try center.subscribe(name) { event in
+                let engineSubscription = try center.subscribe(name) { event in
                     switch event {
                     case .posted, .rescan: signal.signal()
                     case .appended, .replaced: break
                     case .failed(let error): signal.finish(throwing: error)
                     }
                 }
-                subscription = Subscription(id: id, signal: signal)
+                subscription = Subscription(engineSubscription, signal: signal)
             }
             guard let subscription, try await subscription.signal.wait() else {
                 self.subscription?.cancel()
@@ -46,18 +46,17 @@ public struct DarwinNotifications: AsyncSequence, Sendable {
         }
     }
 
-    /// Owns the engine subscription; released when the iterator is dropped.
+    /// Owns the engine subscription (which unsubscribes itself when dropped).
     final class Subscription {
-        let id: UInt64
+        let engineSubscription: EngineSubscription
         let signal: WakeSignal
-        init(id: UInt64, signal: WakeSignal) {
-            self.id = id
+        init(_ engineSubscription: EngineSubscription, signal: WakeSignal) {
+            self.engineSubscription = engineSubscription
             self.signal = signal
         }
         func cancel() {
             signal.finish()
-            InotifyEngine.shared.unsubscribe(id)
+            engineSubscription.cancel()
         }
-        deinit { InotifyEngine.shared.unsubscribe(id) }
     }
 }

@@ -11,7 +11,7 @@ public final class NotificationObservation: Sendable {
     public let name: String
     private let queue: DispatchQueue
     private let block: @Sendable (String) -> Void
-    private let subscription = Locked<UInt64?>(nil)
+    private let subscription = Locked<EngineSubscription?>(nil)
     private let cancelled = Atomic<Bool>(false)
     private let scheduled = Atomic<Bool>(false)
 
@@ -21,8 +21,8 @@ public final class NotificationObservation: Sendable {
         self.block = block
     }
 
-    func start(_ id: UInt64) {
-        subscription.withLock { $0 = id }
+    func start(_ engineSubscription: EngineSubscription) {
+        subscription.withLock { $0 = engineSubscription }
         if cancelled.load(ordering: .acquiring) { cancel() }
     }
 
@@ -50,9 +50,7 @@ public final class NotificationObservation: Sendable {
     /// returns.
     public func cancel() {
         cancelled.store(true, ordering: .releasing)
-        if let id = subscription.withLock({ id -> UInt64? in defer { id = nil }; return id }) {
-            InotifyEngine.shared.unsubscribe(id)
-        }
+        subscription.withLock { $0 }?.cancel()
     }
 
     deinit { cancel() }

@@ -56,7 +56,7 @@ final class FileLogReader: WormholeTransitingReader {
         var offset = LogFormat.headerSize
         switch start {
         case .now, .latest:
-            let tail = try log.findTail(size: Int(try log.status().st_size), header: header, maximumPayload: maximumPayload, buffer: buffer)
+            let tail = try log.findTail(size: Int(try log.status().size), header: header, maximumPayload: maximumPayload, buffer: buffer)
             delivered = tail.lastSequence
             offset = tail.end
             if case .latest = start, let last = tail.lastRecordOffset, tail.lastSequence > header.clearedThrough {
@@ -64,7 +64,7 @@ final class FileLogReader: WormholeTransitingReader {
                 offset = last
             }
         case .history:
-            let tail = try log.findTail(size: Int(try log.status().st_size), header: header, maximumPayload: maximumPayload, buffer: buffer)
+            let tail = try log.findTail(size: Int(try log.status().size), header: header, maximumPayload: maximumPayload, buffer: buffer)
             let retained = UInt64(transiting.configuration.retainedMessageCount)
             delivered = max(header.clearedThrough, header.baseSequence, tail.lastSequence > retained ? tail.lastSequence - retained : 0)
         case .after(let sequence):

@@ -78,7 +78,7 @@ public final class FileTransiting: WormholeTransiting {
                 case .appended, .replaced, .posted: break
                 }
             }
-            containerWatch.withLock { $0 = watch.map(EngineSubscription.init(id:)) }
+            containerWatch.withLock { $0 = watch }
         }
         if containerMayHaveMoved.load(ordering: .acquiring), containerMayHaveMoved.exchange(false, ordering: .acquiringAndReleasing) {
             _ = try? container.refresh(create: true)
@@ -89,10 +89,7 @@ public final class FileTransiting: WormholeTransiting {
 
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
         try Identifier.validate(identifier)
-        guard payload.count <= configuration.maximumMessageSize else {
-            throw WormholeError(.messageTooLarge,
-                "message for '\(identifier)' is \(payload.count) bytes; the limit is \(configuration.maximumMessageSize) bytes (Wormhole.Configuration.maximumMessageSize)")
-        }
+        try configuration.checkMessageSize(payload.count, identifier: identifier)
         let nanoseconds = Syscalls.wallClockNanoseconds()
         let processID = Syscalls.cachedProcessID
         var sequence: UInt64?
@@ -170,7 +167,7 @@ public final class FileTransiting: WormholeTransiting {
         defer { log.close() }
         guard let header = log.header else { return nil }
         let buffer = ReadBuffer()
-        let size = Int(try log.status().st_size)
+        let size = Int(try log.status().size)
         let tail = try log.findTail(size: size, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer)
         guard let offset = tail.lastRecordOffset, tail.lastSequence > header.clearedThrough else { return nil }
         let payloadLength = tail.end - offset - LogFormat.recordOverhead
@@ -339,14 +336,14 @@ public final class FileTransiting: WormholeTransiting {
                     try Syscalls.lock(log.fd).orThrow("lock", path: log.path)
                     do throws(WormholeError) {
                         let status = try log.status()
-                        if status.st_nlink == 0 {
+                        if status.linkCount == 0 {
                             // Replaced by a compaction, or deleted: this inode is no longer the log.
                             Syscalls.unlock(log.fd)
                             log.close()
                             state.log = nil
                             continue
                         }
-                        let size = Int(status.st_size)
+                        let size = Int(status.size)
                         let header: LogFormat.Header
                         if let known = log.header {
                             header = known

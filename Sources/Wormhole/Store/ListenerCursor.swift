@@ -124,7 +124,7 @@ final class ListenerCursor {
             guard case .success(let raw) = opened else { continue }
             let fd = FileDescriptor(rawValue: raw)
             defer { try? fd.close() }
-            guard case .success(let status) = Syscalls.fileStatus(fd), status.isRegularFile else { continue }
+            guard (try? fd.stat())?.isRegularFile == true else { continue }
             let being = name.hasPrefix(".")
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
             case .success:

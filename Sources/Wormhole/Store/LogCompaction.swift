@@ -110,8 +110,8 @@ struct LogCompaction {
             // Locked before it has its name: a writer that opens it next waits for this pass.
             try Syscalls.lock(fd).orThrow("lock", path: temporaryPath)
             try container.rename(temporaryName, to: LogFile.name(identifier)).orThrow("replace", path: log.path)
-            let status = try Syscalls.fileStatus(fd).orThrow("inspect", path: log.path)
-            let newLog = LogFile(fd: fd, path: log.path, device: UInt64(status.st_dev), inode: UInt64(status.st_ino), header: newHeader)
+            let status = try LogFile(fd: fd, path: log.path, device: 0, inode: 0, header: nil).status()
+            let newLog = LogFile(fd: fd, path: log.path, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), header: newHeader)
             let newTail = LogFile.Tail(end: target, lastSequence: tail.lastSequence,
                                        lastRecordOffset: kept.last.map { target - $0.length })
             return (newLog, newTail)

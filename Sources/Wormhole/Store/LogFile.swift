@@ -24,9 +24,9 @@ struct LogFile {
                      create: Bool) throws(WormholeError) -> LogFile? {
         let name = name(identifier)
         guard let (fd, status) = try container.openFile(name, access, create: create) else { return nil }
-        var log = LogFile(fd: fd, path: container.filePath(name), device: UInt64(status.st_dev),
-                          inode: UInt64(status.st_ino), header: nil)
-        if status.st_size > 0 {
+        var log = LogFile(fd: fd, path: container.filePath(name), device: UInt64(status.deviceID.rawValue),
+                          inode: UInt64(status.inode.rawValue), header: nil)
+        if status.size > 0 {
             do throws(WormholeError) {
                 log.header = try log.readHeader()
             } catch {
@@ -56,8 +56,12 @@ struct LogFile {
     }
 
     /// The file's size and link count.
-    func status() throws(WormholeError) -> stat {
-        try Syscalls.fileStatus(fd).orThrow("inspect", path: path)
+    func status() throws(WormholeError) -> Stat {
+        do throws(Errno) {
+            return try fd.stat()
+        } catch {
+            throw WormholeError.system("inspect", error, path: path)
+        }
     }
 
     // MARK: - The tail

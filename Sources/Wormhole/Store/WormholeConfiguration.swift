@@ -32,6 +32,15 @@ public struct WormholeConfiguration: Sendable, Hashable {
 
     public init() {}
 
+    /// Throws ``WormholeError/Code/messageTooLarge`` when a payload of `size` bytes for
+    /// `identifier` is over ``maximumMessageSize``: the one size check of every back end.
+    public func checkMessageSize(_ size: Int, identifier: String) throws(WormholeError) {
+        guard size <= maximumMessageSize else {
+            throw WormholeError(.messageTooLarge,
+                "message for '\(identifier)' is \(size) bytes; the limit is \(maximumMessageSize) bytes (Wormhole.Configuration.maximumMessageSize)")
+        }
+    }
+
     /// The configuration itself, or ``WormholeError/Code/invalidConfiguration``
     /// naming the value that is out of range. Back ends call it when they start.
     public func validated() throws(WormholeError) -> WormholeConfiguration {

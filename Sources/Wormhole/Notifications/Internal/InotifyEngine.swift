@@ -82,12 +82,17 @@ final class InotifyEngine: Sendable {
     /// Starts delivering events for the file `name` of `directory` to `handler`; the
     /// watch is in place when this returns.
     func subscribe(directory: String, name: String, kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
-        EngineSubscription(id: try subscribe(directory: directory, names: [name], kind: kind, handler: handler))
+        try subscribe(directory: directory, names: [name], kind: kind, handler: handler)
     }
 
     /// Starts delivering events for `directory` (only those for the files `names`, unless
-    /// empty) to `handler`. The watch is in place when this returns.
-    func subscribe(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
+    /// empty) to `handler`. The watch is in place when this returns; dropping or
+    /// cancelling the subscription ends it.
+    func subscribe(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
+        EngineSubscription(id: try subscriptionNumber(directory: directory, names: names, kind: kind, handler: handler))
+    }
+
+    private func subscriptionNumber(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
         let result: Result<UInt64, WormholeError> = state.withLock { state in
             do throws(WormholeError) {
                 let session = try Self.startSessionIfNeeded(&state)
@@ -105,9 +110,9 @@ final class InotifyEngine: Sendable {
         return try result.get()
     }
 
-    /// Stops delivering to a subscription. A handler already chosen for an event may
-    /// still run once after this returns.
-    func unsubscribe(_ id: UInt64) {
+    /// Stops delivering to a subscription (``EngineSubscription/cancel()`` calls it). A
+    /// handler already chosen for an event may still run once after this returns.
+    fileprivate func unsubscribe(_ id: UInt64) {
         state.withLock { state in
             guard let session = state.session else { return }
             state.table.unsubscribe(id, kernel: session.inotify)
