@@ -62,9 +62,14 @@ public final class ListenerToken: Sendable, Hashable {
         relay.connect(self)
         // Anything passed before the relay was connected is found by this first drain,
         // on a queue: the caller's thread is not made to run the listener.
-        let first = self.queue ?? DispatchQueue.global()
-        first.async { [self] in drain() }
+        (self.queue ?? Self.startQueue).async { [self] in drain() }
     }
+
+    /// Where a listener without a queue runs its first drain (what its starting point
+    /// replays) and a failure report: a serial queue of the library's. Not a global queue:
+    /// using one starts Dispatch's once-a-second pool monitor for the life of the process,
+    /// which would wake an idle listener every second.
+    private static let startQueue = DispatchQueue(label: "Wormhole.listener.start")
 
     fileprivate func receive(_ event: WormholeTransitingEvent) {
         switch event {
@@ -74,7 +79,7 @@ public final class ListenerToken: Sendable, Hashable {
             reader.withLock { $0?.invalidate() }
             wake()
         case .failed(let error):
-            (queue ?? DispatchQueue.global()).async { [self] in
+            (queue ?? Self.startQueue).async { [self] in
                 delivery.run { if !isCancelled { onError(error) } }
             }
         }
