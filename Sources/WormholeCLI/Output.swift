@@ -29,4 +29,7 @@ enum Output {
 
     /// Whether standard input is a terminal (someone typing) rather than a pipe or file.
     static var inputIsTerminal: Bool { isatty(STDIN_FILENO) == 1 }
+
+    /// Whether standard output is a terminal (someone reading) rather than a pipe or file.
+    static var outputIsTerminal: Bool { isatty(STDOUT_FILENO) == 1 }
 }

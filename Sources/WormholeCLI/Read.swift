@@ -6,8 +6,10 @@ struct Read: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the latest message of an identifier.",
         discussion: """
-            Prints the payload, then a newline unless it ends with one; --raw writes the \
-            bytes exactly as they were sent. Exits with 2 when there is no message.
+            Prints a text or JSON message as a line (a newline is added unless it ends \
+            with one). Raw bytes (sent with --file, or as Data) go to a file or a pipe \
+            exactly as they were sent; --raw writes any message's bytes exactly. Exits \
+            with 2 when there is no message.
 
             Examples:
               wormhole read status
@@ -39,7 +41,10 @@ struct Read: ParsableCommand {
                 throw CommandFailure("no message under '\(identifier)' in \(wormhole.directory ?? "the container"); send one with 'wormhole send \(identifier) ...'",
                                      exitCode: WormholeExitCode.noMessage)
             }
-            let format: RecordFormat = json ? .json : raw ? .raw : .lines(prefixIdentifier: false)
+            // Bytes come back as they were sent: a newline is added for a person reading
+            // text, never to raw bytes going to a file or a pipe.
+            let exact = raw || (record.kind == .data && !Output.outputIsTerminal)
+            let format: RecordFormat = json ? .json : exact ? .raw : .lines(prefixIdentifier: false)
             Output.write(format.render(record))
         }
     }

@@ -32,6 +32,26 @@ struct BadInputTests {
         expectFailure(try await sandbox.run(arguments), status: 64, mentioning: [reason])
     }
 
+    @Test("arguments that are not UTF-8 are refused (exit 64), not turned into U+FFFD; nothing is stored")
+    func argumentsThatAreNotUTF8AreRefused() throws {
+        let sandbox = Sandbox()
+        for (identifier, message) in [("x", "a\\377b"), ("x", "a\\376b"), ("a\\377b", "m")] {
+            // A shell hands the bytes over as they are; Foundation's Process takes only text.
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "exec \"$0\" send \"$(printf '\(identifier)')\" \"$(printf '\(message)')\"", Products.path("wormhole")]
+            process.environment = sandbox.environment
+            let errors = Pipe()
+            process.standardError = errors
+            try process.run()
+            let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 64, "\(stderr)")
+            #expect(stderr.hasPrefix("wormhole: argument ") && stderr.contains("is not valid UTF-8") && stderr.contains("\\x"), "\(stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: sandbox.defaultContainer + "/x.wormhole"))
+    }
+
     @Test func aContainerOtherUsersMayWriteToIsRefusedWithTheFix() async throws {
         let sandbox = Sandbox()
         let shared = sandbox.root.file("open")

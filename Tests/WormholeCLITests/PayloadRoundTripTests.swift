@@ -50,6 +50,14 @@ struct PayloadRoundTripTests {
         let read = try await sandbox.run(["read", "--raw", "blob"])
         #expect(read.status == 0)
         #expect(same(read.stdout, Self.binary))
+        // A plain read to a pipe adds nothing to raw bytes either.
+        let plain = try await sandbox.run(["read", "blob"])
+        #expect(plain.status == 0)
+        #expect(same(plain.stdout, Self.binary))
+        let short = sandbox.root.file("short.bin")
+        try Data("abc".utf8).write(to: URL(fileURLWithPath: short))
+        _ = try await sandbox.run(["send", "--file", short, "short"])
+        #expect(try await sandbox.run(["read", "short"]).stdout == Data("abc".utf8), "no newline added to bytes sent with --file")
 
         let listen = try await sandbox.run(["listen", "--latest", "--raw", "--count", "1", "blob"])
         #expect(listen.status == 0)

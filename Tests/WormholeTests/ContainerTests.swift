@@ -23,6 +23,21 @@ struct ContainerTests {
         #expect(path == runtime.path + "/app-groups/group.example")
     }
 
+    @Test("XDG_RUNTIME_DIR that is not the user's own 0700 directory is not used; the private fallback is")
+    func xdgRuntimeDirectoryOfAnotherUserOrOpenModeIsNotUsed() throws {
+        let open = TemporaryDirectory()
+        chmod(open.path, 0o755)
+        let fallback = try WormholeContainer.groupsDirectory(environment: [:])
+        #expect(try WormholeContainer.groupsDirectory(environment: ["XDG_RUNTIME_DIR": open.path]) == fallback)
+        #expect(!FileManager.default.fileExists(atPath: open.path + "/app-groups"))
+        if geteuid() == 0 {
+            let foreign = TemporaryDirectory()
+            chown(foreign.path, 65534, 65534)
+            #expect(try WormholeContainer.groupsDirectory(environment: ["XDG_RUNTIME_DIR": foreign.path]) == fallback)
+            #expect(!FileManager.default.fileExists(atPath: foreign.path + "/app-groups"))
+        }
+    }
+
     @Test func fallbackIsAPrivatePerUserDirectory() throws {
         let path = try WormholeContainer.groupsDirectory(environment: [:])
         #expect(path.hasSuffix("/app-groups-\(geteuid())"))

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import SystemPackage
+import Logging
 
 /// Finds and secures the shared directory that processes of one application group use,
 /// the Linux analogue of an iOS App Group container.
@@ -57,19 +58,25 @@ public enum WormholeContainer {
             try prepare(override, createParents: true)
             return normalized(override)
         }
-        if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/"),
-           case .success(let status) = Syscalls.linkStatus(runtime), status.isDirectory {
-            let path = normalized(runtime) + "/app-groups"
-            try prepare(path, createParents: false)
-            return path
-        }
         let shared = Syscalls.linkStatus("/dev/shm").map(\.isDirectory)
         let parent = (try? shared.get()) == true ? "/dev/shm" : "/tmp"
         // A world-writable parent: the directory is created 0700 and must then be ours,
         // not a symlink or a directory someone else put there first.
-        let path = "\(parent)/app-groups-\(Syscalls.effectiveUserID)"
-        try prepare(path, createParents: false)
-        return path
+        let fallback = "\(parent)/app-groups-\(Syscalls.effectiveUserID)"
+        if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/"),
+           case .success(let status) = Syscalls.linkStatus(runtime), status.isDirectory {
+            // The XDG Base Directory specification: the runtime directory is owned by the
+            // user and has mode 0700. One that is not (another user's home, say) is not used.
+            if status.userID.rawValue == Syscalls.effectiveUserID && status.modeBits & 0o077 == 0 {
+                let path = normalized(runtime) + "/app-groups"
+                try prepare(path, createParents: false)
+                return path
+            }
+            Logger(label: "Wormhole").warning(
+                "XDG_RUNTIME_DIR '\(runtime)' is not owned by this user with mode 0700 (owner \(status.userID.rawValue), mode \(String(status.modeBits, radix: 8))), as the XDG Base Directory specification requires; using \(fallback) instead")
+        }
+        try prepare(fallback, createParents: false)
+        return fallback
     }
 
     /// Creates `path` (0700) if it is missing and checks that it is safe to use.
