@@ -61,7 +61,7 @@ enum RecordFormat: Sendable {
 
     /// Whether `data` is one JSON value (an object, array, string, number, true, false or null).
     static func isJSON(_ data: Data) -> Bool {
-        (try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])) != nil
+        StrictJSON.problem(in: data) == nil
     }
 
     /// `text` as a JSON string literal.

@@ -11,7 +11,8 @@ struct Send: ParsableCommand {
             '-', or the bytes of --file. It is stored in the container, so 'read' and \
             listeners that start from history see it later too. Text (a UTF-8 argument or \
             input) is stored as text, other bytes unchanged as data; --json checks that \
-            the message is JSON and stores it as a JSON message.
+            the message is exactly one RFC 8259 JSON value (naming the problem and where) \
+            and stores it as a JSON message.
 
             Examples:
               wormhole send chat "hello"
@@ -128,23 +129,8 @@ struct Send: ParsableCommand {
         }
     }
 
-    /// Why `data` is not one JSON value, or `nil` when it is.
+    /// Why `data` is not exactly one RFC 8259 JSON value, with where, or `nil` when it is.
     static func jsonProblem(_ data: Data) -> String? {
-        do {
-            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
-            return nil
-        } catch {
-            let nsError = error as NSError
-            let reason = (nsError.userInfo[NSDebugDescriptionErrorKey] as? String) ?? "it does not parse"
-            return reason.hasSuffix(".") ? String(reason.dropLast()).lowercasedFirst : reason.lowercasedFirst
-        }
-    }
-}
-
-extension String {
-    /// The string with its first letter in lower case, to continue a sentence.
-    fileprivate var lowercasedFirst: String {
-        guard let first else { return self }
-        return first.lowercased() + dropFirst()
+        StrictJSON.problem(in: data)?.description
     }
 }

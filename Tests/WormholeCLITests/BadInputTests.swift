@@ -131,6 +131,29 @@ struct BadInputTests {
         #expect(try await sandbox.run(["read", "status"]).status == 2)
     }
 
+    @Test("send --json accepts exactly RFC 8259 JSON and names the problem and its position", arguments: [
+        (#"{"a":1,}"#, "a comma before '}' at line 1, column 8"),
+        ("\u{FEFF}{}", "byte order mark"),
+        (#""\ud800""#, "lone surrogate \\ud800"),
+        ("[1,]", "a comma before ']'"),
+        ("01", "may not start with 0"),
+        ("{\n  \"a\": tru\n}", "expected 'true' at line 2"),
+        (#"{"a":1} x"#, "more after the end of the value"),
+    ])
+    func jsonIsCheckedStrictly(input: String, reason: String) async throws {
+        let sandbox = Sandbox()
+        expectFailure(try await sandbox.run(["send", "--json", "status", input]), status: 1, mentioning: ["not JSON", reason])
+        #expect(try await sandbox.run(["read", "status"]).status == 2)
+    }
+
+    @Test func validJSONOfEveryKindIsAccepted() async throws {
+        let sandbox = Sandbox()
+        for input in [#"{"a":[1,2.5e3,-0,true,false,null,"\u00e9\ud83d\ude00é"],"b":{}}"#, "3", #""text""#, " [ ] "] {
+            let result = try await sandbox.run(["send", "--json", "status", input])
+            #expect(result.status == 0, "\(input): \(result.stderr)")
+        }
+    }
+
     @Test func usageErrorsExitSixtyFourAndPointToTheHelp() async throws {
         let sandbox = Sandbox()
         let result = try await sandbox.run(["listen", "chat", "--count", "0"])
