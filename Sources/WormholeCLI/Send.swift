@@ -1,4 +1,7 @@
 import ArgumentParser
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 import Wormhole
 
@@ -102,30 +105,46 @@ struct Send: ParsableCommand {
         return (payload, kind)
     }
 
+    /// The largest message: what the library accepts by default.
+    static var limit: Int { Wormhole.Configuration().maximumMessageSize }
+
+    /// The bytes of `path`: any readable file, a pipe or a device included (`/dev/stdin`,
+    /// `<(command)`), read up to the message size limit and no further.
     static func readFile(_ path: String) throws -> Data {
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-            throw CommandFailure("cannot read '\(path)': it is a directory; pass a file to --file")
-        }
-        do {
-            return try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { "\($0)" } ?? error.localizedDescription
-            if !FileManager.default.fileExists(atPath: path) {
-                throw CommandFailure("cannot read '\(path)': no such file; check the path given to --file")
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: throw CommandFailure("cannot read '\(path)': no such file; check the path given to --file")
+            case EACCES: throw CommandFailure("cannot read '\(path)': permission denied; check the file's permissions")
+            default: throw CommandFailure("cannot read '\(path)': \(String(cString: strerror(errno)))")
             }
-            if !FileManager.default.isReadableFile(atPath: path) {
-                throw CommandFailure("cannot read '\(path)': permission denied; check the file's permissions")
-            }
-            throw CommandFailure("cannot read '\(path)': \(reason)")
         }
+        defer { close(fd) }
+        return try readBounded(fd, naming: "'\(path)'")
     }
 
     static func readStandardInput() throws -> Data {
-        do {
-            return try FileHandle.standardInput.readToEnd() ?? Data()
-        } catch {
-            throw CommandFailure("cannot read standard input: \(error.localizedDescription)")
+        try readBounded(STDIN_FILENO, naming: "standard input")
+    }
+
+    /// Reads `fd` to its end, 64 KiB at a time, refusing (before reading more than one
+    /// byte past it) input longer than a message may be: `yes | wormhole send x` stops at
+    /// once instead of filling the memory.
+    static func readBounded(_ fd: Int32, naming what: String) throws -> Data {
+        var data = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                if errno == EISDIR { throw CommandFailure("cannot read \(what): it is a directory; pass a file to --file") }
+                throw CommandFailure("cannot read \(what): \(String(cString: strerror(errno)))")
+            }
+            if count == 0 { return data }
+            data.append(contentsOf: chunk[..<count])
+            if data.count > limit {
+                throw CommandFailure("\(what) holds more than \(limit) bytes, the largest message (Wormhole.Configuration.maximumMessageSize); nothing was sent")
+            }
         }
     }
 

@@ -146,6 +146,26 @@ struct BadInputTests {
         #expect(try await sandbox.run(["read", "status"]).status == 2)
     }
 
+    @Test("input longer than a message may be is refused without reading it all: /dev/zero, a long standard input")
+    func endlessOrOversizedInputIsRefusedAtTheLimit() async throws {
+        let sandbox = Sandbox()
+        expectFailure(try await sandbox.run(["send", "--file", "/dev/zero", "big"]), status: 1,
+                      mentioning: ["'/dev/zero' holds more than 8388608 bytes", "nothing was sent"])
+        expectFailure(try await sandbox.run(["send", "big"], input: Data(count: (8 << 20) + 1)), status: 1,
+                      mentioning: ["standard input holds more than 8388608 bytes"])
+        #expect(try await sandbox.run(["read", "big"]).status == 2)
+        // Exactly the limit is fine.
+        #expect(try await sandbox.run(["send", "big"], input: Data(count: 8 << 20)).status == 0)
+    }
+
+    @Test("--file reads pipes and devices: /dev/stdin")
+    func fileReadsPipesAndDevices() async throws {
+        let sandbox = Sandbox()
+        let sent = try await sandbox.run(["send", "--file", "/dev/stdin", "piped"], input: Data("abc".utf8))
+        #expect(sent.status == 0, "\(sent.stderr)")
+        #expect(try await sandbox.run(["read", "--raw", "piped"]).stdout == Data("abc".utf8))
+    }
+
     @Test func validJSONOfEveryKindIsAccepted() async throws {
         let sandbox = Sandbox()
         for input in [#"{"a":[1,2.5e3,-0,true,false,null,"\u00e9\ud83d\ude00é"],"b":{}}"#, "3", #""text""#, " [ ] "] {
