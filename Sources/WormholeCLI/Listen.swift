@@ -85,6 +85,7 @@ struct Listen: AsyncParsableCommand {
             let wormhole = try container.makeWormhole()
             let session = ListeningSession(limit: count)
             let format = self.format
+            let terminal = Output.outputIsTerminal
             var tokens: [ListenerToken] = []
             defer { tokens.forEach { $0.cancel() } }
             // Each identifier once: naming one twice must not print its messages twice.
@@ -96,7 +97,7 @@ struct Listen: AsyncParsableCommand {
                     queue: session.queue,
                     onError: { error in Output.error("skipped a message: \(error.description)") },
                     listener: { record in
-                        session.admit { Output.write(format.render(record)) }
+                        session.admit { Output.write(format.render(record, forTerminal: terminal)) }
                     }))
             }
             if verbose {

@@ -45,7 +45,7 @@ struct Read: ParsableCommand {
             // text, never to raw bytes going to a file or a pipe.
             let exact = raw || (record.kind == .data && !Output.outputIsTerminal)
             let format: RecordFormat = json ? .json : exact ? .raw : .lines(prefixIdentifier: false)
-            Output.write(format.render(record))
+            Output.write(format.render(record, forTerminal: Output.outputIsTerminal))
         }
     }
 }

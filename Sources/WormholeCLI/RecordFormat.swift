@@ -10,14 +10,17 @@ enum RecordFormat: Sendable {
     /// One JSON object a line: identifier, sequence, time, sending process, kind, payload.
     case json
 
-    /// The bytes to write for `record`.
-    func render(_ record: WormholeRecord) -> Data {
+    /// The bytes to write for `record`. For a terminal, `.lines` shows control
+    /// characters escaped (as `ls` and `git` do): a message cannot set the window title,
+    /// clear the screen, write the clipboard or overwrite a line. `.raw` and `.json` are
+    /// never changed by where they go.
+    func render(_ record: WormholeRecord, forTerminal: Bool = false) -> Data {
         switch self {
         case .raw:
             return record.payload
         case .lines(let prefix):
             var data = prefix ? Data("\(record.identifier): ".utf8) : Data()
-            data.append(record.payload)
+            data.append(forTerminal ? Self.terminalSafe(record.payload) : record.payload)
             if data.last != UInt8(ascii: "\n") { data.append(UInt8(ascii: "\n")) }
             return data
         case .json:
@@ -37,7 +40,7 @@ enum RecordFormat: Sendable {
         case .json where isJSON(record.payload):
             // Outside strings, line breaks in JSON are only whitespace: dropping them
             // keeps the value and the object on one line.
-            payload = String(decoding: record.payload.filter { $0 != 0x0A && $0 != 0x0D }, as: UTF8.self)
+            payload = escapingC1(String(decoding: record.payload.filter { $0 != 0x0A && $0 != 0x0D }, as: UTF8.self))
         case .text, .json:
             if let text = String(data: record.payload, encoding: .utf8) {
                 kind = .text
@@ -54,6 +57,21 @@ enum RecordFormat: Sendable {
             + "\"kind\":\(quoted(kind.description)),\"payload\":\(payload)}"
     }
 
+    /// Valid JSON with its DEL and C1 characters (possible only inside strings) written
+    /// as escapes, so that a line of `--json` output is safe on a terminal too.
+    static func escapingC1(_ json: String) -> String {
+        guard json.unicodeScalars.contains(where: { (0x7F...0x9F).contains($0.value) }) else { return json }
+        var result = ""
+        for scalar in json.unicodeScalars {
+            if (0x7F...0x9F).contains(scalar.value) {
+                result += String(format: "\\u%04x", scalar.value)
+            } else {
+                result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
     /// ISO 8601 in UTC with milliseconds: `2026-11-21T12:00:01.234Z`.
     static func timestamp(_ date: Date) -> String {
         date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
@@ -62,6 +80,37 @@ enum RecordFormat: Sendable {
     /// Whether `data` is one JSON value (an object, array, string, number, true, false or null).
     static func isJSON(_ data: Data) -> Bool {
         StrictJSON.problem(in: data) == nil
+    }
+
+    /// `bytes` for a terminal: line breaks and tabs as they are; other C0 controls, DEL,
+    /// C1 controls and bidirectional formatting characters as `\u{…}`; bytes that are
+    /// not UTF-8 as `\xNN`. Everything else unchanged.
+    static func terminalSafe(_ bytes: Data) -> Data {
+        var result = ""
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            // Decode one scalar, or take one byte that does not start a valid one.
+            var iterator = bytes[index...].makeIterator()
+            var decoder = UTF8()
+            switch decoder.decode(&iterator) {
+            case .scalarValue(let scalar):
+                let length = UTF8.width(scalar)
+                let value = scalar.value
+                if scalar == "\n" || scalar == "\t" {
+                    result.unicodeScalars.append(scalar)
+                } else if value < 0x20 || (0x7F...0x9F).contains(value) || [0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
+                                                                          0x2066, 0x2067, 0x2068, 0x2069].contains(value) {
+                    result += "\\u{\(String(value, radix: 16))}"
+                } else {
+                    result.unicodeScalars.append(scalar)
+                }
+                index = bytes.index(index, offsetBy: length)
+            case .error, .emptyInput:
+                result += "\\x" + String(bytes[index], radix: 16, uppercase: true)
+                index = bytes.index(after: index)
+            }
+        }
+        return Data(result.utf8)
     }
 
     /// `text` as a JSON string literal.
@@ -74,7 +123,7 @@ enum RecordFormat: Sendable {
             case "\n": result += "\\n"
             case "\r": result += "\\r"
             case "\t": result += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F || scalar.value == 0x2028 || scalar.value == 0x2029:
+            case _ where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar.value == 0x2028 || scalar.value == 0x2029:
                 result += String(format: "\\u%04x", scalar.value)
             default:
                 result.unicodeScalars.append(scalar)

@@ -113,4 +113,51 @@ struct PayloadRoundTripTests {
         let second = try await sandbox.run(["send", "--json", "--print-sequence", "n", "42"])
         #expect(second.output == "2\n")
     }
+
+    /// Runs `wormhole` with `arguments` on a pseudo-terminal (util-linux `script`): its
+    /// standard output is a terminal, as when a person runs it.
+    private func onTerminal(_ sandbox: Sandbox, _ arguments: [String]) throws -> Data {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        let command = ([Products.path("wormhole")] + arguments).map { "'" + $0 + "'" }.joined(separator: " ")
+        process.arguments = ["-qec", command, "/dev/null"]
+        process.environment = sandbox.environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return data
+    }
+
+    @Test("on a terminal, read and listen show control characters escaped; to a pipe the bytes are exact",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script")))
+    func controlCharactersAreEscapedOnATerminal() async throws {
+        let sandbox = Sandbox()
+        let hostile = "\u{1B}]0;pwned\u{07}\rok\u{9B}2J\u{202E}txt"
+        #expect(try await sandbox.run(["send", "x", hostile]).status == 0)
+        let shown = String(decoding: try onTerminal(sandbox, ["read", "x"]), as: UTF8.self)
+        #expect(shown.contains(#"\u{1b}]0;pwned\u{7}\u{d}ok\u{9b}2J\u{202e}txt"#), "\(shown.debugDescription)")
+        #expect(!shown.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x9B || $0.value == 0x07 || $0.value == 0x202E })
+        let listened = String(decoding: try onTerminal(sandbox, ["listen", "--latest", "--count", "1", "x"]), as: UTF8.self)
+        #expect(listened.contains(#"\u{1b}]0;pwned"#), "\(listened.debugDescription)")
+        #expect(!listened.unicodeScalars.contains { $0.value == 0x1B })
+        // Redirected, the bytes are exact.
+        #expect(try await sandbox.run(["read", "x"]).output == hostile + "\n")
+        #expect(try await sandbox.run(["read", "--raw", "x"]).stdout == Data(hostile.utf8))
+    }
+
+    @Test("--json escapes C1 controls and DEL, in text and inside JSON messages")
+    func jsonOutputEscapesC1() async throws {
+        let sandbox = Sandbox()
+        #expect(try await sandbox.run(["send", "t", "a\u{9B}b\u{7F}"]).status == 0)
+        #expect(try await sandbox.run(["send", "--json", "j", "{\"k\":\"a\u{9B}b\"}"]).status == 0)
+        for identifier in ["t", "j"] {
+            let line = try await sandbox.run(["read", "--json", identifier]).output
+            #expect(line.contains(#"\u009b"#), "\(line.debugDescription)")
+            #expect(!line.unicodeScalars.contains { (0x7F...0x9F).contains($0.value) }, "\(line.debugDescription)")
+            #expect((try? JSONSerialization.jsonObject(with: Data(line.utf8))) != nil, "still JSON: \(line)")
+        }
+    }
 }
