@@ -1,0 +1,51 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Wormhole
+
+/// How long a listener lives: until it is cancelled, stopped, or its wormhole goes —
+/// never because its token was dropped — and not one call after `cancel()` returns.
+@Suite("Listener lifecycle")
+struct LifecycleTests {
+    @Test("a listener whose token is dropped at once goes on receiving, as MMWormhole's do, until stopListening",
+          .timeLimit(.minutes(1)))
+    func droppedTokenKeepsListening() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<String>()
+        _ = try wormhole.listenForMessage(withIdentifier: "id", as: String.self) { received.append($0) }
+        try await wormhole.passMessage("one", identifier: "id")
+        #expect(await received.wait(for: 1) == ["one"])
+        wormhole.stopListeningForMessage(withIdentifier: "id")
+        try await wormhole.passMessage("two", identifier: "id")
+        await settle(200)
+        #expect(received.all == ["one"])
+    }
+
+    @Test("no call of a listener starts after cancel() returns, from another thread, while messages stream in",
+          .timeLimit(.minutes(2)))
+    func noCallAfterCancelReturns() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        var late = 0
+        for round in 0..<scaled(100) {
+            let cancelled = Atomic<Bool>(false)
+            let lateCalls = Atomic<Int>(0)
+            let started = DispatchSemaphore(value: 0)
+            let token = try wormhole.listenForMessage(withIdentifier: "r\(round)", as: Int.self) { _ in
+                if cancelled.load(ordering: .acquiring) { lateCalls.add(1, ordering: .relaxed) }
+                started.signal()
+            }
+            let writer = Thread {
+                for index in 0..<200 { _ = try? wormhole.passMessage(index, identifier: "r\(round)") }
+            }
+            writer.start()
+            started.wait()
+            token.cancel()
+            cancelled.store(true, ordering: .releasing)
+            try await Task.sleep(for: .milliseconds(5))
+            late += lateCalls.load(ordering: .relaxed)
+        }
+        #expect(late == 0, "\(late) calls started after cancel() returned")
+    }
+}
