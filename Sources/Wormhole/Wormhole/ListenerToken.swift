@@ -43,6 +43,7 @@ public final class ListenerToken: Sendable, Hashable {
     ) throws(WormholeError) {
         self.identifier = identifier
         self.queue = queue.map { DispatchQueue(label: "Wormhole.listener.\(identifier)", target: $0) }
+        self.startQueue = self.queue ?? DispatchQueue(label: "Wormhole.listener.\(identifier).start")
         self.onError = onError
         self.listener = listener
         self.onCancel = onCancel
@@ -62,14 +63,15 @@ public final class ListenerToken: Sendable, Hashable {
         relay.connect(self)
         // Anything passed before the relay was connected is found by this first drain,
         // on a queue: the caller's thread is not made to run the listener.
-        (self.queue ?? Self.startQueue).async { [self] in drain() }
+        startQueue.async { [self] in drain() }
     }
 
     /// Where a listener without a queue runs its first drain (what its starting point
-    /// replays) and a failure report: a serial queue of the library's. Not a global queue:
-    /// using one starts Dispatch's once-a-second pool monitor for the life of the process,
-    /// which would wake an idle listener every second.
-    private static let startQueue = DispatchQueue(label: "Wormhole.listener.start")
+    /// replays) and a failure report: a serial queue of its own, so that one listener
+    /// blocking there holds up no other. Not a global queue: using one starts Dispatch's
+    /// once-a-second pool monitor for the life of the process, which would wake an idle
+    /// listener every second.
+    private let startQueue: DispatchQueue
 
     fileprivate func receive(_ event: WormholeTransitingEvent) {
         switch event {
@@ -79,7 +81,7 @@ public final class ListenerToken: Sendable, Hashable {
             reader.withLock { $0?.invalidate() }
             wake()
         case .failed(let error):
-            (queue ?? Self.startQueue).async { [self] in
+            startQueue.async { [self] in
                 delivery.run { if !isCancelled { onError(error) } }
             }
         }
