@@ -151,6 +151,25 @@ struct HostileFileTests {
         #expect(try wormhole.message(withIdentifier: "x", as: String.self) == "secret 100")
     }
 
+    @Test("a reader that failed to open the file at the log's name (a FIFO there for a moment) tries again at the next read, without another event")
+    func readerRetriesAFailedOpen() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try wormhole.passMessage("one", identifier: "x")
+        let reader = try wormhole.transiting.makeReader(identifier: "x", startingFrom: .after(sequence: 0))
+        #expect(try reader.read(maximumCount: 10).compactMap { try? $0.get().decode(as: String.self) } == ["one"])
+        // Something that is not a log takes the name; the reader hears of it once.
+        #expect(mkfifo(directory.file("fifo"), 0o600) == 0)
+        #expect(rename(directory.file("fifo"), directory.file("x.wormhole")) == 0)
+        reader.invalidate()
+        #expect(throws: WormholeError.self) { _ = try reader.read(maximumCount: 10) }
+        // A real log takes the name again; no new event reaches the reader.
+        let other = TemporaryDirectory()
+        try Wormhole(directory: other.path).passMessage("two", identifier: "x")
+        #expect(rename(other.file("x.wormhole"), directory.file("x.wormhole")) == 0)
+        #expect(try reader.read(maximumCount: 10).compactMap { try? $0.get().decode(as: String.self) } == ["two"])
+    }
+
     // MARK: - Sparse and forged files
 
     /// Runs the agent's `peak` command: "<latest> <peak kB>".

@@ -195,6 +195,11 @@ final class FileLogReader: WormholeTransitingReader {
             if case .following(let log, _) = state { log.close() }
             state = .waiting
             throw error
+        } catch {
+            // Out of descriptors, or something that is not a log at the name for now: the
+            // next wake-up tries again, so no message of the new file is left unread.
+            invalidated = true
+            throw error
         }
         guard let opened else {
             if case .following(let log, _) = state { log.close() }
