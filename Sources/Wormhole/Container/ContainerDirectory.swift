@@ -222,9 +222,7 @@ final class ContainerDirectory: Sendable {
         case .success(let value): fd = FileDescriptor(rawValue: value)
         case .failure(.tooManySymbolicLinkLevels), .failure(.notDirectory):
             if (try? FilePath(name).stat(relativeTo: parentFD, flags: .symlinkNoFollow))?.isSymbolicLink == true {
-                throw WormholeError(.containerInsecure,
-                    "container '\(path)' is a symbolic link; Wormhole refuses it so that no one can redirect messages. Remove the link or pass the real directory",
-                    path: path)
+                throw symbolicLinkRefused(path)
             }
             throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
         case .failure(let errno):
@@ -245,6 +243,20 @@ final class ContainerDirectory: Sendable {
     @discardableResult
     static func checkOwnership(_ fd: FileDescriptor, path: String) throws(WormholeError) -> Stat {
         let status = try Result { () throws(Errno) in try fd.stat() }.orThrow("inspect", path: path)
+        try checkOwnership(status, path: path)
+        return status
+    }
+
+    /// The error for a container path that is a symbolic link.
+    static func symbolicLinkRefused(_ path: String) -> WormholeError {
+        WormholeError(.containerInsecure,
+            "container '\(path)' is a symbolic link; Wormhole refuses it so that no one can redirect messages. Remove the link or pass the real directory",
+            path: path)
+    }
+
+    /// The checks of ``checkOwnership(_:path:)`` on a status already taken (by `fstat`
+    /// on a descriptor, or `lstat` on a path that is not a link).
+    static func checkOwnership(_ status: Stat, path: String) throws(WormholeError) {
         guard status.isDirectory else {
             throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
         }
@@ -260,7 +272,6 @@ final class ContainerDirectory: Sendable {
                 "container '\(path)' has mode \(mode): other users may write to it. Run 'chmod go-w \(path)' or choose another directory",
                 path: path)
         }
-        return status
     }
 
     /// A parent that another user may write to, without the sticky bit, lets that user

@@ -105,25 +105,9 @@ public enum WormholeContainer {
         case .failure(let errno): throw unavailable(path, errno)
         }
         if status.isSymbolicLink {
-            throw WormholeError(.containerInsecure,
-                "container '\(path)' is a symbolic link; Wormhole refuses it so that no one can redirect messages. Remove the link or pass the real directory",
-                path: path)
+            throw ContainerDirectory.symbolicLinkRefused(path)
         }
-        guard status.isDirectory else {
-            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
-        }
-        let me = Syscalls.effectiveUserID
-        if status.userID.rawValue != me {
-            throw WormholeError(.containerInsecure,
-                "container '\(path)' belongs to user \(status.userID.rawValue), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
-                path: path)
-        }
-        if status.modeBits & 0o022 != 0 {
-            let mode = String(status.modeBits, radix: 8)
-            throw WormholeError(.containerInsecure,
-                "container '\(path)' has mode \(mode): other users may write to it. Run 'chmod go-w \(path)' or choose another directory",
-                path: path)
-        }
+        try ContainerDirectory.checkOwnership(status, path: path)
     }
 
     private static func createAncestors(of path: String) throws(WormholeError) {
