@@ -98,8 +98,7 @@ enum RecordFormat: Sendable {
                 let value = scalar.value
                 if scalar == "\n" || scalar == "\t" {
                     result.unicodeScalars.append(scalar)
-                } else if value < 0x20 || (0x7F...0x9F).contains(value) || [0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
-                                                                          0x2066, 0x2067, 0x2068, 0x2069].contains(value) {
+                } else if Wormhole.isUnsafeToDisplay(scalar) {
                     result += "\\u{\(String(value, radix: 16))}"
                 } else {
                     result.unicodeScalars.append(scalar)

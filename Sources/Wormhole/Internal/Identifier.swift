@@ -85,7 +85,7 @@ enum Identifier {
     static func printable(_ value: String, escapingMarks: Bool = false) -> String {
         var result = ""
         for scalar in value.unicodeScalars.prefix(80) {
-            if scalar.value < 0x20 || scalar.value == 0x7F || isC1Control(scalar) || isBidiFormatting(scalar)
+            if Wormhole.isUnsafeToDisplay(scalar)
                 || escapingMarks && scalar.properties.canonicalCombiningClass != .notReordered {
                 result += "\\u{\(String(scalar.value, radix: 16))}"
             } else {

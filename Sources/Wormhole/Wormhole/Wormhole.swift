@@ -304,6 +304,14 @@ public final class Wormhole: Sendable {
         try Identifier.validate(identifier, kind: kind)
     }
 
+    /// Whether `scalar` changes how text around it shows rather than showing itself: a
+    /// control character (C0, DEL, C1) or a bidirectional formatting character. No
+    /// identifier contains one; the `wormhole` command escapes them in messages it prints
+    /// to a terminal.
+    public static func isUnsafeToDisplay(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || scalar.value == 0x7F || Identifier.isC1Control(scalar) || Identifier.isBidiFormatting(scalar)
+    }
+
     // MARK: - Registry
 
     func register(_ id: UInt64, _ identifier: String, cancel: @escaping @Sendable () -> Void) {
