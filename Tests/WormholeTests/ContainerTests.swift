@@ -132,6 +132,19 @@ struct ContainerTests {
         #expect(lstat(path, &status) == 0 && status.st_mode & 0o777 == 0o700)
     }
 
+    @Test("a container deleted under a listener alone stays deleted: listeners never recreate it",
+          .timeLimit(.minutes(1)))
+    func listenersDoNotRecreateADeletedContainer() async throws {
+        let parent = TemporaryDirectory()
+        let path = parent.file("container")
+        let wormhole = try Wormhole(directory: path)
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: String.self) { _ in }
+        try FileManager.default.removeItem(atPath: path)
+        await settle(300)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        token.cancel()
+    }
+
     @Test("the container deleted under a notification center: its next post recreates it and observers hear it",
           .timeLimit(.minutes(1)))
     func deletedContainerIsRecreatedByAPost() async throws {
