@@ -1,4 +1,5 @@
 import ArgumentParser
+import Synchronization
 import Foundation
 import Wormhole
 
@@ -82,29 +83,40 @@ struct Listen: AsyncParsableCommand {
 
     func run() async throws {
         try await Failures.reported {
+            // Signals first: a process out of descriptors must still stop on Ctrl-C.
+            let session = try ListeningSession(limit: count)
+            try DescriptorBudget.reserve(listeners: Set(identifiers).count)
             let wormhole = try container.makeWormhole()
-            let session = ListeningSession(limit: count)
             let format = self.format
             let terminal = Output.outputIsTerminal
-            var tokens: [ListenerToken] = []
-            defer { tokens.forEach { $0.cancel() } }
+            let tokens = Mutex<[ListenerToken]>([])
+            defer { tokens.withLock { $0 }.forEach { $0.cancel() } }
             // Each identifier once: naming one twice must not print its messages twice.
             var seen = Set<String>()
             for identifier in identifiers where seen.insert(identifier).inserted {
-                tokens.append(try wormhole.listenForRecords(
+                let token = try wormhole.listenForRecords(
                     withIdentifier: identifier,
                     startingFrom: startingPoint,
                     queue: session.queue,
-                    onError: { error in Output.error("skipped a message: \(error.description)") },
+                    onError: { error in
+                        // A listener that stopped (nothing can wake it any more) ends the
+                        // command; anything else is reported and listening goes on.
+                        if tokens.withLock({ $0 }).contains(where: { $0.identifier == identifier && $0.isCancelled }) {
+                            session.finish(.failed("stopped listening to '\(identifier)': \(error.description)"))
+                        } else {
+                            Output.error(error.description)
+                        }
+                    },
                     listener: { record in
                         session.admit { Output.write(format.render(record, forTerminal: terminal)) }
-                    }))
+                    })
+                tokens.withLock { $0.append(token) }
             }
             if verbose {
                 Output.error("listening to \(Self.names(identifiers)) in \(wormhole.directory ?? (try? container.location().description) ?? "the container")")
             }
             try await session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
-                tokens.forEach { $0.cancel() }
+                tokens.withLock { $0 }.forEach { $0.cancel() }
             }
         }
     }

@@ -14,6 +14,8 @@ final class ListeningSession: Sendable {
         case timedOut
         /// SIGINT, SIGTERM or SIGHUP arrived.
         case interrupted(Int32)
+        /// Listening cannot go on (out of inotify watches, the container's parent gone).
+        case failed(String)
     }
 
     private struct State {
@@ -27,8 +29,11 @@ final class ListeningSession: Sendable {
     private let limit: Int?
     private let state = Mutex(State())
 
-    init(limit: Int?) {
+    /// Starts a session: from here on SIGINT, SIGTERM and SIGHUP end it. Throws when
+    /// that cannot be set up, before anything is listened to.
+    init(limit: Int?) throws(CommandFailure) {
         self.limit = limit
+        try TerminationSignals.catchAll { [weak self] number in self?.finish(.interrupted(number)) }
     }
 
     /// How many events were admitted.
@@ -61,8 +66,6 @@ final class ListeningSession: Sendable {
     /// Waits until the session ends: the count is reached, `timeout` seconds pass, or a
     /// termination signal arrives.
     func wait(timeout: Double?) async -> Outcome {
-        let signalSources = installSignalHandlers()
-        defer { signalSources.forEach { $0.cancel() } }
         if let timeout {
             DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [weak self] in
                 self?.finish(.timedOut)
@@ -106,6 +109,8 @@ final class ListeningSession: Sendable {
             }
         case .interrupted(let signal):
             Self.endBySignal(signal)
+        case .failed(let reason):
+            throw CommandFailure(reason)
         }
     }
 
@@ -119,17 +124,5 @@ final class ListeningSession: Sendable {
         kill(getpid(), signal)
         usleep(100_000)
         exit(128 + signal)
-    }
-
-    /// Turns SIGINT, SIGTERM and SIGHUP into the end of the session, so that listeners
-    /// are released before the process goes.
-    private func installSignalHandlers() -> [any DispatchSourceSignal] {
-        [SIGINT, SIGTERM, SIGHUP].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [weak self] in self?.finish(.interrupted(number)) }
-            source.resume()
-            return source
-        }
     }
 }

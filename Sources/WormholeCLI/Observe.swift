@@ -48,14 +48,17 @@ struct Observe: AsyncParsableCommand {
 
     func run() async throws {
         try await Failures.reported {
+            // Signals first: a process out of descriptors must still stop on Ctrl-C.
+            let session = try ListeningSession(limit: count)
             let center = try container.makeNotificationCenter()
-            let session = ListeningSession(limit: count)
             let showState = state
             var observations: [NotificationObservation] = []
             defer { observations.forEach { $0.cancel() } }
             var seen = Set<String>()
             for name in names where seen.insert(name).inserted {
-                observations.append(try center.addObserver(forName: name, queue: session.queue) { name in
+                observations.append(try center.addObserver(forName: name, queue: session.queue, onError: { error in
+                    session.finish(.failed("stopped observing '\(name)': \(error.description)"))
+                }) { name in
                     session.admit {
                         if showState {
                             let value = (try? center.state(forName: name)).map(String.init) ?? "?"

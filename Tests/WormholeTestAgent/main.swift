@@ -12,6 +12,9 @@
 //   WormholeTestAgent observe DIR NAME COUNT OUT       count COUNT posts of NAME
 //   WormholeTestAgent cycles DIR N                     N listen/cancel cycles; prints
 //                                                      "descriptors threads" before and after
+//   WormholeTestAgent drop DIR N                       create N wormholes, pass to 5 identifiers
+//                                                      with each, drop them; prints "descriptors
+//                                                      before after"
 //   WormholeTestAgent probe DIR                        try to listen; print "ok" or
 //                                                      "error <code>: <description>"
 //   WormholeTestAgent peak DIR ID [PAYLOAD]           read the latest message of ID, then pass
@@ -19,9 +22,17 @@
 //                                                      the latest's byte count ("none", or
 //                                                      "error:<code>"), and VmHWM in kB
 //   WormholeTestAgent pace DIR ID COUNT MICROSECONDS TAG   pass COUNT messages, one per interval
+//   WormholeTestAgent starved DIR N                    listen to s1...sN, then open /dev/null
+//                                                      until the descriptor limit; print "full";
+//                                                      wait for N retry reports, print "reports K",
+//                                                      close the fillers, print each message as
+//                                                      it arrives, and "done" after N
 //   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
 //                                                      (no memory kept per message); write
 //                                                      "received duplicates disorder" to OUT
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 import Wormhole
 import WormholeTestSupport
@@ -116,6 +127,53 @@ do {
         token.cancel()
         try lines.joined(separator: "\n").appending("\n").write(toFile: output, atomically: true, encoding: .utf8)
 
+    case "starved":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let count = Int(argument(2)) ?? 0
+        let say: @Sendable (String) -> Void = { line in FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+        let reports = DispatchSemaphore(value: 0)
+        let received = DispatchSemaphore(value: 0)
+        var tokens: [ListenerToken] = []
+        for index in 1...count {
+            tokens.append(try wormhole.listenForRecords(withIdentifier: "s\(index)", onError: { error in
+                say("report \(error.description)")
+                if error.errno == .tooManyOpenFiles { reports.signal() }
+            }) { record in
+                say("message \(String(decoding: record.payload, as: UTF8.self))")
+                received.signal()
+            })
+        }
+        // A limit just above what is open now, then every descriptor left taken.
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 64
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        limit.rlim_cur = rlim_t(open + 16)
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        // Full means full for a while: a descriptor that the runtime held for a moment
+        // during start-up and closed later is taken too.
+        var fillers: [Int32] = []
+        var quietRounds = 0
+        while quietRounds < 5 {
+            var added = 0
+            while true {
+                let fd = Glibc.open("/dev/null", O_RDONLY | O_CLOEXEC)
+                if fd < 0 { break }
+                fillers.append(fd)
+                added += 1
+            }
+            quietRounds = added == 0 && !fillers.isEmpty ? quietRounds + 1 : 0
+            usleep(20_000)
+        }
+        say("full")
+        var reported = 0
+        while reported < count, reports.wait(timeout: .now() + 20) == .success { reported += 1 }
+        say("reports \(reported)")
+        fillers.forEach { _ = close($0) }
+        var arrived = 0
+        while arrived < count, received.wait(timeout: .now() + 20) == .success { arrived += 1 }
+        tokens.forEach { $0.cancel() }
+        say(arrived == count ? "done" : "only \(arrived)")
+
     case "observe":
         let center = try DarwinNotificationCenter(directory: argument(1))
         let count = Int(argument(3)) ?? 0
@@ -178,6 +236,22 @@ do {
             after = (descriptors(), threads())
         }
         print("\(before.0) \(before.1) \(after.0) \(after.1)")
+
+    case "drop":
+        let directory = argument(1)
+        let count = Int(argument(2)) ?? 0
+        func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1 }
+        _ = try Wormhole(directory: directory)
+        let before = descriptors()
+        for round in 0..<count {
+            let wormhole = try Wormhole(directory: directory)
+            for identifier in 0..<5 { try wormhole.passMessage(round, identifier: "id\(identifier)") }
+        }
+        // The inotify reader closes its descriptor once its last watch is gone, on its
+        // own thread: give it a moment.
+        let deadline = Date().addingTimeInterval(5)
+        while descriptors() > before && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        print("\(before) \(descriptors())")
 
     case "probe":
         let wormhole = try AgentLocation.wormhole(argument(1))

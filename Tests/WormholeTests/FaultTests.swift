@@ -111,6 +111,65 @@ struct FaultTests {
         token.cancel()
     }
 
+    @Test("out of inodes, then out of blocks: a pass that needs a new log fails saying nothing was passed and stores nothing; a clear still clears",
+          .enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"), .timeLimit(.minutes(1)))
+    func fullFilesystemStillClears() async throws {
+        let parent = TemporaryDirectory()
+        let mountPoint = parent.file("tiny")
+        mkdir(mountPoint, 0o700)
+        try #require(mount("tmpfs", mountPoint, "tmpfs", 0, "size=256k,nr_inodes=64,mode=0700") == 0, "mount: \(String(cString: strerror(errno)))")
+        defer { umount2(mountPoint, Int32(MNT_DETACH)) }
+        let wormhole = try Wormhole(directory: mountPoint + "/c")
+        let listener = Collector<String>()
+        let token = try wormhole.listenForMessage(withIdentifier: "id1", as: String.self) { listener.append($0) }
+        for index in 1...4 { try await wormhole.passMessage("m\(index)", identifier: "id\(index)") }
+        #expect(await listener.wait(for: 1) == ["m1"])
+        // Every inode left is taken.
+        var fillers = 0
+        while FileManager.default.createFile(atPath: mountPoint + "/inode-\(fillers)", contents: nil) { fillers += 1 }
+        #expect(fillers > 0 && fillers < 64)
+
+        let error = await #expect(throws: WormholeError.self) { try await wormhole.passMessage("new", identifier: "id5") }
+        #expect(error?.errno == .noSpace)
+        #expect(error?.description.contains("no inodes left") == true, "\(String(describing: error))")
+        #expect(error?.description.contains("the message for 'id5' was not passed") == true)
+        await #expect(try wormhole.record(withIdentifier: "id5") == nil)
+
+        // A clear needs room for the cleared copy; without it the log itself goes.
+        try await wormhole.clearMessageContents(forIdentifier: "id1")
+        await #expect(try wormhole.message(withIdentifier: "id1", as: String.self) == nil)
+        await #expect(try wormhole.summaries().map(\.identifier).sorted() == ["id2", "id3", "id4"])
+        // The removed log's inode is free once the listener has let go of the file (it
+        // reads it to its end, then waits for a new one); it takes the next pass, and the
+        // listener hears it.
+        func freeInodes() -> UInt {
+            var space = statvfs()
+            return statvfs(mountPoint, &space) == 0 ? UInt(space.f_favail) : 0
+        }
+        let deadline = Date().addingTimeInterval(20)
+        while freeInodes() == 0 && Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(freeInodes() == 1)
+        try await wormhole.passMessage("after", identifier: "id1")
+        #expect(await listener.wait(for: 2) == ["m1", "after"])
+        await #expect(try wormhole.message(withIdentifier: "id1", as: String.self) == "after")
+
+        // Out of blocks, with inodes to spare: the cleared copy can be created but not
+        // written. Every identifier is cleared all the same.
+        unlink(mountPoint + "/inode-0")
+        unlink(mountPoint + "/inode-1")
+        let filler = mountPoint + "/filler"
+        try #require(FileManager.default.createFile(atPath: filler, contents: nil))
+        let handle = try #require(FileHandle(forWritingAtPath: filler))
+        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
+        try? handle.close()
+        var space = statvfs()
+        statvfs(mountPoint, &space)
+        #expect(space.f_bavail == 0 && space.f_favail > 0)
+        try await wormhole.clearAllMessageContents()
+        for index in 1...4 { await #expect(try wormhole.message(withIdentifier: "id\(index)", as: String.self) == nil) }
+        token.cancel()
+    }
+
     /// Runs the agent's probe in a user namespace whose inotify limit is `value`.
     private func probe(limit: String, value: Int) throws -> String {
         let directory = TemporaryDirectory()
@@ -142,8 +201,38 @@ struct FaultTests {
         let output = try probe(limit: "max_inotify_watches", value: 0)
         #expect(output.hasPrefix("error notificationLimitReached:"), "\(output)")
         #expect(output.contains("inotify watches"))
+        // One watch: the container's is granted, its parent's is not. Without the parent's
+        // watch a recreated container would go unnoticed, so that fails too.
+        let parentRefused = try probe(limit: "max_inotify_watches", value: 1)
+        #expect(parentRefused.hasPrefix("error notificationLimitReached:"), "\(parentRefused)")
+        #expect(parentRefused.contains("user.max_inotify_watches = 1; raise it with 'sysctl -w user.max_inotify_watches=N'"), "\(parentRefused)")
         let fine = try probe(limit: "max_inotify_watches", value: 100)
         #expect(fine == "ok\n")
+    }
+
+    @Test("a listener out of descriptors when its messages arrive skips none: it says so once, then reads them when descriptors are free again",
+          .timeLimit(.minutes(1)))
+    func listenerOutOfDescriptorsSkipsNothing() async throws {
+        let directory = TemporaryDirectory()
+        let output = directory.file("starved.out")
+        _ = FileManager.default.createFile(atPath: output, contents: nil)
+        let count = 5
+        let agent = try Agent.start(["starved", directory.path, "\(count)"], output: FileHandle(forWritingAtPath: output))
+        func text() -> String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
+        let deadline = Date().addingTimeInterval(30)
+        while !text().contains("full\n") && agent.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        try #require(text().contains("full\n"), "\(text())")
+        // The logs are new: opening each one fails in the agent until it frees descriptors.
+        let wormhole = try Wormhole(directory: directory.path)
+        for index in 1...count { try await wormhole.passMessage("m\(index)", identifier: "s\(index)") }
+        #expect(await waitForExit(agent, seconds: 50) == 0)
+        let lines = text().split(separator: "\n").map(String.init)
+        #expect(lines.contains("reports \(count)"), "\(lines)")
+        let reports = lines.filter { $0.hasPrefix("report ") }
+        #expect(reports.count == count, "one report per listener, not one per retry: \(reports)")
+        #expect(reports.allSatisfy { $0.contains("Too many open files") && $0.contains("no message is skipped") }, "\(reports)")
+        #expect(Set(lines.filter { $0.hasPrefix("message ") }) == Set((1...count).map { "message m\($0)" }))
+        #expect(lines.last == "done")
     }
 
     /// Resident memory (kB), descriptors and threads of a process.

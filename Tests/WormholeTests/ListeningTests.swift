@@ -114,7 +114,9 @@ struct ListeningTests {
         let wormhole = try store.wormhole(configuration: configuration)
         let gate = DispatchSemaphore(value: 0)
         let received = Collector<Int>()
-        let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self) { value in
+        // On a queue of its own: a listener without one runs on the process's reader
+        // thread, and stalling that would stall every other listener of the process.
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, queue: DispatchQueue(label: "stalled")) { value in
             if value == 1 { gate.wait() }
             received.append(value)
         }

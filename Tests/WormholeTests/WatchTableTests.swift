@@ -15,10 +15,16 @@ struct WatchTableTests {
         var directories: Set<String> = []
 
         var masks: [String: UInt32] = [:]
+        /// How many watches the kernel allows (max_user_watches).
+        var limit = Int.max
+        /// Paths the user may not read.
+        var unreadable: Set<String> = []
         func addWatch(_ path: String, mask: UInt32) throws(WormholeError) -> Int32 {
             if directories.contains(path) { masks[path] = mask }
             guard directories.contains(path) else { throw WormholeError(.containerUnavailable, "no \(path)") }
             if let watch = watches[path] { return watch }   // the kernel returns the same watch
+            if unreadable.contains(path) { throw WormholeError.system("watch", .permissionDenied, path: path) }
+            if watches.count >= limit { throw WormholeError(.notificationLimitReached, "out of watches", errno: .noSpace) }
             defer { next += 1 }
             watches[path] = next
             return next
@@ -68,6 +74,40 @@ struct WatchTableTests {
         #expect(other.isEmpty)
         let replaced = table.handle([RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole")], kernel: kernel)
         #expect(kinds(replaced) == ["log:replaced"])
+    }
+
+    @Test("out of watches for the parent: the subscription fails and the container's watch is released")
+    func parentOutOfWatchesFails() throws {
+        let kernel = FakeKernel()
+        kernel.directories = ["/run", "/run/c"]
+        kernel.limit = 1
+        var table = WatchTable<String>()
+        #expect(throws: WormholeError.self) {
+            _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        }
+        #expect(kernel.watches.isEmpty, "the container's watch was taken back")
+        #expect(table.isEmpty)
+        // An unreadable parent is not a reason to refuse: the container alone is watched.
+        kernel.limit = .max
+        kernel.unreadable = ["/run"]
+        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        #expect(Array(kernel.watches.keys) == ["/run/c"])
+    }
+
+    @Test("a container recreated while out of watches: its subscribers are told, not left waiting")
+    func recreatedOutOfWatchesIsReported() throws {
+        var (table, kernel, _, parent) = try setUp()
+        kernel.directories.remove("/run/c")
+        let deleted = table.handle([RawEvent(watch: parent, mask: UInt32(IN_DELETE | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(!kinds(deleted).contains { $0.hasSuffix("failed") })
+        kernel.directories.insert("/run/c")
+        kernel.limit = kernel.watches.count
+        let recreated = table.handle([RawEvent(watch: parent, mask: UInt32(IN_CREATE | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(kinds(recreated).filter { $0.hasSuffix("failed") } == ["log:failed", "observer:failed", "writer:failed"])
+        let message = recreated.compactMap { _, event -> String? in
+            if case .failed(let error) = event { return error.message } else { return nil }
+        }.first
+        #expect(message?.contains("'/run/c' was recreated but cannot be watched again") == true, "\(message ?? "")")
     }
 
     @Test("a batch of a thousand appends reaches each subscriber once")

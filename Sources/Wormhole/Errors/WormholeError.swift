@@ -88,6 +88,12 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
 
 extension WormholeError {
     /// A failed system call, worded as "cannot <operation> '<path>': <reason>".
+    /// Whether the failure is for want of a resource that may free up (descriptors,
+    /// memory), not because of the file: trying again later can succeed.
+    var isOutOfResources: Bool {
+        errno == .tooManyOpenFiles || errno == .tooManyOpenFilesInSystem || errno == .noMemory
+    }
+
     static func system(_ operation: String, _ errno: Errno, path: String? = nil) -> WormholeError {
         let subject = path.map { " '\($0)'" } ?? ""
         return WormholeError(.systemError, "cannot \(operation)\(subject): \(errno.description)", path: path, errno: errno)

@@ -149,16 +149,20 @@ public final class DarwinNotificationCenter: Sendable {
     ///   - name: The name to observe.
     ///   - queue: Where `block` runs; a private serial queue when `nil`. Calls never
     ///     overlap, whatever the queue.
+    ///   - onError: Called (on the same queue) when the observation stops because
+    ///     nothing can wake it any more: inotify out of watches when the container was
+    ///     recreated, or the container's parent removed. Logged when `nil`.
     ///   - block: Receives the name that was posted.
     /// - Returns: The observation; call ``NotificationObservation/cancel()`` to stop.
     @discardableResult
     public func addObserver(
         forName name: String,
         queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
         using block: @escaping @Sendable (String) -> Void
     ) throws(WormholeError) -> NotificationObservation {
         try Identifier.validate(name, kind: "notification name")
-        let observation = NotificationObservation(name: name, queue: queue, block: block)
+        let observation = NotificationObservation(name: name, queue: queue, onError: onError, block: block)
         observation.start(try subscribe(name) { [weak observation] event in
             observation?.receive(event)
         })

@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import Synchronization
 
-/// One observer registered with ``DarwinNotificationCenter/addObserver(forName:queue:using:)``.
+/// One observer registered with ``DarwinNotificationCenter/addObserver(forName:queue:onError:using:)``.
 ///
 /// Keep it for as long as you want to be notified; ``cancel()`` stops the notifications
 /// and releases the watch. Dropping the last reference cancels it too.
@@ -11,13 +11,15 @@ public final class NotificationObservation: Sendable {
     public let name: String
     private let queue: DispatchQueue
     private let block: @Sendable (String) -> Void
+    private let onError: (@Sendable (WormholeError) -> Void)?
     private let subscription = Locked<EngineSubscription?>(nil)
     private let cancelled = Atomic<Bool>(false)
     private let scheduled = Atomic<Bool>(false)
 
-    init(name: String, queue: DispatchQueue?, block: @escaping @Sendable (String) -> Void) {
+    init(name: String, queue: DispatchQueue?, onError: (@Sendable (WormholeError) -> Void)? = nil, block: @escaping @Sendable (String) -> Void) {
         self.name = name
         self.queue = DispatchQueue(label: "Wormhole.observer.\(name)", target: queue)
+        self.onError = onError
         self.block = block
     }
 
@@ -38,8 +40,12 @@ public final class NotificationObservation: Sendable {
         case .appended, .replaced:
             break
         case .failed(let error):
-            Logger(label: "Wormhole").error("observer of '\(name)' stopped: \(error)")
             cancel()
+            if let onError {
+                queue.async { onError(error) }
+            } else {
+                Logger(label: "Wormhole").error("observer of '\(name)' stopped: \(error)")
+            }
         }
     }
 

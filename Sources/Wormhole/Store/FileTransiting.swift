@@ -93,34 +93,41 @@ public final class FileTransiting: WormholeTransiting {
         let nanoseconds = Syscalls.wallClockNanoseconds()
         let processID = Syscalls.cachedProcessID
         var sequence: UInt64?
-        for _ in 0..<4 {
-            let handle = handle(for: identifier)
-            sequence = try handle.withLockedLog(self, create: true) { (log: LogFile, header: LogFormat.Header, tail: inout LogFile.Tail) throws(WormholeError) in
-                let sequence = tail.lastSequence + 1
-                let written: Result<Void, Errno> = payload.withUnsafeBytes { payload in
-                    withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize + LogFormat.recordTrailerSize, alignment: 8) { frame in
-                        let head = UnsafeMutableRawBufferPointer(rebasing: frame[0..<LogFormat.recordHeaderSize])
-                        let trailer = UnsafeMutableRawBufferPointer(rebasing: frame[LogFormat.recordHeaderSize...])
-                        LogFormat.writeRecordFrame(into: head, trailer: trailer, logID: header.logID, sequence: sequence,
-                                                   nanoseconds: nanoseconds, processID: processID, kind: kind, payload: payload)
-                        return Syscalls.write(log.fd, header: UnsafeRawBufferPointer(head), payload: payload,
-                                              trailer: UnsafeRawBufferPointer(trailer), at: Int64(tail.end))
+        do throws(WormholeError) {
+            for _ in 0..<4 {
+                let handle = handle(for: identifier)
+                sequence = try handle.withLockedLog(self, create: true) { (log: LogFile, header: LogFormat.Header, tail: inout LogFile.Tail) throws(WormholeError) in
+                    let sequence = tail.lastSequence + 1
+                    let written: Result<Void, Errno> = payload.withUnsafeBytes { payload in
+                        withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize + LogFormat.recordTrailerSize, alignment: 8) { frame in
+                            let head = UnsafeMutableRawBufferPointer(rebasing: frame[0..<LogFormat.recordHeaderSize])
+                            let trailer = UnsafeMutableRawBufferPointer(rebasing: frame[LogFormat.recordHeaderSize...])
+                            LogFormat.writeRecordFrame(into: head, trailer: trailer, logID: header.logID, sequence: sequence,
+                                                       nanoseconds: nanoseconds, processID: processID, kind: kind, payload: payload)
+                            return Syscalls.write(log.fd, header: UnsafeRawBufferPointer(head), payload: payload,
+                                                  trailer: UnsafeRawBufferPointer(trailer), at: Int64(tail.end))
+                        }
                     }
-                }
-                if case .failure(let errno) = written {
-                    // Whatever part was written is cut: earlier messages stay whole.
-                    _ = Syscalls.truncate(log.fd, to: Int64(tail.end))
-                    if errno == .noSpace {
-                        throw WormholeError(.systemError,
-                            "no space left on the device of '\(log.path)': the message for '\(identifier)' was not passed; earlier messages are intact. Free some space and pass it again",
-                            path: log.path, errno: errno)
+                    if case .failure(let errno) = written {
+                        // Whatever part was written is cut: earlier messages stay whole.
+                        _ = Syscalls.truncate(log.fd, to: Int64(tail.end))
+                        if errno == .noSpace {
+                            throw WormholeError(.systemError,
+                                "no space left on the device of '\(log.path)': the message for '\(identifier)' was not passed; earlier messages are intact. Free some space and pass it again",
+                                path: log.path, errno: errno)
+                        }
+                        throw WormholeError.system("append to", errno, path: log.path)
                     }
-                    throw WormholeError.system("append to", errno, path: log.path)
+                    tail = LogFile.Tail(end: tail.end + LogFormat.recordOverhead + payload.count, lastSequence: sequence, lastRecordOffset: tail.end)
+                    return sequence
                 }
-                tail = LogFile.Tail(end: tail.end + LogFormat.recordOverhead + payload.count, lastSequence: sequence, lastRecordOffset: tail.end)
-                return sequence
+                if sequence != nil { break }
             }
-            if sequence != nil { break }
+        } catch where (error.errno == .noSpace || error.errno == .diskQuotaExceeded) && !error.message.contains("was not passed") {
+            // Out of inodes or quota when the log is created or extended.
+            throw WormholeError(error.code,
+                "\(error.message): the filesystem is full (no space or no inodes left: see 'df' and 'df -i'); the message for '\(identifier)' was not passed, earlier messages are intact",
+                path: error.path, errno: error.errno)
         }
         guard let sequence else {
             throw WormholeError(.systemError, "'\(logPath(identifier))' kept being replaced while this process tried to append to it", path: logPath(identifier))
@@ -377,6 +384,16 @@ public final class FileTransiting: WormholeTransiting {
                                 state.tail = newTail
                                 Syscalls.unlock(newLog.fd)
                                 buffer.shrink()
+                                return result
+                            } catch where clearing && (error.errno == .noSpace || error.errno == .diskQuotaExceeded) {
+                                // No room for the cleared copy (out of blocks or inodes): the
+                                // log itself goes, under its lock, which frees its space. The
+                                // next pass starts a new log (a new logID: numbering restarts).
+                                try transiting.container.remove(LogFile.name(identifier)).orThrow("remove", path: log.path)
+                                Syscalls.unlock(log.fd)
+                                log.close()
+                                state.log = nil
+                                state.tail = nil
                                 return result
                             } catch {
                                 if clearing { throw error }

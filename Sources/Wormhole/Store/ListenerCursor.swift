@@ -14,7 +14,8 @@ import SystemPackage
 /// compaction keep a little more.
 final class ListenerCursor {
     private let fd: FileDescriptor
-    private let directory: FileDescriptor
+    private let container: ContainerDirectory
+    private let identifier: String
     private let name: String
     private var written: UInt64 = 0
     private var closed = false
@@ -81,8 +82,12 @@ final class ListenerCursor {
             try? directory.close()
             throw error
         }
+        // The directory is not kept open: a listener costs its claim's descriptor and its
+        // log's, no more.
+        try? directory.close()
         self.fd = fd
-        self.directory = directory
+        self.container = container
+        self.identifier = identifier
         self.name = name
         self.step = max(1, step)
     }
@@ -95,13 +100,17 @@ final class ListenerCursor {
         written = sequence
     }
 
-    /// Withdraws the claim.
+    /// Withdraws the claim. A claim that cannot be removed (its container was moved, or
+    /// the process is out of descriptors) is unlocked all the same, and the next
+    /// compaction deletes it as a dead listener's.
     func close() {
         guard !closed else { return }
         closed = true
-        _ = unlinkat(directory.rawValue, name, 0)
+        if let directory = try? Self.openDirectory(in: container, identifier: identifier, create: false) {
+            _ = unlinkat(directory.rawValue, name, 0)
+            try? directory.close()
+        }
         try? fd.close()
-        try? directory.close()
     }
 
     deinit { close() }

@@ -9,7 +9,9 @@ import Synchronization
 ///
 /// The listener runs until ``cancel()`` is called, its wormhole stops listening to its
 /// identifier (``Wormhole/stopListeningForMessage(withIdentifier:)``), or the wormhole is
-/// released. The wormhole keeps the token: dropping it (`_ = try wormhole.listen...`)
+/// released. It also stops when nothing could wake it any more (inotify out of watches
+/// when its container was recreated, or the container's parent removed): its `onError`
+/// then receives the reason, and ``isCancelled`` is true. The wormhole keeps the token: dropping it (`_ = try wormhole.listen...`)
 /// does not stop the listener, as with MMWormhole.
 ///
 /// Without a queue, the listener runs on the process's inotify reader thread, the one
@@ -81,8 +83,13 @@ public final class ListenerToken: Sendable, Hashable {
             reader.withLock { $0?.invalidate() }
             wake()
         case .failed(let error):
+            // Nothing will wake this listener again: it stops, and says why.
             startQueue.async { [self] in
-                delivery.run { if !isCancelled { onError(error) } }
+                delivery.run {
+                    guard !isCancelled else { return }
+                    cancel()
+                    onError(error)
+                }
             }
         }
     }
@@ -113,9 +120,15 @@ public final class ListenerToken: Sendable, Hashable {
                         try reader?.read(maximumCount: maximumCount) ?? []
                     }
                 } catch {
-                    if !isCancelled { onError(error) }
+                    if isCancelled { return }
+                    if error.isOutOfResources {
+                        retryLater(after: error)
+                    } else {
+                        onError(error)
+                    }
                     return
                 }
+                retryDelay = nil
                 if batch.isEmpty { return }
                 for item in batch {
                     if isCancelled { return }
@@ -128,6 +141,33 @@ public final class ListenerToken: Sendable, Hashable {
             }
         }
     }
+
+    /// While a read fails for want of a descriptor or memory: how long until the next
+    /// try. Only touched inside a drain (under the delivery lock).
+    private nonisolated(unsafe) var retryDelay: Double?
+
+    /// A read that failed for want of a descriptor (EMFILE, ENFILE) or memory leaves the
+    /// message where it is: the drain is tried again later, at growing intervals up to a
+    /// second, until it succeeds or the listener is cancelled. The listener's `onError`
+    /// hears of it once per streak, so nothing is skipped in silence.
+    private func retryLater(after error: WormholeError) {
+        if retryDelay == nil {
+            onError(WormholeError(error.code, "\(error.message); no message is skipped: reading again until it succeeds",
+                                  path: error.path, errno: error.errno))
+        }
+        // Wake-ups meanwhile drain (and fail) too; one timer is enough.
+        guard !retryScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let delay = min(1, (retryDelay ?? 0.005) * 2)
+        retryDelay = delay
+        RetryClock.shared.schedule(after: delay) { [weak self] in
+            guard let self else { return }
+            (queue ?? startQueue).async { [self] in
+                retryScheduled.store(false, ordering: .sequentiallyConsistent)
+                drain()
+            }
+        }
+    }
+    private let retryScheduled = Atomic<Bool>(false)
 
     /// Whether the listener was cancelled.
     public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }

@@ -45,8 +45,8 @@ enum Products {
         return candidates.first?.path ?? "."
     }()
 
-    /// The path of the product `name` (such as `wormhole`).
-    static func path(_ name: String) -> String { directory + "/" + name }
+    /// The path of the product `name` (such as `wormhole`); an absolute path is kept.
+    static func path(_ name: String) -> String { name.hasPrefix("/") ? name : directory + "/" + name }
 }
 
 /// Time to wait, counted only while this task runs: when other tests keep every thread

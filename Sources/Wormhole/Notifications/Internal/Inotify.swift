@@ -33,7 +33,7 @@ struct Inotify: Sendable {
         switch errno {
         case .noSpace:
             throw WormholeError(.notificationLimitReached,
-                "cannot watch '\(path)': this user has reached the limit of inotify watches (\(Self.limitDescription("max_user_watches"))); raise it",
+                "cannot watch '\(path)': this user has reached the limit of inotify watches (\(Self.limitDescription("max_user_watches")))",
                 path: path, errno: errno)
         case .noSuchFileOrDirectory:
             throw WormholeError(.containerUnavailable, "cannot watch '\(path)': it does not exist", path: path, errno: errno)

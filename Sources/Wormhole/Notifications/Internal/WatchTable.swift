@@ -166,10 +166,21 @@ struct WatchTable<Handler> {
         appliedMask[watch] = mask(for: path)
         guard path != "/" else { return }
         childrenOfParent[parent, default: []].insert(path)
-        if parentWatch[parent] == nil, let watch = try? kernel.addWatch(parent, mask: mask(for: parent)) {
+        guard parentWatch[parent] == nil else { return }
+        do throws(WormholeError) {
+            let watch = try kernel.addWatch(parent, mask: mask(for: parent))
             parentWatch[parent] = watch
             parentOfWatch[watch] = parent
             appliedMask[watch] = mask(for: parent)
+        } catch where error.errno == .permissionDenied {
+            // A parent this user may not read (a home directory searchable by others,
+            // say): the container is watched, but its deletion and recreation are not
+            // followed. Nothing better is possible without read access.
+        } catch {
+            // Out of watches, most often: without the parent's watch a deleted and
+            // recreated container would go unnoticed, so the subscription fails now.
+            removeContainer(path, kernel: kernel)
+            throw error
         }
     }
 
@@ -226,11 +237,18 @@ struct WatchTable<Handler> {
         func rescan(_ path: String) {
             for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .rescan) }
         }
+        /// A container that exists again but cannot be watched: its subscribers are told.
+        func report(_ path: String, _ error: WormholeError?) {
+            guard let error else { return }
+            let failure = WormholeError(error.code, "'\(path)' was recreated but cannot be watched again, so no more events will arrive from it: \(error.message)",
+                                        path: path, errno: error.errno)
+            for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .failed(failure)) }
+        }
         for event in events {
             if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
                 // Events were lost: every subscriber looks again, and directories that
                 // came or went meanwhile are watched again.
-                for path in containers.keys { refresh(path, kernel: kernel) }
+                for path in containers.keys { report(path, refresh(path, kernel: kernel)) }
                 for path in containers.keys { rescan(path) }
                 continue
             }
@@ -248,17 +266,17 @@ struct WatchTable<Handler> {
                     }
                 }
                 if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
-                    orphan(path, kernel: kernel)
+                    report(path, orphan(path, kernel: kernel))
                     rescan(path)
                 }
             }
             if let parent = parentOfWatch[event.watch], let name = event.name {
                 for path in childrenOfParent[parent] ?? [] where containers[path]?.name == name {
                     if event.mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0 {
-                        orphan(path, kernel: kernel)
+                        report(path, orphan(path, kernel: kernel))
                         rescan(path)
                     } else if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0, containers[path]?.watch == nil {
-                        refresh(path, kernel: kernel)
+                        report(path, refresh(path, kernel: kernel))
                         rescan(path)
                     }
                 }
@@ -296,18 +314,30 @@ struct WatchTable<Handler> {
 
     /// The container at `path` is gone (deleted or moved away): stop watching the old
     /// directory, and watch the new one at once if it was already recreated.
-    private mutating func orphan(_ path: String, kernel: some WatchKernel) {
-        guard let watch = containers[path]?.watch else { return }
+    private mutating func orphan(_ path: String, kernel: some WatchKernel) -> WormholeError? {
+        guard let watch = containers[path]?.watch else { return nil }
         containers[path]?.watch = nil
         containerOfWatch[watch] = nil
         removeWatchIfUnused(watch, kernel: kernel)
-        refresh(path, kernel: kernel)
+        return refresh(path, kernel: kernel)
     }
 
-    /// Watches the container at `path` again if a directory exists there now.
-    private mutating func refresh(_ path: String, kernel: some WatchKernel) {
+    /// Watches the container at `path` again if a directory exists there now. Returns
+    /// why it could not be watched, when it exists but the kernel refused (out of
+    /// watches, say): its subscribers would otherwise wait for events that never come.
+    @discardableResult
+    private mutating func refresh(_ path: String, kernel: some WatchKernel) -> WormholeError? {
         let mask = mask(for: path)
-        guard containers[path] != nil, kernel.isDirectory(path), let watch = try? kernel.addWatch(path, mask: mask) else { return }
+        guard containers[path] != nil, kernel.isDirectory(path) else { return nil }
+        let watch: Int32
+        do throws(WormholeError) {
+            watch = try kernel.addWatch(path, mask: mask)
+        } catch where error.code == .containerUnavailable {
+            // Gone again already: its parent's next event says when it is back.
+            return nil
+        } catch {
+            return error
+        }
         if let old = containers[path]?.watch, old != watch {
             containerOfWatch[old] = nil
             removeWatchIfUnused(old, kernel: kernel)
@@ -315,5 +345,6 @@ struct WatchTable<Handler> {
         containers[path]?.watch = watch
         containerOfWatch[watch] = path
         appliedMask[watch] = mask
+        return nil
     }
 }
