@@ -42,7 +42,14 @@ struct List: ParsableCommand {
             [summary.identifier, String(summary.messageCount), String(summary.byteCount),
              summary.lastUpdate.map(RecordFormat.timestamp) ?? "-"]
         }
-        let all = [header] + rows
+        return Columns.format([header] + rows)
+    }
+}
+
+/// Aligned columns, two spaces apart; the first row is the header.
+enum Columns {
+    static func format(_ all: [[String]]) -> String {
+        guard let header = all.first else { return "" }
         let widths = (0..<header.count).map { column in all.map { $0[column].count }.max() ?? 0 }
         return all.map { row in
             row.enumerated().map { column, cell in

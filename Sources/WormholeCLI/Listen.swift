@@ -20,6 +20,15 @@ struct Listen: AsyncParsableCommand {
               wormhole listen --count 1 --timeout 10 reply
               wormhole listen --history --json chat status
               wormhole listen chat | grep --line-buffered error
+              wormhole listen --durable archiver --history chat
+
+            With --durable NAME the listener keeps its position in the container: \
+            started again (after Ctrl-C, a crash or a reboot of the program), it \
+            prints what was passed since it last ran, from after the last message it \
+            printed, then new ones. The first time a name is used it starts as \
+            --history or --latest say (default: new messages only). One process at a \
+            time uses a name. 'wormhole status' shows the names; 'wormhole forget NAME' \
+            removes one.
             """)
 
     @Argument(help: "The identifiers to listen to.")
@@ -36,6 +45,9 @@ struct Listen: AsyncParsableCommand {
 
     @Flag(name: .long, help: "Start with the latest message, when there is one, then new ones.")
     var latest = false
+
+    @Option(name: .long, help: ArgumentHelp("Listen as the durable listener NAME: resume after the last message printed under that name.", valueName: "name"))
+    var durable: String?
 
     @Flag(name: .long, help: "Print one JSON object per line: identifier, sequence, time, pid (of the sender), kind and payload.")
     var json = false
@@ -94,11 +106,7 @@ struct Listen: AsyncParsableCommand {
             // Each identifier once: naming one twice must not print its messages twice.
             var seen = Set<String>()
             for identifier in identifiers where seen.insert(identifier).inserted {
-                let token = try wormhole.listenForRecords(
-                    withIdentifier: identifier,
-                    startingFrom: startingPoint,
-                    queue: session.queue,
-                    onError: { error in
+                let onError: @Sendable (WormholeError) -> Void = { error in
                         // A listener that stopped (nothing can wake it any more) ends the
                         // command; anything else is reported and listening goes on.
                         if tokens.withLock({ $0 }).contains(where: { $0.identifier == identifier && $0.isCancelled }) {
@@ -106,10 +114,22 @@ struct Listen: AsyncParsableCommand {
                         } else {
                             Output.error(error.description)
                         }
-                    },
-                    listener: { record in
-                        session.admit { Output.write(format.render(record, forTerminal: terminal)) }
-                    })
+                    }
+                // A durable listener's position moves once the message was written out. One
+                // that arrives after the end (--count reached, a signal) is not printed: the
+                // listeners stop before this call returns, so it is not counted as handled.
+                let listener: @Sendable (WormholeRecord) -> Void = { record in
+                    if !session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) {
+                        tokens.withLock { $0 }.forEach { $0.cancel() }
+                    }
+                }
+                let token = if let durable {
+                    try wormhole.listenForRecords(withIdentifier: identifier, durableName: durable, startingFrom: startingPoint,
+                                                  queue: session.queue, onError: onError, listener: listener)
+                } else {
+                    try wormhole.listenForRecords(withIdentifier: identifier, startingFrom: startingPoint,
+                                                  queue: session.queue, onError: onError, listener: listener)
+                }
                 tokens.withLock { $0.append(token) }
             }
             if verbose {

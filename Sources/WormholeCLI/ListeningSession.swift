@@ -41,15 +41,18 @@ final class ListeningSession: Sendable {
 
     /// Handles one event unless the session has ended or reached its count: `handle`
     /// runs, then the session ends if this was the last event wanted.
-    func admit(_ handle: () -> Void) {
+    /// Returns whether the event was handled.
+    @discardableResult
+    func admit(_ handle: () -> Void) -> Bool {
         let admitted = state.withLock { state -> Bool in
             guard state.outcome == nil, limit.map({ state.received < $0 }) ?? true else { return false }
             state.received += 1
             return true
         }
-        guard admitted else { return }
+        guard admitted else { return false }
         handle()
         if let limit, received >= limit { finish(.reachedCount) }
+        return true
     }
 
     /// Ends the session with `outcome`, unless it has already ended.

@@ -27,6 +27,10 @@
 //                                                      wait for N retry reports, print "reports K",
 //                                                      close the fillers, print each message as
 //                                                      it arrives, and "done" after N
+//   WormholeTestAgent durable DIR ID NAME OUT          listen as the durable listener NAME (from the
+//                                                      history the first time); append "sequence
+//                                                      payload" to OUT for each message handled,
+//                                                      "lost N" for a gap; exit after "stop"
 //   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
 //                                                      (no memory kept per message); write
 //                                                      "received duplicates disorder" to OUT
@@ -236,6 +240,27 @@ do {
             after = (descriptors(), threads())
         }
         print("\(before.0) \(before.1) \(after.0) \(after.1)")
+
+    case "durable":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let output = Glibc.open(argument(4), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard output >= 0 else { fail("cannot open \(argument(4))") }
+        // One write per line: a kill leaves whole lines only.
+        let append: @Sendable (String) -> Void = { line in
+            let bytes = Array((line + "\n").utf8)
+            _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+        }
+        let done = DispatchSemaphore(value: 0)
+        let token = try wormhole.listenForRecords(withIdentifier: argument(2), durableName: argument(3), startingFrom: .history, onError: { error in
+            if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code)") }
+        }) { record in
+            let payload = String(decoding: record.payload, as: UTF8.self)
+            append("\(record.sequence) \(payload)")
+            if payload == "stop" { done.signal() }
+        }
+        _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
+        done.wait()
+        token.cancel()
 
     case "drop":
         let directory = argument(1)

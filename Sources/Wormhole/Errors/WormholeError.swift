@@ -51,6 +51,9 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         /// the oldest message kept. ``WormholeError/missedMessageCount`` says how many;
         /// it arrives once, in order, before the first message after the gap.
         public static let messagesLost = Code("messagesLost")
+        /// A durable listener's name is in use by a running listener of the identifier
+        /// (in this process or another): one listener at a time resumes a durable name.
+        public static let durableNameInUse = Code("durableNameInUse")
         /// A system call failed; ``WormholeError/errno`` holds the reason.
         public static let systemError = Code("systemError")
         /// A database back end (the PostgreSQL one) could not be reached, refused the

@@ -35,22 +35,60 @@ final class FileLogReader: WormholeTransitingReader {
     /// Damage already reported, so that a damaged record is reported once.
     private var reportedDamage: Int = -1
     private var cursor: ListenerCursor?
+    /// A durable listener's stored position, written as each message is handled.
+    private var durable: DurablePosition?
     private let buffer = ReadBuffer()
 
-    init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint) throws(WormholeError) {
+    /// - Parameter durableName: For a durable listener, its name: the start is where
+    ///   its position says (`start` applies the first time the name is used).
+    init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint, durableName: String? = nil) throws(WormholeError) {
         self.identifier = identifier
         self.container = transiting.container
         self.maximumPayload = transiting.configuration.maximumMessageSize
         // Claim first (0: keep everything), then look: nothing can be compacted away
-        // between looking and claiming.
-        cursor = try ListenerCursor(container: container, identifier: identifier,
-                                    step: UInt64(max(1, transiting.configuration.retainedMessageCount / 4)))
+        // between looking and claiming. A durable listener's position is its claim.
+        if durableName == nil {
+            cursor = try ListenerCursor(container: container, identifier: identifier,
+                                        step: UInt64(max(1, transiting.configuration.retainedMessageCount / 4)))
+        }
+        do throws(WormholeError) {
+            try begin(start: start, durableName: durableName, retained: UInt64(transiting.configuration.retainedMessageCount))
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    private func begin(start: WormholeStartingPoint, durableName: String?, retained: UInt64) throws(WormholeError) {
+        var start = start
+        if let durableName {
+            let durable = try DurablePosition(container: container, identifier: identifier, name: durableName)
+            self.durable = durable
+            if let stored = durable.stored {
+                // Resume after the last message handled. A position in another log (the
+                // log was removed and made again) resumes at the start of this one.
+                start = .after(sequence: stored.position)
+                logID = stored.logID == 0 ? nil : stored.logID
+            }
+        }
+        defer {
+            if let durable { durable.store(delivered, logID: logID ?? 0) }
+        }
         if case .after(let sequence) = start { delivered = sequence }
-        guard let log = try LogFile.open(identifier, in: container, access: .readOnly, create: false) else { return }
+        guard let log = try LogFile.open(identifier, in: container, access: .readOnly, create: false) else {
+            if logID != nil { delivered = 0; logID = nil }
+            return
+        }
         guard let header = log.header else {
             // Being created: its first record will be new.
+            if logID != nil { delivered = 0; logID = nil }
             state = .following(log, offset: LogFormat.headerSize)
             return
+        }
+        if let logID, logID != header.logID {
+            // The durable position belongs to an older log: everything in this one is new.
+            start = .after(sequence: 0)
+            delivered = 0
         }
         logID = header.logID
         var offset = LogFormat.headerSize
@@ -65,7 +103,6 @@ final class FileLogReader: WormholeTransitingReader {
             }
         case .history:
             let tail = try log.findTail(size: Int(try log.status().size), header: header, maximumPayload: maximumPayload, buffer: buffer)
-            let retained = UInt64(transiting.configuration.retainedMessageCount)
             delivered = max(header.clearedThrough, header.baseSequence, tail.lastSequence > retained ? tail.lastSequence - retained : 0)
         case .after(let sequence):
             delivered = max(sequence, header.clearedThrough)
@@ -86,6 +123,14 @@ final class FileLogReader: WormholeTransitingReader {
         state = .closed
         cursor?.close()
         cursor = nil
+        durable?.close()
+        durable = nil
+    }
+
+    /// A durable listener handled the message `sequence` of the log being read: its
+    /// position moves there. (A batch never spans two logs, so the log is this one.)
+    func acknowledge(_ sequence: UInt64) {
+        durable?.store(sequence, logID: logID ?? 0)
     }
 
     func invalidate() {
@@ -109,7 +154,7 @@ final class FileLogReader: WormholeTransitingReader {
                 }
                 guard let header = log.header else {
                     // Still empty: its creator is writing the header.
-                    if invalidated, try openCurrent() { continue }
+                    if invalidated, durable == nil || results.isEmpty, try openCurrent() { continue }
                     return finish(results)
                 }
                 if logID != header.logID {
@@ -155,8 +200,9 @@ final class FileLogReader: WormholeTransitingReader {
                 state = .following(log, offset: newOffset)
                 if buffer.capacity > ReadBuffer.standardCapacity { buffer.shrink() }
                 if !reachedEnd { return finish(results) }
-                // At the end of the held file: if it may have been replaced, move on.
-                if invalidated, try openCurrent() { continue }
+                // At the end of the held file: if it may have been replaced, move on (a
+                // durable reader first returns what it read here: one batch, one log).
+                if invalidated, durable == nil || results.isEmpty, try openCurrent() { continue }
                 return finish(results)
             }
         }

@@ -234,6 +234,48 @@ public final class FileTransiting: WormholeTransiting {
         return try FileLogReader(transiting: self, identifier: identifier, start: start)
     }
 
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
+        try Identifier.validate(identifier)
+        return try FileLogReader(transiting: self, identifier: identifier, start: start, durableName: name)
+    }
+
+    // MARK: - Listeners
+
+    public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] {
+        if let identifier { try Identifier.validate(identifier) }
+        let identifiers: [String]
+        if let identifier { identifiers = [identifier] } else { identifiers = try ListenerCursor.identifiersWithListeners(container: container) }
+        var result: [WormholeListenerStatus] = []
+        let buffer = ReadBuffer()
+        for identifier in identifiers {
+            // Where the log is now: its identity and its last sequence number.
+            var logID: UInt64 = 0
+            var last: UInt64 = 0
+            if let log = try? LogFile.open(identifier, in: container, access: .readOnly, create: false) {
+                if let header = log.header, let size = try? log.status().size,
+                   let tail = try? log.findTail(size: Int(size), header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer) {
+                    logID = header.logID
+                    last = max(tail.lastSequence, header.baseSequence)
+                }
+                log.close()
+            }
+            result += ListenerCursor.listeners(container: container, identifier: identifier, logID: logID, lastSequence: last)
+        }
+        return result
+    }
+
+    public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
+        try Identifier.validate(name, kind: "durable listener name")
+        if let identifier { try Identifier.validate(identifier) }
+        let identifiers: [String]
+        if let identifier { identifiers = [identifier] } else { identifiers = try ListenerCursor.identifiersWithListeners(container: container) }
+        var removed = 0
+        for identifier in identifiers {
+            if try ListenerCursor.forgetDurable(container: container, identifier: identifier, name: name) { removed += 1 }
+        }
+        return removed
+    }
+
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Identifier.validate(identifier)
         return try InotifyEngine.shared.subscribe(directory: directory, name: LogFile.name(identifier), kind: .log) { event in

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Foundation
 import SystemPackage
 
 /// A live listener's claim on a log: "keep every record after sequence N until I have
@@ -121,9 +122,10 @@ final class ListenerCursor {
         try result.orThrow("write listener claim", path: path)
     }
 
-    /// The lowest claim among live listeners of `identifier`, deleting the claims of
-    /// listeners that died. `nil` when no listener is live.
-    static func lowestLiveClaim(container: ContainerDirectory, identifier: String) -> UInt64? {
+    /// The lowest claim among live listeners of `identifier` and the durable positions
+    /// in the log `logID` (running or not), deleting the claims of listeners that died.
+    /// `nil` when there is neither.
+    static func lowestLiveClaim(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
         guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return nil }
         defer { try? directory.close() }
         guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return nil }
@@ -134,6 +136,14 @@ final class ListenerCursor {
             let fd = FileDescriptor(rawValue: raw)
             defer { try? fd.close() }
             guard (try? fd.stat())?.isRegularFile == true else { continue }
+            if name.hasPrefix(DurablePosition.prefix) {
+                // Kept whether its listener runs or not, until it is forgotten; a position
+                // in an older log (or a damaged file) keeps nothing.
+                if let value = DurablePosition.read(fd), value.logID == 0 || value.logID == logID {
+                    lowest = min(lowest ?? value.position, value.position)
+                }
+                continue
+            }
             let being = name.hasPrefix(".")
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
             case .success:
@@ -166,6 +176,88 @@ final class ListenerCursor {
         guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return 0 }
         defer { try? directory.close() }
         guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return 0 }
-        return names.filter { !$0.hasPrefix(".") }.count
+        return names.filter { !$0.hasPrefix(".") && !$0.hasPrefix(DurablePosition.prefix) }.count
+    }
+
+    // MARK: - Who listens
+
+    /// The identifiers that have a claims directory (live listeners or durable names).
+    static func identifiersWithListeners(container: ContainerDirectory) throws(WormholeError) -> [String] {
+        let top: FileDescriptor
+        switch Syscalls.retrying({ openat(container.current.descriptor.rawValue, claimsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
+        case .success(let value): top = FileDescriptor(rawValue: value)
+        case .failure(.noSuchFileOrDirectory): return []
+        case .failure(let errno): throw WormholeError.system("open", errno, path: container.filePath(claimsDirectory))
+        }
+        defer { try? top.close() }
+        let names = try Syscalls.directoryEntries(at: top, name: ".").orThrow("list", path: container.filePath(claimsDirectory))
+        return names.filter { (try? Identifier.validate($0)) != nil }.sorted()
+    }
+
+    /// The live listeners and durable names of `identifier`; `logID` and `lastSequence`
+    /// describe its log now (0 when it has none), to say how far behind each one is.
+    static func listeners(container: ContainerDirectory, identifier: String, logID: UInt64, lastSequence: UInt64) -> [WormholeListenerStatus] {
+        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return [] }
+        defer { try? directory.close() }
+        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return [] }
+        var result: [WormholeListenerStatus] = []
+        for name in names.sorted() where !name.hasPrefix(".") {
+            let opened = Syscalls.retrying { openat(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+            guard case .success(let raw) = opened else { continue }
+            let fd = FileDescriptor(rawValue: raw)
+            defer { try? fd.close() }
+            guard let status = try? fd.stat(), status.isRegularFile else { continue }
+            let running: Bool
+            switch Syscalls.lock(fd, exclusive: false, wait: false) {
+            case .success:
+                Syscalls.unlock(fd)
+                running = false
+            case .failure:
+                running = true
+            }
+            if name.hasPrefix(DurablePosition.prefix) {
+                let value = DurablePosition.read(fd)
+                // A position in another log than the current one: all of this log is ahead.
+                let position = value.map { $0.logID == 0 || $0.logID == logID ? $0.position : 0 } ?? 0
+                result.append(WormholeListenerStatus(
+                    identifier: identifier, durableName: String(name.dropFirst(DurablePosition.prefix.count)),
+                    processID: value.map { Int32(bitPattern: $0.processID) }, isRunning: running,
+                    position: position, behind: lastSequence > position ? lastSequence - position : 0,
+                    lastSeen: Date(timeIntervalSince1970: Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9)))
+            } else if running {
+                var value: UInt64 = 0
+                let count = withUnsafeMutableBytes(of: &value) { Syscalls.read(fd, into: $0, at: 0) }
+                let position = (try? count.get()) == 8 ? UInt64(littleEndian: value) : 0
+                let pid = name.split(separator: "-").first.flatMap { Int32($0) }
+                result.append(WormholeListenerStatus(
+                    identifier: identifier, durableName: nil, processID: pid, isRunning: true,
+                    position: position, behind: lastSequence > position ? lastSequence - position : 0, lastSeen: nil))
+            }
+        }
+        return result
+    }
+
+    /// Removes the durable position `name` of `identifier`: `false` when there is none;
+    /// throws while its listener runs.
+    static func forgetDurable(container: ContainerDirectory, identifier: String, name: String) throws(WormholeError) -> Bool {
+        guard let directory = try openDirectory(in: container, identifier: identifier, create: false) else { return false }
+        defer { try? directory.close() }
+        let file = DurablePosition.prefix + name
+        let path = container.filePath(claimsDirectory + "/" + identifier + "/" + file)
+        let opened = Syscalls.retrying { openat(directory.rawValue, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+        guard case .success(let raw) = opened else { return false }
+        let fd = FileDescriptor(rawValue: raw)
+        defer { try? fd.close() }
+        switch Syscalls.lock(fd, exclusive: true, wait: false) {
+        case .success:
+            // Removed while locked, so that a listener starting now either finds it
+            // gone (and makes a new one) or waits for nothing.
+            _ = unlinkat(directory.rawValue, file, 0)
+            Syscalls.unlock(fd)
+            return true
+        case .failure:
+            throw WormholeError(.durableNameInUse,
+                "the durable listener '\(name)' of '\(identifier)' is running; stop it before forgetting its position", path: path)
+        }
     }
 }

@@ -57,7 +57,7 @@ struct LogCompaction {
         }
         // Live listeners' unread records, within the backlog cap. A claim is another
         // process's file: any value must be safe here.
-        if let claim = ListenerCursor.lowestLiveClaim(container: container, identifier: identifier),
+        if let claim = ListenerCursor.lowestLiveClaim(container: container, identifier: identifier, logID: header.logID),
            case (let next, false) = claim.addingReportingOverflow(1), next < keepFrom {
             var count = 0
             var bytes = 0

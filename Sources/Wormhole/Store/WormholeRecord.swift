@@ -69,3 +69,33 @@ public struct WormholeIdentifierSummary: Sendable, Hashable {
         self.lastUpdate = lastUpdate
     }
 }
+
+/// One listener of an identifier, as ``Wormhole/listeners(identifier:)`` reports it: a
+/// live listener (running now, in some process) or a durable name (running or not).
+public struct WormholeListenerStatus: Sendable, Hashable {
+    /// The identifier listened to.
+    public let identifier: String
+    /// The durable listener's name; `nil` for a listener without one.
+    public let durableName: String?
+    /// The process of a running listener (for a durable name, of the last one that ran).
+    public let processID: Int32?
+    /// Whether a listener runs now (a durable name's listener may not).
+    public let isRunning: Bool
+    /// The sequence number of the last message it read (a durable one: handled).
+    public let position: UInt64
+    /// How many messages were passed after its position.
+    public let behind: UInt64
+    /// When a durable listener last handled a message (or was started).
+    public let lastSeen: Date?
+
+    public init(identifier: String, durableName: String?, processID: Int32?, isRunning: Bool,
+                position: UInt64, behind: UInt64, lastSeen: Date?) {
+        self.identifier = identifier
+        self.durableName = durableName
+        self.processID = processID
+        self.isRunning = isRunning
+        self.position = position
+        self.behind = behind
+        self.lastSeen = lastSeen
+    }
+}

@@ -45,6 +45,20 @@ public protocol WormholeTransiting: Sendable {
     /// ``observe(identifier:handler:)`` so that no wake-up is missed in between.
     func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader
 
+    /// A durable reader: it resumes after the last message acknowledged under `name`
+    /// (``WormholeTransitingReader/acknowledge(_:)``), or starts at `start` the first time
+    /// the name is used. Throws ``WormholeError/Code/durableNameInUse`` while another
+    /// reader holds the name. The default throws: a back end without durable positions.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader
+
+    /// Who listens to `identifier` (every identifier when `nil`): live listeners and
+    /// durable names. The default reports nothing.
+    func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus]
+
+    /// Removes the durable position `name` of `identifier` (of every identifier when
+    /// `nil`); returns how many were removed. Refused while its listener runs.
+    func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int
+
     /// Calls `handler` whenever records may have been added to `identifier`. The file
     /// back end calls it on its inotify reader thread, where listeners without a queue
     /// then read and run; a back end whose events arrive on a thread that must not block
@@ -79,6 +93,19 @@ extension WormholeTransiting {
     }
 }
 
+/// Defaults for a back end without durable listeners or listener status.
+extension WormholeTransiting {
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
+        throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
+    }
+
+    public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] { [] }
+
+    public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
+        throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
+    }
+}
+
 /// Runs `body`, a synchronous closure: inside it, overload resolution picks the
 /// synchronous variant of a call that also has an asynchronous one.
 @inline(__always)
@@ -96,6 +123,10 @@ public protocol WormholeTransitingReader: AnyObject {
     /// Releases the reader's resources; later reads return nothing.
     func close()
 
+    /// The consumer has handled the record `sequence` (the latest one read): a durable
+    /// reader moves its stored position there. Others ignore it.
+    func acknowledge(_ sequence: UInt64)
+
     /// The file (or table) behind the position may have been replaced: the next read,
     /// once it has read what it holds to the end, looks at what is there now.
     func invalidate()
@@ -103,6 +134,7 @@ public protocol WormholeTransitingReader: AnyObject {
 
 extension WormholeTransitingReader {
     public func invalidate() {}
+    public func acknowledge(_ sequence: UInt64) {}
 }
 
 /// What an observation reports.

@@ -28,6 +28,8 @@ public final class ListenerToken: Sendable, Hashable {
     private let onError: @Sendable (WormholeError) -> Void
     private let listener: @Sendable (WormholeRecord) -> Void
     private let onCancel: @Sendable () -> Void
+    /// A durable listener's position moves after each call of the listener returns.
+    private let isDurable: Bool
     private let cancelled = Atomic<Bool>(false)
     private let drainScheduled = Atomic<Bool>(false)
     /// Held while the listener is called: ``cancel()`` from another thread waits for a
@@ -38,6 +40,7 @@ public final class ListenerToken: Sendable, Hashable {
         transiting: any WormholeTransiting,
         identifier: String,
         start: Wormhole.StartingPoint,
+        durableName: String? = nil,
         queue: DispatchQueue?,
         onError: @escaping @Sendable (WormholeError) -> Void,
         listener: @escaping @Sendable (WormholeRecord) -> Void,
@@ -55,12 +58,17 @@ public final class ListenerToken: Sendable, Hashable {
         let observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
         let reader: any WormholeTransitingReader
         do throws(WormholeError) {
-            reader = try transiting.makeReader(identifier: identifier, startingFrom: start)
+            if let durableName {
+                reader = try transiting.makeReader(identifier: identifier, startingFrom: start, durableName: durableName)
+            } else {
+                reader = try transiting.makeReader(identifier: identifier, startingFrom: start)
+            }
         } catch {
             observation.cancel()
             throw error
         }
         self.reader = Locked(reader)
+        self.isDurable = durableName != nil
         self.observation = Locked(observation)
         relay.connect(self)
         // Anything passed before the relay was connected is found by this first drain,
@@ -133,7 +141,10 @@ public final class ListenerToken: Sendable, Hashable {
                 for item in batch {
                     if isCancelled { return }
                     switch item {
-                    case .success(let record): listener(record)
+                    case .success(let record):
+                        listener(record)
+                        // Cancelled from inside the call: not counted as handled.
+                        if isDurable && !isCancelled { reader.withLock { $0?.acknowledge(record.sequence) } }
                     case .failure(let error): onError(error)
                     }
                 }

@@ -235,11 +235,18 @@ public final class Wormhole: Sendable {
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         listener: @escaping @Sendable (WormholeRecord) -> Void
     ) throws(WormholeError) -> ListenerToken {
+        try makeListener(identifier: identifier, start: start, durableName: nil, queue: queue,
+                         onError: onError ?? Self.logError, listener: listener)
+    }
+
+    func makeListener(identifier: String, start: StartingPoint, durableName: String?, queue: DispatchQueue?,
+                      onError: @escaping @Sendable (WormholeError) -> Void,
+                      listener: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) -> ListenerToken {
         try Identifier.validate(identifier)
         let id = makeRegistrationID()
         let token = try ListenerToken(
-            transiting: transiting, identifier: identifier, start: start, queue: queue,
-            onError: onError ?? Self.logError, listener: listener,
+            transiting: transiting, identifier: identifier, start: start, durableName: durableName, queue: queue,
+            onError: onError, listener: listener,
             onCancel: { [weak self] in self?.unregister(id) })
         // The wormhole keeps the token: a listener lives until it is cancelled, stopped,
         // or the wormhole goes, whether or not the caller keeps the token.

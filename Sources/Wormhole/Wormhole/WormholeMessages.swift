@@ -12,6 +12,9 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
     let wormhole: Wormhole
     let identifier: String
     let start: Wormhole.StartingPoint
+    /// A durable listener's name: each element is acknowledged when the next one is
+    /// requested.
+    var durableName: String? = nil
     let onError: @Sendable (WormholeError) -> Void
     let transform: @Sendable (WormholeRecord) throws(WormholeError) -> Message
 
@@ -33,6 +36,8 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
                 source = try Source(sequence)
             }
             guard let source else { return nil }
+            // Asking for the next element says the previous one was handled.
+            source.acknowledgeDelivered()
             while true {
                 if Task.isCancelled {
                     source.close()
@@ -42,7 +47,9 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
                     switch item {
                     case .success(let record):
                         do throws(WormholeError) {
-                            return try sequence.transform(record)
+                            let message = try sequence.transform(record)
+                            source.delivered = record.sequence
+                            return message
                         } catch {
                             sequence.onError(error)
                         }
@@ -89,12 +96,25 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
                 }
             }
             do throws(WormholeError) {
-                reader = try wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start)
+                if let name = sequence.durableName {
+                    reader = try wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start, durableName: name)
+                } else {
+                    reader = try wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start)
+                }
             } catch {
                 observation?.cancel()
                 throw error
             }
             wormhole.register(registration, sequence.identifier) { signal.finish() }
+        }
+
+        /// The last element handed out, not yet acknowledged.
+        var delivered: UInt64?
+
+        func acknowledgeDelivered() {
+            guard let sequence = delivered else { return }
+            delivered = nil
+            reader?.acknowledge(sequence)
         }
 
         func nextBuffered() throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {

@@ -1,0 +1,100 @@
+import ArgumentParser
+import Foundation
+import Wormhole
+
+/// `wormhole status [identifier]...`: who listens, and how far behind.
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show who listens to each identifier: running listeners and durable names, with how far behind they are.",
+        discussion: """
+            One line per listener: the identifier, the durable name ('-' for a listener \
+            without one), whether it runs, its process, the sequence number of the last \
+            message it read (a durable one: handled), how many were passed after it, and \
+            when a durable listener last handled one.
+
+            Examples:
+              wormhole status
+              wormhole status chat
+              wormhole status --json
+            """)
+
+    @Argument(help: "The identifiers to show (every identifier with a listener when none).")
+    var identifiers: [String] = []
+
+    @Flag(name: .long, help: "Print one JSON object per listener and line.")
+    var json = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
+
+    func run() throws {
+        try Failures.reported {
+            let wormhole = try container.makeWormhole()
+            var statuses: [WormholeListenerStatus] = []
+            if identifiers.isEmpty {
+                statuses = try wormhole.listeners()
+            } else {
+                for identifier in identifiers { statuses += try wormhole.listeners(identifier: identifier) }
+            }
+            if json {
+                for status in statuses { Output.line(Self.jsonObject(status)) }
+            } else {
+                Output.write(Data(Self.table(statuses).utf8))
+            }
+        }
+    }
+
+    static func jsonObject(_ status: WormholeListenerStatus) -> String {
+        let name = status.durableName.map(RecordFormat.quoted) ?? "null"
+        let seen = status.lastSeen.map { RecordFormat.quoted(RecordFormat.timestamp($0)) } ?? "null"
+        let pid = status.processID.map(String.init) ?? "null"
+        return "{\"identifier\":\(RecordFormat.quoted(status.identifier)),\"durable\":\(name),\"running\":\(status.isRunning),"
+            + "\"pid\":\(pid),\"position\":\(status.position),\"behind\":\(status.behind),\"lastSeen\":\(seen)}"
+    }
+
+    static func table(_ statuses: [WormholeListenerStatus]) -> String {
+        let header = ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "POSITION", "BEHIND", "LAST SEEN"]
+        let rows = statuses.map { status in
+            [status.identifier, status.durableName ?? "-",
+             status.isRunning ? "yes" : "no", status.processID.map(String.init) ?? "-",
+             String(status.position), String(status.behind), status.lastSeen.map(RecordFormat.timestamp) ?? "-"]
+        }
+        return Columns.format([header] + rows)
+    }
+}
+
+/// `wormhole forget <name> [identifier]...`: removes a durable listener's position.
+struct Forget: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Remove the position of a durable listener, and what was kept for it.",
+        discussion: """
+            Exit status 2 when the name has no position; 1 while its listener runs.
+
+            Examples:
+              wormhole forget archiver
+              wormhole forget archiver chat
+            """)
+
+    @Argument(help: "The durable listener's name.")
+    var name: String
+
+    @Argument(help: "The identifiers to forget it for (every identifier when none).")
+    var identifiers: [String] = []
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
+
+    func run() throws {
+        try Failures.reported {
+            let wormhole = try container.makeWormhole()
+            var removed = 0
+            if identifiers.isEmpty {
+                removed = try wormhole.forgetDurableListener(named: name)
+            } else {
+                for identifier in identifiers { removed += try wormhole.forgetDurableListener(named: name, identifier: identifier) }
+            }
+            if removed == 0 {
+                throw CommandFailure("no durable listener named '\(name)' here; 'wormhole status' lists them", exitCode: WormholeExitCode.noMessage)
+            }
+            Output.error("forgot the durable listener '\(name)' (\(removed) identifier\(removed == 1 ? "" : "s"))")
+        }
+    }
+}
