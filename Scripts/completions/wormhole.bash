@@ -173,13 +173,13 @@ _wormhole() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    send|listen|read|clear|list|post|observe|path|help)
+    send|listen|read|clear|list|status|forget|post|observe|path|help)
         # Offer subcommand argument completions
         "_wormhole_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'send listen read clear list post observe path help' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'send listen read clear list status forget post observe path help' -- "${cur}"))
         ;;
     esac
 }
@@ -215,7 +215,7 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--history --latest --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory --postgres)
+    non_repeating_options=(--count -c --timeout -t --durable --group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -224,6 +224,9 @@ _wormhole_listen() {
         return
         ;;
     '--timeout'|'-t')
+        return
+        ;;
+    '--durable')
         return
         ;;
     '--group')
@@ -295,6 +298,54 @@ _wormhole_list() {
     repeating_options=()
     non_repeating_options=(--group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options 0
+
+    # Offer option value completions
+    case "${prev}" in
+    '--group')
+        return
+        ;;
+    '--directory')
+        return
+        ;;
+    '--optional-directory')
+        return
+        ;;
+    '--postgres')
+        return
+        ;;
+    esac
+}
+
+_wormhole_status() {
+    repeating_flags=()
+    non_repeating_flags=(--json --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--group --directory --optional-directory --postgres)
+    __wormhole_offer_flags_options -1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--group')
+        return
+        ;;
+    '--directory')
+        return
+        ;;
+    '--optional-directory')
+        return
+        ;;
+    '--postgres')
+        return
+        ;;
+    esac
+}
+
+_wormhole_forget() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=(--group --directory --optional-directory --postgres)
+    __wormhole_offer_flags_options -1
 
     # Offer option value completions
     case "${prev}" in

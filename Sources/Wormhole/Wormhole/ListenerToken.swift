@@ -30,6 +30,8 @@ public final class ListenerToken: Sendable, Hashable {
     private let onCancel: @Sendable () -> Void
     /// A durable listener's position moves after each call of the listener returns.
     private let isDurable: Bool
+    /// Cancelled by the listener itself, during its call: that message is not handled.
+    private let declined = Atomic<Bool>(false)
     private let cancelled = Atomic<Bool>(false)
     private let drainScheduled = Atomic<Bool>(false)
     /// Held while the listener is called: ``cancel()`` from another thread waits for a
@@ -143,8 +145,9 @@ public final class ListenerToken: Sendable, Hashable {
                     switch item {
                     case .success(let record):
                         listener(record)
-                        // Cancelled from inside the call: not counted as handled.
-                        if isDurable && !isCancelled { reader.withLock { $0?.acknowledge(record.sequence) } }
+                        // Cancelled from inside the call: not counted as handled. (A cancel
+                        // from elsewhere waits for this call, acknowledgement included.)
+                        if isDurable && !declined.load(ordering: .acquiring) { reader.withLock { $0?.acknowledge(record.sequence) } }
                     case .failure(let error): onError(error)
                     }
                 }
@@ -186,8 +189,10 @@ public final class ListenerToken: Sendable, Hashable {
     /// Stops this listener and releases its watch and its claim on the log. No call of
     /// the listener starts after this returns: a call in progress on another thread is
     /// waited for (from inside the listener itself, `cancel()` returns at once). Calling
-    /// it again does nothing.
+    /// it again does nothing. A durable listener that cancels its token from inside its
+    /// own call has not handled that message: it comes again when the name resumes.
     public func cancel() {
+        if delivery.isHeldByCurrentThread { declined.store(true, ordering: .releasing) }
         guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         observation.withLock { observation in
             observation?.cancel()
@@ -232,6 +237,9 @@ final class DeliveryLock: @unchecked Sendable {
         owner.store(previous, ordering: .relaxed)
         pthread_mutex_unlock(mutex)
     }
+
+    /// Whether the calling thread is inside ``run(_:)``.
+    var isHeldByCurrentThread: Bool { owner.load(ordering: .relaxed) == UInt(pthread_self()) }
 
     /// Returns once no other thread is inside ``run(_:)``; at once when called from
     /// inside it.
