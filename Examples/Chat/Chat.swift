@@ -10,7 +10,8 @@ import Wormhole
 /// A chat between any number of processes: each participant runs this with a name.
 ///
 /// Every line typed is passed to the room's identifier; every participant listens to it.
-/// A newcomer first sees the room's recent history, read back from the store.
+/// A newcomer first sees the room's recent history, read back from the store; someone
+/// who comes back sees what was said since they last left.
 @main
 struct Chat: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -67,14 +68,19 @@ struct Chat: AsyncParsableCommand {
         let me = getpid()
         let typing = Terminal.inputIsTerminal
 
-        // Recent history: the events after (latest - history), then everything live.
+        // Each participant listens as the durable listener "chat-<name>": someone who
+        // comes back is shown what was said since they last left (their position was kept
+        // in the container meanwhile). A newcomer sees the recent history: the events
+        // after (latest - history). Then everything live.
         let latest = try await wormhole.record(withIdentifier: room)?.sequence ?? 0
-        let start = latest > UInt64(history) ? latest - UInt64(history) : 0
+        let durableName = "chat-\(name)"
+        let lastLeft = (try? wormhole.listeners(identifier: room))?.first { $0.durableName == durableName && !$0.isRunning }?.position
+        let start = lastLeft ?? (latest > UInt64(history) ? latest - UInt64(history) : 0)
         if typing {
             Terminal.say("Room '\(room)' in \(wormhole.directory ?? "?") as \(name). Type and press Enter to talk; Ctrl-D or /quit leaves.")
         }
         let seen = Atomic<UInt64>(0)
-        let token = try wormhole.listenForRecords(withIdentifier: room, startingFrom: .after(sequence: start)) { record in
+        let show: @Sendable (WormholeRecord) -> Void = { record in
             defer { seen.store(record.sequence, ordering: .releasing) }
             if let event = try? record.decode(as: ChatEvent.self) {
                 // Your own typing is already on the screen.
@@ -82,9 +88,16 @@ struct Chat: AsyncParsableCommand {
                 if !echo { Terminal.say(event.line(at: record.date)) }
             }
             if record.sequence == latest && latest > start {
-                Terminal.say("-- recent history above (\(latest - start) event\(latest - start == 1 ? "" : "s")); live from here --")
+                let what = lastLeft == nil ? "recent history" : "said since you last left"
+                Terminal.say("-- \(what) above (\(latest - start) event\(latest - start == 1 ? "" : "s")); live from here --")
             }
         }
+        let onError: @Sendable (WormholeError) -> Void = { error in
+            if let missed = error.missedMessageCount {
+                Terminal.say("-- \(missed) earlier event\(missed == 1 ? " is" : "s are") no longer kept --")
+            }
+        }
+        let token = try Self.listen(wormhole, room: room, durableName: durableName, after: start, onError: onError, show: show)
 
         try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
         let ending = Ending()
@@ -109,5 +122,20 @@ struct Chat: AsyncParsableCommand {
             try? await Task.sleep(for: .milliseconds(10))
         }
         token.cancel()
+    }
+
+    /// Listens as `durableName`; when that name is in the chat in another terminal
+    /// already (or cannot name a file), without keeping a position. (A synchronous
+    /// function of its own: a typed `catch where` inside an async one crashes the
+    /// Swift 6.3 compiler.)
+    static func listen(_ wormhole: Wormhole, room: String, durableName: String, after start: UInt64,
+                       onError: @escaping @Sendable (WormholeError) -> Void,
+                       show: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) -> ListenerToken {
+        do {
+            return try wormhole.listenForRecords(withIdentifier: room, durableName: durableName, startingFrom: .after(sequence: start),
+                                                 onError: onError, listener: show)
+        } catch where error.code == .durableNameInUse || error.code == .invalidIdentifier {
+            return try wormhole.listenForRecords(withIdentifier: room, startingFrom: .after(sequence: start), onError: onError, listener: show)
+        }
     }
 }

@@ -37,11 +37,14 @@ struct ContainingApp: AsyncParsableCommand {
             let model = StepsModel(wormhole: wormhole, snapshot: restored ?? StepsSnapshot(steps: 0, goal: goal, handledAction: 0))
             say("app: sharing in \(wormhole.directory ?? "?")" + (restored.map { "; restored \($0.summary)" } ?? ""))
 
-            // Taps made while the app was not running are still in the store: start after
-            // the last one handled. Taps and timer ticks take turns on the model's queue.
+            // Taps made while the app was not running are still in the store: the durable
+            // listener "app" resumes after the last one it handled, so each is handled
+            // once (the first run takes every tap kept). Taps and timer ticks take turns
+            // on the model's queue.
             let token = try wormhole.listenForRecords(
                 withIdentifier: Identifiers.action,
-                startingFrom: .after(sequence: model.snapshot.handledAction),
+                durableName: "app",
+                startingFrom: .history,
                 queue: model.queue
             ) { record in
                 guard let action = try? record.decode(as: WidgetAction.self) else { return }

@@ -38,6 +38,14 @@ struct ExamplesTests {
 
         try alice.closeInput()
         #expect(await alice.finish().status == 0)
+
+        // Bob comes back: he is shown what was said since he left (carol's visit), not the
+        // recent history again.
+        let back = try await sandbox.run(["bob"], product: "wormhole-chat", input: Data("back\n".utf8))
+        #expect(back.status == 0)
+        let since = back.lines.map { String($0.drop(while: { $0 != "]" }).dropFirst(2)) }
+        #expect(since.starts(with: ["* carol joined", "carol: hi all", "* carol left", "* alice left"]), "\(back.output)")
+        #expect(back.output.contains("-- said since you last left above (4 events); live from here --"), "\(back.output)")
     }
 
     @Test func theWidgetShowsTheLatestCountAtOnceAndFollowsTheApp() async throws {
@@ -82,6 +90,10 @@ struct ExamplesTests {
         let restarted = try await sandbox.run(["app", "--interval", "0.05", "--updates", "1"], product: "today-widget")
         #expect(restarted.output.contains("pressed reset"))
         #expect(restarted.output.contains("0 of 10,000 steps (0%) (reset by the widget"))
+        // Handled once: started again, the app does not handle that press a second time.
+        let third = try await sandbox.run(["app", "--interval", "0.05", "--updates", "1"], product: "today-widget")
+        #expect(third.status == 0)
+        #expect(!third.output.contains("pressed reset"), "\(third.output)")
     }
 
     @Test func aWidgetKilledAtAnyTimeLeavesTheAppRunningAndANewWidgetShowsTheCountAtOnce() async throws {
