@@ -173,13 +173,13 @@ _wormhole() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    send|listen|read|clear|list|status|forget|post|observe|path|help)
+    send|listen|read|clear|list|status|forget|doctor|post|observe|path|help)
         # Offer subcommand argument completions
         "_wormhole_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'send listen read clear list status forget post observe path help' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'send listen read clear list status forget doctor post observe path help' -- "${cur}"))
         ;;
     esac
 }
@@ -346,6 +346,30 @@ _wormhole_forget() {
     repeating_options=()
     non_repeating_options=(--group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options -1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--group')
+        return
+        ;;
+    '--directory')
+        return
+        ;;
+    '--optional-directory')
+        return
+        ;;
+    '--postgres')
+        return
+        ;;
+    esac
+}
+
+_wormhole_doctor() {
+    repeating_flags=()
+    non_repeating_flags=(--version -h --help)
+    repeating_options=()
+    non_repeating_options=(--group --directory --optional-directory --postgres)
+    __wormhole_offer_flags_options 0
 
     # Offer option value completions
     case "${prev}" in

@@ -25,7 +25,7 @@ struct WormholeCommand: AsyncParsableCommand {
             timed out, read found nothing); 64 usage error.
             """,
         version: "0.1.0",
-        subcommands: [Send.self, Listen.self, Read.self, Clear.self, List.self, Status.self, Forget.self, Post.self, Observe.self, Path.self])
+        subcommands: [Send.self, Listen.self, Read.self, Clear.self, List.self, Status.self, Forget.self, Doctor.self, Post.self, Observe.self, Path.self])
 
     /// Refuses arguments that are not UTF-8 before parsing: Swift would turn their bad
     /// bytes into U+FFFD, and `send $'a\xffb'` and `send $'a\xfeb'` would then write the

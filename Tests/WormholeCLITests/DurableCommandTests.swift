@@ -43,4 +43,39 @@ struct DurableCommandTests {
         #expect(try await sandbox.run(["forget", "archiver"]).status == 2)
         #expect(try await sandbox.run(["status"]).lines.count == 1, "only the header")
     }
+
+    @Test("doctor on a working set-up: the container and why, the limits, the listeners, a test message; exit 0")
+    func doctorOnAWorkingSetUp() async throws {
+        let sandbox = Sandbox()
+        let listener = try sandbox.start(["listen", "-v", "chat"])
+        #expect(await listener.waitForStandardError(containing: "listening to"))
+        let result = try await sandbox.run(["doctor"])
+        #expect(result.status == 0, "\(result.output)\(result.stderr)")
+        #expect(result.output.contains("chosen by: the default group group.wormhole.default"))
+        #expect(result.output.contains("path: \(sandbox.defaultContainer)"))
+        #expect(result.output.contains("mode 0700"))
+        #expect(result.output.contains("listeners: 1 running (on 'chat')"), "\(result.output)")
+        #expect(result.output.contains("reached a listener in"))
+        #expect(result.lines.last == "all is well")
+        // Another group: nobody listens there, and doctor says what that means.
+        let other = try await sandbox.run(["doctor", "--group", "group.other"])
+        #expect(other.output.contains("chosen by: --group group.other"))
+        #expect(other.output.contains("no process listens in this container now"))
+        listener.send(SIGINT)
+        _ = await listener.finish()
+    }
+
+    @Test("doctor with one inotify watch left (a user namespace's limit): exit 1, each problem with its fix",
+          .enabled(if: ResourceLimitTests.userNamespaces, "needs unshare -U -r and a writable /proc/sys/user"))
+    func doctorOnABrokenSetUp() async throws {
+        let sandbox = Sandbox()
+        let script = "echo 1 > /proc/sys/user/max_inotify_watches && exec \"$0\" \"$@\""
+        let result = try await sandbox.run(["-U", "-r", "sh", "-c", script, Products.path("wormhole"), "doctor"],
+                                           product: "/usr/bin/unshare", seconds: 30)
+        #expect(result.status == 1)
+        #expect(result.output.contains("of 1 (user.max_inotify_watches)"), "\(result.output)")
+        #expect(result.stderr.contains("problem: 1 of this user's 1 inotify watches are left, and a listener needs 2"), "\(result.stderr)")
+        #expect(result.stderr.contains("sysctl -w user.max_inotify_watches="))
+        #expect(result.stderr.contains("problem: the test message failed: cannot watch"))
+    }
 }

@@ -1,0 +1,176 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import Foundation
+import Synchronization
+import Wormhole
+
+/// `wormhole doctor`: why a listener may never fire, checked one step at a time.
+struct Doctor: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check the container, the inotify limits and the listeners, and watch a test post arrive.",
+        discussion: """
+            For "the listener never fires": prints the container the options and \
+            environment select and why, its owner and mode, this user's inotify limits \
+            and use, who listens in it, and the time a test post took to arrive. Run it \
+            with the options and environment of each process that should meet: the \
+            paths must be the same.
+
+            Exit status: 0 when all is well; 1 with each problem on a line, and its fix.
+            """)
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
+
+    func run() async throws {
+        var problems: [String] = []
+        func line(_ text: String) { Output.line(text) }
+        let environment = ProcessInfo.processInfo.environment
+
+        // 1. Which container, and why.
+        let location: ContainerOptions.Location
+        do {
+            location = try container.location()
+        } catch let failure as CommandFailure {
+            Output.error(failure.description)
+            throw ExitCode(failure.exitCode.rawValue)
+        }
+        line("container: \(location)")
+        line("  chosen by: \(Self.reason(for: location, options: container, environment: environment))")
+        if case .group = location, let groups = try? WormholeContainer.groupsDirectory(environment: environment) {
+            let why = environment[WormholeContainer.environmentOverride].map { _ in "\(WormholeContainer.environmentOverride)" }
+                ?? (groups.hasPrefix(environment["XDG_RUNTIME_DIR"] ?? "\u{0}") ? "XDG_RUNTIME_DIR" : "the default (no XDG_RUNTIME_DIR of this user's own)")
+            line("  application groups under: \(groups) (\(why))")
+        }
+        let wormhole: Wormhole
+        do {
+            wormhole = try container.makeWormhole()
+        } catch let error as WormholeError {
+            line("problem: \(error.description)")
+            throw ExitCode.failure
+        } catch let failure as CommandFailure {
+            line("problem: \(failure.description)")
+            throw ExitCode.failure
+        }
+        if let path = wormhole.directory {
+            line("  path: \(path)")
+            var status = stat()
+            if lstat(path, &status) == 0 {
+                let mode = String(status.st_mode & 0o7777, radix: 8)
+                let owner = getpwuid(status.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
+                line("  owner: \(owner) (uid \(status.st_uid)), mode 0\(mode)")
+                if status.st_uid != geteuid() {
+                    problems.append("the container belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): run as that user, or choose a container of your own with --group or --directory")
+                }
+            }
+        }
+
+        // 2. The inotify limits in force and what this user uses of them.
+        if wormhole.directory != nil {
+            let usage = Self.inotifyUsage()
+            let watches = Self.limit("max_user_watches", namespaced: "max_inotify_watches")
+            let instances = Self.limit("max_user_instances", namespaced: "max_inotify_instances")
+            line("inotify: \(usage.watches) watches of \(watches.value.map(String.init) ?? "?") (\(watches.name)), \(usage.instances) instances of \(instances.value.map(String.init) ?? "?") (\(instances.name)) used by this user's processes")
+            if let limit = watches.value, usage.watches + 2 > limit {
+                problems.append("\(max(0, limit - usage.watches)) of this user's \(limit) inotify watches are left, and a listener needs 2 (its container and the container's parent): raise the limit with 'sysctl -w \(watches.name)=\(max(limit * 2, 8192))', or stop programs that watch many files")
+            }
+            if let limit = instances.value, usage.instances + 1 > limit {
+                problems.append("this user has used \(usage.instances) of \(limit) inotify instances: raise it with 'sysctl -w \(instances.name)=\(max(limit * 2, 128))'")
+            }
+        }
+
+        // 3. Who listens here.
+        let listeners = (try? wormhole.listeners()) ?? []
+        let running = listeners.filter(\.isRunning)
+        let identifiers = Set(running.map(\.identifier)).sorted()
+        line("listeners: \(running.count) running\(identifiers.isEmpty ? "" : " (on \(identifiers.map { "'\($0)'" }.joined(separator: ", ")))"), \(listeners.filter { $0.durableName != nil }.count) durable name(s); 'wormhole status' shows them")
+        if running.isEmpty {
+            line("  note: no process listens in this container now. If yours does, it uses another container: run 'wormhole doctor' with its options and environment, and compare the paths")
+        }
+
+        // 4. A test message, watched as a listener would.
+        switch Self.testMessage(wormhole) {
+        case .success(let text): line(text)
+        case .failure(let problem): problems.append(problem.description)
+        }
+
+        if problems.isEmpty {
+            line("all is well")
+            return
+        }
+        for problem in problems { Output.error("problem: \(problem)") }
+        throw ExitCode.failure
+    }
+
+    /// Passes a message under `wormhole-doctor` and waits (up to 5 s) for a listener of
+    /// this process to receive it; clears it after.
+    static func testMessage(_ wormhole: Wormhole) -> Result<String, CommandFailure> {
+        let identifier = "wormhole-doctor"
+        let arrived = DispatchSemaphore(value: 0)
+        let sent = Date()
+        let elapsed = Mutex<Double?>(nil)
+        do {
+            let token = try wormhole.listenForRecords(withIdentifier: identifier) { _ in
+                elapsed.withLock { $0 = Date().timeIntervalSince(sent) }
+                arrived.signal()
+            }
+            defer { token.cancel() }
+            try wormhole.passMessage("test", identifier: identifier)
+            let waited = arrived.wait(timeout: .now() + 5)
+            try? wormhole.clearMessageContents(forIdentifier: identifier)
+            if waited == .success, let seconds = elapsed.withLock({ $0 }) {
+                return .success("test: a message passed under '\(identifier)' reached a listener in \(String(format: "%.2f", seconds * 1000)) ms")
+            }
+            return .failure(CommandFailure("a test message under '\(identifier)' did not reach a listener of this process within 5 s: the container's filesystem may not report changes (NFS, SMB and FUSE are not supported); use a local directory such as /dev/shm"))
+        } catch {
+            return .failure(CommandFailure("the test message failed: \(error.description)"))
+        }
+    }
+
+    /// Why the options and environment select `location`.
+    static func reason(for location: ContainerOptions.Location, options: ContainerOptions, environment: [String: String]) -> String {
+        func set(_ name: String) -> Bool { !(environment[name] ?? "").isEmpty }
+        switch location {
+        case .directory:
+            return options.directory != nil ? "--directory" : "\(ContainerOptions.directoryVariable) (no --group or --directory given)"
+        case .group(let group, _):
+            if options.group != nil { return "--group \(group)" }
+            if set(ContainerOptions.groupVariable) { return "\(ContainerOptions.groupVariable)=\(group) (no --group or --directory given)" }
+            return "the default group \(group): no --group, --directory, \(ContainerOptions.groupVariable) or \(ContainerOptions.directoryVariable)"
+        case .postgres:
+            return options.postgres != nil ? "--postgres" : "\(ContainerOptions.postgresVariable)"
+        }
+    }
+
+    /// The limit in force and its sysctl name: inside a user namespace the namespace's
+    /// own `user.max_inotify_*` may be lower than `fs.inotify.*`.
+    static func limit(_ name: String, namespaced: String) -> (value: Int?, name: String) {
+        func read(_ path: String) -> Int? {
+            (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+        let global = read("/proc/sys/fs/inotify/\(name)")
+        if let namespace = read("/proc/sys/user/\(namespaced)"), global == nil || namespace < global! {
+            return (namespace, "user.\(namespaced)")
+        }
+        return (global, "fs.inotify.\(name)")
+    }
+
+    /// The inotify instances and watches held by this user's processes (those whose
+    /// descriptors this process may read).
+    static func inotifyUsage() -> (instances: Int, watches: Int) {
+        var instances = 0
+        var watches = 0
+        let me = geteuid()
+        for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int32(pid) != nil {
+            var status = stat()
+            guard stat("/proc/\(pid)", &status) == 0, status.st_uid == me else { continue }
+            for fd in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? [] {
+                guard (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)")) == "anon_inode:inotify" else { continue }
+                instances += 1
+                let info = (try? String(contentsOfFile: "/proc/\(pid)/fdinfo/\(fd)", encoding: .utf8)) ?? ""
+                watches += info.split(separator: "\n").filter { $0.hasPrefix("inotify wd:") }.count
+            }
+        }
+        return (instances, watches)
+    }
+}
