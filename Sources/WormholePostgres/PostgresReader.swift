@@ -23,19 +23,45 @@ final class PostgresReader: WormholeTransitingReader {
     /// short or empty; this saves the empty one, a statement per wake-up.
     private var quietSince: UInt64?
     private var closed = false
+    /// A durable listener's name: its position in `wormhole.durable` moves as each
+    /// message is acknowledged.
+    private let durableName: String?
+    private var holdsDurable = false
 
-    init(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint) throws(WormholeError) {
+    init(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint, durableName: String? = nil) throws(WormholeError) {
         self.transiting = transiting
         self.identifier = identifier
+        self.durableName = durableName
         self.claim = UUID().uuidString
         self.claimStep = UInt64(max(1, transiting.configuration.retainedMessageCount / 4))
         let container = transiting.container
         // Claim first (position 0: keep everything), then look: nothing can be pruned
-        // away between looking and claiming.
-        transiting.claims.insert(claim)
+        // away between looking and claiming. A durable listener's position is its claim
+        // (taken at 0 when new).
+        if durableName == nil { transiting.claims.insert(claim) }
         do throws(WormholeError) {
-            try transiting.session.query(PostgresSchema.claim(listener: claim, container: container, identifier: identifier),
-                                         "register a listener of '\(identifier)' in \(transiting.server)")
+            var start = start
+            var resumed = false
+            if let durableName {
+                let taken = try transiting.session.query(
+                    PostgresSchema.takeDurable(container: container, identifier: identifier, name: durableName, processID: getpid()),
+                    "take the durable listener '\(durableName)' of '\(identifier)' in \(transiting.server)")
+                guard let (position, created) = taken.first.flatMap({ try? $0.decode((Int64, Bool).self) }) else {
+                    let holder = try? transiting.session.query(PostgresSchema.durableHolder(container: container, identifier: identifier, name: durableName), "")
+                    let pid = holder?.first.flatMap { try? $0.decode(Int32.self) }.map { " (process \($0))" } ?? ""
+                    throw WormholeError(.durableNameInUse,
+                        "the durable listener '\(durableName)' of '\(identifier)' is already running\(pid); one process at a time uses a durable name: stop the other, or choose another name")
+                }
+                holdsDurable = true
+                if !created {
+                    start = .after(sequence: UInt64(max(0, position)))
+                    resumed = true
+                }
+            }
+            if durableName == nil {
+                try transiting.session.query(PostgresSchema.claim(listener: claim, container: container, identifier: identifier),
+                                             "register a listener of '\(identifier)' in \(transiting.server)")
+            }
             let rows = try transiting.session.query(PostgresSchema.state(container: container, identifier: identifier),
                                                     "read the state of '\(identifier)' in \(transiting.server)")
             let state = rows.first.flatMap { try? $0.decode((Int64, Int64).self) }
@@ -52,6 +78,10 @@ final class PostgresReader: WormholeTransitingReader {
             case .after(let sequence):
                 delivered = max(sequence, cleared)
             }
+            if let durableName, !resumed {
+                try transiting.session.query(PostgresSchema.storeDurable(container: container, identifier: identifier, name: durableName, position: delivered),
+                                             "store the position of '\(durableName)' in \(transiting.server)")
+            }
         } catch {
             close()
             throw error
@@ -66,14 +96,29 @@ final class PostgresReader: WormholeTransitingReader {
         // notified after it, and moves the count.
         let generation = transiting.notifier.generation
         if let quietSince, quietSince == generation { return [] }
-        let moveClaim = delivered - claimed >= claimStep
+        let moveClaim = durableName == nil && delivered - claimed >= claimStep
         let rows = try transiting.session.query(
             PostgresSchema.read(listener: claim, container: transiting.container, identifier: identifier,
                                 after: delivered, limit: maximumCount, claim: moveClaim),
             "read the messages of '\(identifier)' in \(transiting.server)")
         if moveClaim { claimed = delivered }
         var results: [Result<WormholeRecord, WormholeError>] = []
-        results.reserveCapacity(rows.count)
+        results.reserveCapacity(rows.count + 1)
+        if durableName != nil, let first = rows.first.flatMap({ try? $0.makeRandomAccess()[0].decode(Int64.self) }),
+           UInt64(first) > delivered + 1 {
+            // Older than what is kept (a durable listener stopped past the backlog cap):
+            // say how many, unless they were cleared.
+            let state = try? transiting.session.query(PostgresSchema.state(container: transiting.container, identifier: identifier), "")
+            var cleared: UInt64 = 0
+            if let row = state?.first, let counters = try? row.decode((Int64, Int64).self) { cleared = UInt64(max(0, counters.1)) }
+            let from = max(delivered, cleared)
+            if UInt64(first) > from + 1 {
+                let missed = UInt64(first) - from - 1
+                results.append(.failure(WormholeError(.messagesLost,
+                    "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(from + 1)...\(first - 1)) were dropped before this listener read them: it was stopped longer than the backlog cap keeps (Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount)",
+                    missedMessageCount: missed)))
+            }
+        }
         for row in rows {
             let result = transiting.record(from: row, identifier: identifier)
             if case .success(let record) = result { delivered = record.sequence }
@@ -84,11 +129,27 @@ final class PostgresReader: WormholeTransitingReader {
         return results
     }
 
+    func acknowledge(_ sequence: UInt64) {
+        guard let durableName, !closed else { return }
+        do throws(WormholeError) {
+            try transiting.session.query(PostgresSchema.storeDurable(container: transiting.container, identifier: identifier, name: durableName, position: sequence),
+                                         "store the position of '\(durableName)' in \(transiting.server)")
+        } catch {
+            transiting.session.logger.warning("\(error)")
+        }
+    }
+
     func close() {
         guard !closed else { return }
         closed = true
-        transiting.claims.remove(claim)
-        transiting.session.send(PostgresSchema.release(listener: claim), "release a listener's claim")
+        if durableName == nil {
+            transiting.claims.remove(claim)
+            transiting.session.send(PostgresSchema.release(listener: claim), "release a listener's claim")
+        }
+        if let durableName, holdsDurable {
+            transiting.session.send(PostgresSchema.releaseDurable(container: transiting.container, identifier: identifier, name: durableName),
+                                    "release the durable listener '\(durableName)'")
+        }
     }
 }
 #endif

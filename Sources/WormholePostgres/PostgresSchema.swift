@@ -66,6 +66,106 @@ enum PostgresSchema {
         $wormhole$
         """
 
+    /// The durable listeners' positions (added after version 1's tables; created when
+    /// missing, under the same advisory lock). A position is held while the session in
+    /// `session_pid` and `session_start` is connected; `session_pid` 0: nobody holds it.
+    static let createDurable: PostgresQuery = """
+        DO $wormhole$
+        BEGIN
+            IF to_regclass('wormhole.durable') IS NOT NULL THEN
+                RETURN;
+            END IF;
+            PERFORM pg_advisory_xact_lock(2037085541);
+            CREATE TABLE IF NOT EXISTS wormhole.durable (
+                container     text        NOT NULL,
+                identifier    text        NOT NULL,
+                name          text        NOT NULL,
+                position      bigint      NOT NULL,
+                session_pid   integer     NOT NULL DEFAULT 0,
+                session_start timestamptz,
+                process_id    integer     NOT NULL,
+                seen_at       timestamptz NOT NULL,
+                PRIMARY KEY (container, identifier, name));
+        END
+        $wormhole$
+        """
+
+    /// Takes the durable position `name` for this session, creating it at 0 (keep
+    /// everything) when new: one row (position, created) when taken, none while a
+    /// connected session holds it.
+    static func takeDurable(container: String, identifier: String, name: String, processID: Int32) -> PostgresQuery {
+        """
+        INSERT INTO wormhole.durable AS l (container, identifier, name, position, session_pid, session_start, process_id, seen_at)
+        SELECT \(container), \(identifier), \(name), 0, pg_backend_pid(),
+               (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), \(processID), now()
+        ON CONFLICT (container, identifier, name) DO UPDATE
+            SET session_pid = excluded.session_pid, session_start = excluded.session_start,
+                process_id = excluded.process_id, seen_at = now()
+            WHERE l.session_pid = 0 OR NOT \(unescaped: liveClaim)
+        RETURNING l.position, (l.xmax::text = '0')
+        """
+    }
+
+    static func durableHolder(container: String, identifier: String, name: String) -> PostgresQuery {
+        "SELECT process_id FROM wormhole.durable WHERE container = \(container) AND identifier = \(identifier) AND name = \(name)"
+    }
+
+    static func storeDurable(container: String, identifier: String, name: String, position: UInt64) -> PostgresQuery {
+        let position = Int64(clamping: position)
+        return """
+            UPDATE wormhole.durable SET position = \(position), seen_at = now()
+            WHERE container = \(container) AND identifier = \(identifier) AND name = \(name)
+            """
+    }
+
+    static func releaseDurable(container: String, identifier: String, name: String) -> PostgresQuery {
+        """
+        UPDATE wormhole.durable SET session_pid = 0
+        WHERE container = \(container) AND identifier = \(identifier) AND name = \(name) AND session_pid = pg_backend_pid()
+        """
+    }
+
+    /// The durable names of the container (of `identifier` only, when given): identifier,
+    /// name, position, running, process id, last seen, and the identifier's last sequence.
+    static func durables(container: String, identifier: String?) -> PostgresQuery {
+        """
+        SELECT l.identifier, l.name, l.position, (l.session_pid <> 0 AND \(unescaped: liveClaim)), l.process_id, l.seen_at,
+               coalesce(i.last_sequence, 0)
+        FROM wormhole.durable l
+        LEFT JOIN wormhole.identifiers i ON i.container = l.container AND i.identifier = l.identifier
+        WHERE l.container = \(container) AND (\(identifier)::text IS NULL OR l.identifier = \(identifier))
+        ORDER BY l.identifier, l.name
+        """
+    }
+
+    /// The live listeners' claims: identifier, position, and the identifier's last sequence.
+    static func liveListeners(container: String, identifier: String?) -> PostgresQuery {
+        """
+        SELECT l.identifier, l.position, coalesce(i.last_sequence, 0)
+        FROM wormhole.listeners l
+        LEFT JOIN wormhole.identifiers i ON i.container = l.container AND i.identifier = l.identifier
+        WHERE l.container = \(container) AND (\(identifier)::text IS NULL OR l.identifier = \(identifier)) AND \(unescaped: liveClaim)
+        ORDER BY l.identifier
+        """
+    }
+
+    /// Deletes the durable position `name` (of `identifier`, or of every identifier) unless
+    /// a connected session holds it: the rows deleted, and how many are held.
+    static func forgetDurable(container: String, identifier: String?, name: String) -> PostgresQuery {
+        """
+        WITH held AS (
+            SELECT count(*) AS n FROM wormhole.durable l
+            WHERE l.container = \(container) AND l.name = \(name) AND (\(identifier)::text IS NULL OR l.identifier = \(identifier))
+              AND l.session_pid <> 0 AND \(unescaped: liveClaim)),
+        gone AS (
+            DELETE FROM wormhole.durable l
+            WHERE l.container = \(container) AND l.name = \(name) AND (\(identifier)::text IS NULL OR l.identifier = \(identifier))
+              AND (SELECT n FROM held) = 0
+            RETURNING 1)
+        SELECT (SELECT count(*) FROM gone), (SELECT n FROM held)
+        """
+    }
+
     static let readVersion: PostgresQuery = "SELECT max(version) FROM wormhole.version"
 
     /// A pass: the next sequence number, the message, the notification; one transaction.
@@ -102,9 +202,12 @@ enum PostgresSchema {
 
     /// Deletes what retention and clearing no longer keep, except what a live listener
     /// has not read, and the claims of sessions that are gone. Returns the number deleted.
-    static func prune(container: String, identifier: String, retainedCount: Int, retainedBytes: Int) -> PostgresQuery {
+    static func prune(container: String, identifier: String, retainedCount: Int, retainedBytes: Int,
+                      backlogCount: Int, backlogBytes: Int) -> PostgresQuery {
         let count = Int64(retainedCount)
         let bytes = Int64(retainedBytes)
+        let capCount = Int64(max(backlogCount, retainedCount))
+        let capBytes = Int64(max(backlogBytes, retainedBytes))
         return """
             WITH ranked AS (
                 SELECT sequence,
@@ -124,11 +227,19 @@ enum PostgresSchema {
             live AS (
                 SELECT min(l.position) AS position FROM wormhole.listeners l
                 WHERE l.container = \(container) AND l.identifier = \(identifier) AND \(unescaped: liveClaim)),
+            -- Durable positions keep their unread messages, running or not, up to the
+            -- backlog cap (the newest ones within it).
+            capped AS (
+                SELECT coalesce(max(sequence), 0) AS through FROM ranked WHERE n > \(capCount) OR bytes > \(capBytes)),
+            durable AS (
+                SELECT min(d.position) AS position FROM wormhole.durable d
+                WHERE d.container = \(container) AND d.identifier = \(identifier)),
             deleted AS (
                 DELETE FROM wormhole.messages m
-                USING floor, live
+                USING floor, live, capped, durable
                 WHERE m.container = \(container) AND m.identifier = \(identifier)
-                  AND m.sequence <= least(floor.through, coalesce(live.position, floor.through))
+                  AND m.sequence <= least(floor.through, coalesce(live.position, floor.through),
+                                          coalesce(greatest(durable.position, capped.through), floor.through))
                 RETURNING octet_length(m.payload) AS size)
             UPDATE wormhole.identifiers
             SET retained_count = retained_count - (SELECT count(*) FROM deleted),

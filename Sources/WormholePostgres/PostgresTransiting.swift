@@ -90,6 +90,7 @@ public final class PostgresTransiting: WormholeTransiting {
         }
         do throws(WormholeError) {
             try session.query(PostgresSchema.create, "create Wormhole's schema in \(server)")
+            try session.query(PostgresSchema.createDurable, "create Wormhole's table of durable listeners in \(server)")
             let found = try session.query(PostgresSchema.readVersion, "read the schema version in \(server)")
             let version = found.first.flatMap { row in (try? row.decode(Int32?.self)) ?? nil }
             guard let version, version <= PostgresSchema.version else {
@@ -187,7 +188,9 @@ public final class PostgresTransiting: WormholeTransiting {
     private func pruneQuery(_ identifier: String) -> PostgresQuery {
         PostgresSchema.prune(container: container, identifier: identifier,
                              retainedCount: configuration.retainedMessageCount,
-                             retainedBytes: configuration.retainedByteCount)
+                             retainedBytes: configuration.retainedByteCount,
+                             backlogCount: configuration.maximumBacklogMessageCount,
+                             backlogBytes: configuration.maximumBacklogByteCount)
     }
 
     func prune(_ identifier: String) throws(WormholeError) {
@@ -273,6 +276,42 @@ public final class PostgresTransiting: WormholeTransiting {
     public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
         try Wormhole.validate(identifier: identifier)
         return try PostgresReader(transiting: self, identifier: identifier, start: start)
+    }
+
+    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
+        try Wormhole.validate(identifier: identifier)
+        try Wormhole.validate(identifier: name, kind: "durable listener name")
+        return try PostgresReader(transiting: self, identifier: identifier, start: start, durableName: name)
+    }
+
+    public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] {
+        if let identifier { try Wormhole.validate(identifier: identifier) }
+        var result: [WormholeListenerStatus] = []
+        for row in try session.query(PostgresSchema.liveListeners(container: container, identifier: identifier), "list the listeners in \(server)") {
+            guard let (id, position, last) = try? row.decode((String, Int64, Int64).self) else { continue }
+            result.append(WormholeListenerStatus(identifier: id, durableName: nil, processID: nil, isRunning: true,
+                                                 position: UInt64(position), behind: UInt64(max(0, last - position)), lastSeen: nil))
+        }
+        for row in try session.query(PostgresSchema.durables(container: container, identifier: identifier), "list the durable listeners in \(server)") {
+            guard let (id, name, position, running, pid, seen, last) = try? row.decode((String, String, Int64, Bool, Int32, Date, Int64).self) else { continue }
+            result.append(WormholeListenerStatus(identifier: id, durableName: name, processID: pid, isRunning: running,
+                                                 position: UInt64(position), behind: UInt64(max(0, last - position)), lastSeen: seen))
+        }
+        return result
+    }
+
+    public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
+        try Wormhole.validate(identifier: name, kind: "durable listener name")
+        if let identifier { try Wormhole.validate(identifier: identifier) }
+        let rows = try session.query(PostgresSchema.forgetDurable(container: container, identifier: identifier, name: name),
+                                     "forget the durable listener '\(name)' in \(server)")
+        var gone: Int64 = 0
+        var held: Int64 = 0
+        if let row = rows.first, let counts = try? row.decode((Int64, Int64).self) { (gone, held) = counts }
+        if held > 0 {
+            throw WormholeError(.durableNameInUse, "the durable listener '\(name)' is running; stop it before forgetting its position")
+        }
+        return Int(gone)
     }
 
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {

@@ -251,16 +251,31 @@ do {
             _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
         }
         let done = DispatchSemaphore(value: 0)
-        let token = try wormhole.listenForRecords(withIdentifier: argument(2), durableName: argument(3), startingFrom: .history, onError: { error in
-            if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code)") }
-        }) { record in
-            let payload = String(decoding: record.payload, as: UTF8.self)
-            append("\(record.sequence) \(payload)")
-            if payload == "stop" { done.signal() }
+        func listen() throws(WormholeError) -> ListenerToken {
+            try wormhole.listenForRecords(withIdentifier: argument(2), durableName: argument(3), startingFrom: .history, onError: { error in
+                if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code)") }
+            }) { record in
+                let payload = String(decoding: record.payload, as: UTF8.self)
+                append("\(record.sequence) \(payload)")
+                if payload == "stop" { done.signal() }
+            }
+        }
+        // A database session of a killed predecessor lingers for a moment: wait for it.
+        var attempt = 0
+        var token: ListenerToken?
+        while token == nil {
+            switch Result(catching: { () throws(WormholeError) in try listen() }) {
+            case .success(let taken):
+                token = taken
+            case .failure(let error):
+                guard error.code == .durableNameInUse && attempt < 200 else { throw error }
+                attempt += 1
+                usleep(25_000)
+            }
         }
         _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
         done.wait()
-        token.cancel()
+        token?.cancel()
 
     case "drop":
         let directory = argument(1)
