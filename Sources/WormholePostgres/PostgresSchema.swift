@@ -228,7 +228,8 @@ enum PostgresSchema {
                 SELECT min(l.position) AS position FROM wormhole.listeners l
                 WHERE l.container = \(container) AND l.identifier = \(identifier) AND \(unescaped: liveClaim)),
             -- Durable positions keep their unread messages, running or not, up to the
-            -- backlog cap (the newest ones within it).
+            -- backlog cap (the newest ones within it). (greatest() skips a NULL: without
+            -- a durable position this bound must not apply at all.)
             capped AS (
                 SELECT coalesce(max(sequence), 0) AS through FROM ranked WHERE n > \(capCount) OR bytes > \(capBytes)),
             durable AS (
@@ -239,7 +240,8 @@ enum PostgresSchema {
                 USING floor, live, capped, durable
                 WHERE m.container = \(container) AND m.identifier = \(identifier)
                   AND m.sequence <= least(floor.through, coalesce(live.position, floor.through),
-                                          coalesce(greatest(durable.position, capped.through), floor.through))
+                                          CASE WHEN durable.position IS NULL THEN floor.through
+                                               ELSE greatest(durable.position, capped.through) END)
                 RETURNING octet_length(m.payload) AS size)
             UPDATE wormhole.identifiers
             SET retained_count = retained_count - (SELECT count(*) FROM deleted),

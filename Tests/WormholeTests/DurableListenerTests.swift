@@ -56,6 +56,19 @@ struct DurableListenerTests {
         #expect(second == [3, 4, 5], "3 was in hand at the break: it comes again")
     }
 
+    @Test("without durable names, retention keeps what it kept before: 100 passes with 10 retained leave at most 20",
+          arguments: Backend.all)
+    func retentionWithoutDurableNamesIsUnchanged(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        let wormhole = try store.wormhole(configuration: configuration)
+        for value in 1...100 { try await wormhole.passMessage(value, identifier: "plain") }
+        // Compaction (files) and pruning (PostgreSQL) run when twice the retention is held.
+        let kept = try #require(try await wormhole.summaries().first { $0.identifier == "plain" }).messageCount
+        #expect(kept >= 10 && kept <= 20, "\(kept) kept")
+    }
+
     @Test("one listener at a time per name: a second is refused with durableNameInUse, naming the process; after cancel the name is free",
           arguments: Backend.all)
     func oneListenerPerName(backend: Backend) async throws {
