@@ -27,6 +27,9 @@ final class PostgresReader: WormholeTransitingReader {
     /// message is acknowledged.
     private let durableName: String?
     private var holdsDurable = false
+    /// Whether a jump past `delivered` is reported as missed messages: for a position
+    /// that may be older than what is kept (a durable one, or `.after(sequence:)`).
+    private var reportsGaps = false
 
     init(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint, durableName: String? = nil) throws(WormholeError) {
         self.transiting = transiting
@@ -77,6 +80,7 @@ final class PostgresReader: WormholeTransitingReader {
                 delivered = max(cleared, last > retained ? last - retained : 0)
             case .after(let sequence):
                 delivered = max(sequence, cleared)
+                reportsGaps = true
             }
             if let durableName, !resumed {
                 try transiting.session.query(PostgresSchema.storeDurable(container: container, identifier: identifier, name: durableName, position: delivered),
@@ -104,10 +108,11 @@ final class PostgresReader: WormholeTransitingReader {
         if moveClaim { claimed = delivered }
         var results: [Result<WormholeRecord, WormholeError>] = []
         results.reserveCapacity(rows.count + 1)
-        if durableName != nil, let first = rows.first.flatMap({ try? $0.makeRandomAccess()[0].decode(Int64.self) }),
+        if reportsGaps || durableName != nil, let first = rows.first.flatMap({ try? $0.makeRandomAccess()[0].decode(Int64.self) }),
            UInt64(first) > delivered + 1 {
-            // Older than what is kept (a durable listener stopped past the backlog cap):
-            // say how many, unless they were cleared.
+            // Older than what is kept (a durable listener stopped past the backlog cap, or
+            // a start after a sequence number no longer kept): say how many, unless they
+            // were cleared.
             let state = try? transiting.session.query(PostgresSchema.state(container: transiting.container, identifier: identifier), "")
             var cleared: UInt64 = 0
             if let row = state?.first, let counters = try? row.decode((Int64, Int64).self) { cleared = UInt64(max(0, counters.1)) }
@@ -115,7 +120,7 @@ final class PostgresReader: WormholeTransitingReader {
             if UInt64(first) > from + 1 {
                 let missed = UInt64(first) - from - 1
                 results.append(.failure(WormholeError(.messagesLost,
-                    "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(from + 1)...\(first - 1)) were dropped before this listener read them: it was stopped longer than the backlog cap keeps (Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount)",
+                    "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(from + 1)...\(first - 1)) were dropped before this listener read them: it started before the oldest message kept, or was stopped longer than the backlog cap keeps (Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount)",
                     missedMessageCount: missed)))
             }
         }

@@ -69,6 +69,25 @@ struct DurableListenerTests {
         #expect(kept >= 10 && kept <= 20, "\(kept) kept")
     }
 
+    @Test("a listener that starts .after(sequence:) older than what is kept is told how many it missed, then gets what is kept",
+          arguments: Backend.all)
+    func startingAfterWhatIsKeptReportsTheGap(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        let wormhole = try store.wormhole(configuration: configuration)
+        for value in 1...100 { try await wormhole.passMessage(value, identifier: "old") }
+        let received = Collector<Int>()
+        let reports = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "old", as: Int.self, startingFrom: .after(sequence: 5),
+                                                  onError: { reports.append($0) }) { received.append($0) }
+        let first = try #require(await received.wait(for: 1).first)
+        let report = try #require(await reports.wait(for: 1).first)
+        #expect(report.code == .messagesLost && report.missedMessageCount == UInt64(first - 6), "\(report)")
+        #expect(await received.wait(for: 100 - first + 1) == Array(first...100))
+        token.cancel()
+    }
+
     @Test("one listener at a time per name: a second is refused with durableNameInUse, naming the process; after cancel the name is free",
           arguments: Backend.all)
     func oneListenerPerName(backend: Backend) async throws {
