@@ -40,13 +40,8 @@ extension Wormhole {
         listener: @escaping @Sendable (Message) -> Void
     ) throws(WormholeError) -> ListenerToken {
         let report = onError ?? Self.logError
-        return try listenForRecords(withIdentifier: identifier, durableName: name, startingFrom: start, queue: queue, onError: report) { record in
-            do throws(WormholeError) {
-                listener(try record.decode(as: Message.self))
-            } catch {
-                report(error)
-            }
-        }
+        return try listenForRecords(withIdentifier: identifier, durableName: name, startingFrom: start, queue: queue, onError: report,
+                                    listener: Self.decoding(Message.self, listener, report: report))
     }
 
     /// ``listenForMessage(withIdentifier:as:durableName:startingFrom:queue:onError:listener:)``

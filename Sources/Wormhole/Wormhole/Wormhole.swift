@@ -216,7 +216,17 @@ public final class Wormhole: Sendable {
         listener: @escaping @Sendable (Message) -> Void
     ) throws(WormholeError) -> ListenerToken {
         let report = onError ?? Self.logError
-        return try listenForRecords(withIdentifier: identifier, startingFrom: start, queue: queue, onError: report) { record in
+        return try listenForRecords(withIdentifier: identifier, startingFrom: start, queue: queue, onError: report,
+                                    listener: Self.decoding(Message.self, listener, report: report))
+    }
+
+    /// A record listener that decodes each record for `listener`; a record that does not
+    /// decode goes to `report`.
+    static func decoding<Message: Decodable & Sendable>(
+        _ type: Message.Type, _ listener: @escaping @Sendable (Message) -> Void,
+        report: @escaping @Sendable (WormholeError) -> Void
+    ) -> @Sendable (WormholeRecord) -> Void {
+        { record in
             do throws(WormholeError) {
                 listener(try record.decode(as: Message.self))
             } catch {
