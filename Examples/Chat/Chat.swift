@@ -112,7 +112,8 @@ struct Chat: AsyncParsableCommand {
             }
             return true
         }, end: { ending.end() })
-        await ending.wait()
+        // Ctrl-C at a terminal leaves "^C" where the cursor was: end that line first.
+        if await ending.wait() != nil && typing { Terminal.say("") }
 
         // Show everything up to our own leaving before going: with piped input the chat
         // may end before the history was printed.

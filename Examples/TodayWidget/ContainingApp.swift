@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExampleSupport
 import Foundation
 import Synchronization
 import Wormhole
@@ -39,24 +40,36 @@ struct ContainingApp: AsyncParsableCommand {
 
             // Taps made while the app was not running are still in the store: the durable
             // listener "app" resumes after the last one it handled, so each is handled
-            // once (the first run takes every tap kept). Taps and timer ticks take turns
-            // on the model's queue.
+            // once (the first run takes every tap kept). They are applied before the app
+            // shares its first count, so the widget sees one count, not the old one and
+            // then the reset. Taps and timer ticks take turns on the model's queue.
+            let lastTap = try await wormhole.record(withIdentifier: Identifiers.action)?.sequence ?? 0
+            let handledTap = try wormhole.listeners(identifier: Identifiers.action)
+                .first { $0.durableName == "app" }?.position ?? 0
+            let caughtUp = Ending()
+            if lastTap <= handledTap { caughtUp.end() }
             let token = try wormhole.listenForRecords(
                 withIdentifier: Identifiers.action,
                 durableName: "app",
                 startingFrom: .history,
                 queue: model.queue
             ) { record in
-                guard let action = try? record.decode(as: WidgetAction.self) else { return }
-                switch action.kind {
-                case .reset:
-                    say("app: the widget (pid \(record.processID)) pressed reset")
-                    model.change("reset by the widget") { $0.steps = 0; $0.handledAction = record.sequence }
+                if let action = try? record.decode(as: WidgetAction.self) {
+                    switch action.kind {
+                    case .reset:
+                        say("app: the widget (pid \(record.processID)) pressed reset")
+                        model.change("reset by the widget") { $0.steps = 0; $0.handledAction = record.sequence }
+                    }
                 }
+                if record.sequence >= lastTap { caughtUp.end() }
             }
             defer { token.cancel() }
+            // (Should a tap counted above be cleared meanwhile, start anyway.)
+            let patience = Task { try? await Task.sleep(for: .seconds(5)); caughtUp.end() }
+            await caughtUp.wait()
+            patience.cancel()
+            model.queue.sync { model.startSharing() }
 
-            model.queue.sync { model.change("started") { _ in } }
             var count = 0
             while updates.map({ count < $0 }) ?? true {
                 try await Task.sleep(for: .seconds(interval))
@@ -73,19 +86,49 @@ struct ContainingApp: AsyncParsableCommand {
 final class StepsModel: Sendable {
     let queue = DispatchQueue(label: "today.app")
     private let wormhole: Wormhole
-    private let state: Mutex<StepsSnapshot>
+
+    private struct State {
+        var snapshot: StepsSnapshot
+        /// Whether changes are shared as they are made (after ``startSharing()``).
+        var sharing = false
+        /// Why the count changed before sharing started.
+        var unshared: [String] = []
+    }
+
+    private let state: Mutex<State>
 
     init(wormhole: Wormhole, snapshot: StepsSnapshot) {
         self.wormhole = wormhole
-        self.state = Mutex(snapshot)
+        self.state = Mutex(State(snapshot: snapshot))
     }
 
-    var snapshot: StepsSnapshot { state.withLock { $0 } }
+    var snapshot: StepsSnapshot { state.withLock { $0.snapshot } }
 
-    /// Changes the count and shares it with the widget. Call on ``queue``.
+    /// Changes the count and, once sharing has started, shares it with the widget. Call
+    /// on ``queue``.
     func change(_ reason: String, _ body: (inout StepsSnapshot) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let snapshot = state.withLock { body(&$0); return $0 }
+        let (snapshot, sharing) = state.withLock { state in
+            body(&state.snapshot)
+            if !state.sharing { state.unshared.append(reason) }
+            return (state.snapshot, state.sharing)
+        }
+        if sharing { share(snapshot, reason) }
+    }
+
+    /// Shares the count as it is now, with what changed it before, and every change
+    /// from here on. Call on ``queue``.
+    func startSharing() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let (snapshot, reasons) = state.withLock { state in
+            state.sharing = true
+            defer { state.unshared = [] }
+            return (state.snapshot, state.unshared)
+        }
+        share(snapshot, (["started"] + reasons).joined(separator: "; "))
+    }
+
+    private func share(_ snapshot: StepsSnapshot, _ reason: String) {
         do {
             let sequence = try wormhole.passMessage(snapshot, identifier: Identifiers.snapshot)
             say("app: \(snapshot.summary) (\(reason), update #\(sequence))")

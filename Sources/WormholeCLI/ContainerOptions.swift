@@ -141,8 +141,39 @@ struct ContainerOptions: ParsableArguments {
                 exitCode: WormholeExitCode.usage)
         }
         let wormhole = try makeWormhole()
-        if let files = wormhole.transiting as? FileTransiting { return files.notificationCenter }
-        return try DarwinNotificationCenter(directory: wormhole.directory ?? "")
+        guard let center = wormhole.notificationCenter else {
+            throw CommandFailure("post and observe use the notification files of a container directory, which this container does not have")
+        }
+        return center
+    }
+
+    /// A `wormhole` command line to suggest in a hint, with the container options that
+    /// were given repeated, so that it reaches the same container:
+    /// `command("send", "note", "...")` is `wormhole send --group g note ...` after
+    /// `--group g`. A PostgreSQL URL's password is shown as `***`.
+    func command(_ words: String...) -> String {
+        var options: [String] = []
+        if let group { options += ["--group", group] }
+        if let optionalDirectory { options += ["--optional-directory", optionalDirectory] }
+        if let directory { options += ["--directory", directory] }
+        if let postgres { options += ["--postgres", Self.maskingPassword(postgres)] }
+        let quoted = options.map(Self.shellQuoted) + words.dropFirst().map { $0 == "..." ? $0 : Self.shellQuoted($0) }
+        return (["wormhole", words.first ?? ""] + quoted).joined(separator: " ")
+    }
+
+    /// `word` as a shell reads it back: unchanged when it is plain, else in single quotes.
+    static func shellQuoted(_ word: String) -> String {
+        let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { scalar in
+            scalar.isASCII && (CharacterSet.alphanumerics.contains(scalar) || "-_./:=@%+,".unicodeScalars.contains(scalar))
+        }
+        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+
+    /// A URL with its password, if any, replaced by `***`.
+    static func maskingPassword(_ url: String) -> String {
+        guard let scheme = url.range(of: "://"), let at = url.range(of: "@", range: scheme.upperBound..<url.endIndex),
+              let colon = url.range(of: ":", range: scheme.upperBound..<at.lowerBound) else { return url }
+        return url.replacingCharacters(in: colon.upperBound..<at.lowerBound, with: "***")
     }
 
     /// A relative `--directory` is taken from the current directory.

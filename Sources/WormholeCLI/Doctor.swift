@@ -83,7 +83,7 @@ struct Doctor: AsyncParsableCommand {
         let listeners = (try? wormhole.listeners()) ?? []
         let running = listeners.filter(\.isRunning)
         let identifiers = Set(running.map(\.identifier)).sorted()
-        line("listeners: \(running.count) running\(identifiers.isEmpty ? "" : " (on \(identifiers.map { "'\($0)'" }.joined(separator: ", ")))"), \(listeners.filter { $0.durableName != nil }.count) durable name(s); 'wormhole status' shows them")
+        line("listeners: \(running.count) running\(identifiers.isEmpty ? "" : " (on \(identifiers.map { "'\($0)'" }.joined(separator: ", ")))"), \(listeners.filter { $0.durableName != nil }.count) durable name(s); '\(container.command("status"))' shows them")
         if running.isEmpty {
             line("  note: no process listens in this container now. If yours does, it uses another container: run 'wormhole doctor' with its options and environment, and compare the paths")
         }

@@ -7,20 +7,30 @@ struct List: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the identifiers that have messages: count, bytes and last update.",
         discussion: """
+            An identifier whose messages were cleared has no message and is left out; \
+            --all lists it too (with 0 messages): its sequence numbers go on from where \
+            they were.
+
             Examples:
               wormhole list
               wormhole list --json
+              wormhole list --all
             """)
 
     @Flag(name: .long, help: "Print one JSON object per identifier and line.")
     var json = false
+
+    @Flag(name: .long, help: "Also list the identifiers whose messages were cleared (0 messages).")
+    var all = false
 
     @OptionGroup(title: "Container") var container: ContainerOptions
 
     func run() throws {
         try Failures.reported {
             let wormhole = try container.makeWormhole()
-            let summaries = try wormhole.summaries().sorted { $0.identifier < $1.identifier }
+            let summaries = try wormhole.summaries()
+                .filter { all || $0.messageCount > 0 }
+                .sorted { $0.identifier < $1.identifier }
             if json {
                 for summary in summaries { Output.line(Self.jsonObject(summary)) }
             } else {

@@ -12,13 +12,23 @@ struct Listen: AsyncParsableCommand {
             can feed a pipeline: the payload, then a newline unless it ends with one. \
             Without --count or --timeout it listens until interrupted (Ctrl-C).
 
-            Exit status: 0 when --count messages arrived (or on a plain end); 2 when \
-            --timeout passed first (fewer than --count messages, or none at all).
+            With --history it prints the messages kept from before, oldest first, then \
+            goes on with new ones; add --no-follow to stop after what is already there \
+            (with --history, --latest or --durable), as 'cat' does where 'tail -f' would \
+            go on.
+
+            On a terminal it says on standard error where it listens; --verbose says so \
+            in any case.
+
+            Exit status: 0 when --count messages arrived, --no-follow printed what was \
+            there (or on a plain end); 2 when --timeout passed first (fewer than --count \
+            messages, or none at all), or --no-follow found nothing to print.
 
             Examples:
               wormhole listen chat
               wormhole listen --count 1 --timeout 10 reply
               wormhole listen --history --json chat status
+              wormhole listen --history --no-follow chat
               wormhole listen chat | grep --line-buffered error
               wormhole listen --durable archiver --history chat
 
@@ -40,7 +50,7 @@ struct Listen: AsyncParsableCommand {
     @Option(name: .shortAndLong, help: ArgumentHelp("Stop listening after this many seconds; exit 2 if the messages waited for did not all arrive.", valueName: "seconds"))
     var timeout: Double?
 
-    @Flag(name: .long, help: "Start from the retained history: print the messages kept from before, oldest first, then new ones.")
+    @Flag(name: .long, help: "Start from the retained history: print the messages kept from before, oldest first, then new ones (with --no-follow, then stop).")
     var history = false
 
     @Flag(name: .long, help: "Start with the latest message, when there is one, then new ones.")
@@ -48,6 +58,9 @@ struct Listen: AsyncParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp("Listen as the durable listener NAME: resume after the last message printed under that name.", valueName: "name"))
     var durable: String?
+
+    @Flag(name: .long, help: "Stop after the messages already there (the history, the latest, or what a durable name has not printed yet) instead of following new ones.")
+    var noFollow = false
 
     @Flag(name: .long, help: "Print one JSON object per line: identifier, sequence, time, pid (of the sender), kind and payload.")
     var json = false
@@ -73,6 +86,9 @@ struct Listen: AsyncParsableCommand {
         try Self.validateTimeout(timeout)
         if history && latest {
             throw ValidationError("--history and --latest choose where to start; give only one of them.")
+        }
+        if noFollow && !history && !latest && durable == nil {
+            throw ValidationError("--no-follow stops after the messages already there, so it needs --history, --latest or --durable (without them, listen starts with new messages only).")
         }
         if [json, raw, prefix].filter({ $0 }).count > 1 {
             throw ValidationError("--json, --raw and --prefix choose the output format; give only one of them.")
@@ -103,6 +119,12 @@ struct Listen: AsyncParsableCommand {
             let terminal = Output.outputIsTerminal
             let tokens = Mutex<[ListenerToken]>([])
             defer { tokens.withLock { $0 }.forEach { $0.cancel() } }
+            // With --no-follow: the last message of each identifier now, where printing stops.
+            let remaining = Mutex(noFollow ? try lastMessages(in: wormhole) : [:])
+            if noFollow && remaining.withLock({ $0.isEmpty }) {
+                throw CommandFailure("no message to print under \(Self.names(identifiers)): \(durable == nil ? "none is kept" : "the durable listener '\(durable!)' has printed every one")",
+                                     exitCode: WormholeExitCode.noMessage)
+            }
             // Each identifier once: naming one twice must not print its messages twice.
             var seen = Set<String>()
             for identifier in identifiers where seen.insert(identifier).inserted {
@@ -121,6 +143,12 @@ struct Listen: AsyncParsableCommand {
                 let listener: @Sendable (WormholeRecord) -> Void = { record in
                     if !session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) {
                         tokens.withLock { $0 }.forEach { $0.cancel() }
+                    } else if noFollow {
+                        let done = remaining.withLock { remaining -> Bool in
+                            if let last = remaining[identifier], record.sequence >= last { remaining[identifier] = nil }
+                            return remaining.isEmpty
+                        }
+                        if done { session.finish(.reachedCount) }
                     }
                 }
                 let token = if let durable {
@@ -132,13 +160,35 @@ struct Listen: AsyncParsableCommand {
                 }
                 tokens.withLock { $0.append(token) }
             }
+            // A person at a terminal sees where it listens; a script asks with --verbose.
+            let place = wormhole.directory ?? (try? container.location().description) ?? "the container"
             if verbose {
-                Output.error("listening to \(Self.names(identifiers)) in \(wormhole.directory ?? (try? container.location().description) ?? "the container")")
+                Output.error("listening to \(Self.names(identifiers)) in \(place)")
+            } else if Output.errorIsTerminal && !noFollow {
+                Output.error("listening to \(Self.names(identifiers)) in \(place); Ctrl-C stops")
             }
             try await session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.withLock { $0 }.forEach { $0.cancel() }
             }
         }
+    }
+
+    /// For --no-follow: the sequence number of the last message of each identifier that
+    /// there is something to print for (its latest, unless the durable name printed it).
+    func lastMessages(in wormhole: Wormhole) throws -> [String: UInt64] {
+        var last: [String: UInt64] = [:]
+        for identifier in Set(identifiers) {
+            guard let newest = try wormhole.record(withIdentifier: identifier)?.sequence else { continue }
+            if let durable {
+                // A name used before resumes after its position; a new one starts as
+                // --history or --latest say, or with new messages only (nothing to print).
+                let status = try wormhole.listeners(identifier: identifier).first { $0.durableName == durable }
+                if let status, status.position >= newest { continue }
+                if status == nil && !history && !latest { continue }
+            }
+            last[identifier] = newest
+        }
+        return last
     }
 
     static func seconds(_ value: Double?) -> String {

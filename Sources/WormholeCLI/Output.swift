@@ -30,6 +30,9 @@ enum Output {
     /// Whether standard input is a terminal (someone typing) rather than a pipe or file.
     static var inputIsTerminal: Bool { isatty(STDIN_FILENO) == 1 }
 
+    /// Whether standard error is a terminal (someone watching) rather than a pipe or file.
+    static var errorIsTerminal: Bool { isatty(STDERR_FILENO) == 1 }
+
     /// Whether standard output is a terminal (someone reading) rather than a pipe or file.
     static var outputIsTerminal: Bool { isatty(STDOUT_FILENO) == 1 }
 }

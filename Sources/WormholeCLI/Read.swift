@@ -38,7 +38,7 @@ struct Read: ParsableCommand {
         try Failures.reported {
             let wormhole = try container.makeWormhole()
             guard let record = try wormhole.record(withIdentifier: identifier) else {
-                throw CommandFailure("no message under '\(identifier)' in \(wormhole.directory ?? "the container"); send one with 'wormhole send \(identifier) ...'",
+                throw CommandFailure("no message under '\(identifier)' in \(wormhole.directory ?? "the container"); send one with '\(container.command("send", identifier, "..."))'",
                                      exitCode: WormholeExitCode.noMessage)
             }
             // Bytes come back as they were sent: a newline is added for a person reading

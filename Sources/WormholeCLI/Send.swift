@@ -64,16 +64,7 @@ struct Send: ParsableCommand {
         try Failures.reported {
             let (payload, kind) = try readPayload()
             let wormhole = try container.makeWormhole()
-            let sequence: UInt64
-            switch kind {
-            case .json:
-                // Already JSON: stored as it is, marked as JSON for readers.
-                sequence = try wormhole.transiting.append(payload, kind: .json, identifier: identifier).sequence
-            case .text:
-                sequence = try wormhole.passMessage(String(decoding: payload, as: UTF8.self), identifier: identifier)
-            case .data:
-                sequence = try wormhole.passMessage(payload, identifier: identifier)
-            }
+            let sequence = try wormhole.passPayload(payload, kind: kind, identifier: identifier)
             if printSequence { Output.line(String(sequence)) }
         }
     }

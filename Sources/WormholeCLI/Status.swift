@@ -92,7 +92,7 @@ struct Forget: ParsableCommand {
                 for identifier in identifiers { removed += try wormhole.forgetDurableListener(named: name, identifier: identifier) }
             }
             if removed == 0 {
-                throw CommandFailure("no durable listener named '\(name)' here; 'wormhole status' lists them", exitCode: WormholeExitCode.noMessage)
+                throw CommandFailure("no durable listener named '\(name)' here; '\(container.command("status"))' lists them", exitCode: WormholeExitCode.noMessage)
             }
             Output.error("forgot the durable listener '\(name)' (\(removed) identifier\(removed == 1 ? "" : "s"))")
         }

@@ -31,11 +31,48 @@ struct WormholeCommand: AsyncParsableCommand {
     /// bytes into U+FFFD, and `send $'a\xffb'` and `send $'a\xfeb'` would then write the
     /// same message (or name the same identifier).
     static func main() async {
-        if let problem = invalidArgument(CommandLine.unsafeArgv, count: Int(CommandLine.argc)) {
+        if let problem = invalidArgument(CommandLine.unsafeArgv, count: Int(CommandLine.argc))
+            ?? unknownCommand(Array(CommandLine.arguments.dropFirst())) {
             Output.error(problem)
             Glibc.exit(WormholeExitCode.usage.rawValue)
         }
         await main(nil)
+    }
+
+    /// A sentence saying that the first argument is not a command, with the nearest
+    /// command, or `nil` when it is one (or an option). `wormhole` itself takes no
+    /// argument, so the first word that is not an option must name a command; without
+    /// this check `wormhole sned chat hi` would only say "3 unexpected arguments".
+    static func unknownCommand(_ arguments: [String]) -> String? {
+        guard let word = arguments.first, !word.hasPrefix("-") else { return nil }
+        let names = configuration.subcommands.map { $0._commandName } + ["help"]
+        if names.contains(word) { return nil }
+        let nearest = names.map { (name: $0, distance: editDistance(word, $0)) }.min { $0.distance < $1.distance }
+        let list = configuration.subcommands.map { $0._commandName }.joined(separator: ", ")
+        if let nearest, nearest.distance <= max(1, min(word.count, nearest.name.count) / 3 + 1) {
+            return "'\(word)' is not a command; did you mean '\(nearest.name)'? ('wormhole \(nearest.name) --help' shows how to use it)"
+        }
+        return "'\(word)' is not a command; the commands are \(list) ('wormhole --help' says what each does)"
+    }
+
+    /// How many single-character insertions, deletions, substitutions or swaps of two
+    /// neighbours turn `a` into `b` (the optimal string alignment distance).
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        if a.isEmpty || b.isEmpty { return max(a.count, b.count) }
+        var table = [[Int]](repeating: [Int](repeating: 0, count: b.count + 1), count: a.count + 1)
+        for i in 0...a.count { table[i][0] = i }
+        for j in 0...b.count { table[0][j] = j }
+        for i in 1...a.count {
+            for j in 1...b.count {
+                let cost = a[i - 1] == b[j - 1] ? 0 : 1
+                table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + cost)
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                    table[i][j] = min(table[i][j], table[i - 2][j - 2] + 1)
+                }
+            }
+        }
+        return table[a.count][b.count]
     }
 
     /// A sentence naming the first argument that is not valid UTF-8, or `nil`.

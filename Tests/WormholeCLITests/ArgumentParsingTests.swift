@@ -107,3 +107,38 @@ struct ArgumentParsingTests {
         #expect(try WormholeCommand.parseAsRoot(["path"]) is Path)
     }
 }
+
+@Suite("A word that is not a command")
+struct UnknownCommandTests {
+    @Test func aTypoIsRefusedWithTheNearestCommand() {
+        #expect(WormholeCommand.unknownCommand(["sned", "chat", "hi"]) == "'sned' is not a command; did you mean 'send'? ('wormhole send --help' shows how to use it)")
+        #expect(WormholeCommand.unknownCommand(["lisen", "chat"])?.contains("did you mean 'listen'?") == true)
+        #expect(WormholeCommand.unknownCommand(["staus"])?.contains("did you mean 'status'?") == true)
+        #expect(WormholeCommand.unknownCommand(["docter"])?.contains("did you mean 'doctor'?") == true)
+    }
+
+    @Test func aWordNearNoCommandListsThemAll() throws {
+        let problem = try #require(WormholeCommand.unknownCommand(["frobnicate"]))
+        #expect(problem.hasPrefix("'frobnicate' is not a command; the commands are send, listen, read, clear, list,"))
+    }
+
+    @Test func commandsOptionsAndNothingPassThrough() {
+        for arguments in [["send", "chat", "hi"], ["help", "send"], ["--help"], ["--version"], [], ["--generate-completion-script", "bash"]] {
+            #expect(WormholeCommand.unknownCommand(arguments) == nil, "\(arguments)")
+        }
+    }
+
+    @Test func editDistanceCountsASwapOfNeighboursAsOne() {
+        #expect(WormholeCommand.editDistance("sned", "send") == 1)
+        #expect(WormholeCommand.editDistance("send", "send") == 0)
+        #expect(WormholeCommand.editDistance("", "read") == 4)
+        #expect(WormholeCommand.editDistance("clera", "clear") == 1)
+        #expect(WormholeCommand.editDistance("list", "listen") == 2)
+    }
+
+    @Test func theCommandExitsSixtyFourSayingSo() async throws {
+        let result = try await Sandbox().run(["sned", "chat", "hi"])
+        #expect(result.status == 64)
+        #expect(result.stderr == "wormhole: 'sned' is not a command; did you mean 'send'? ('wormhole send --help' shows how to use it)\n")
+    }
+}

@@ -200,4 +200,83 @@ struct SendListenTests {
         let path = try await sandbox.run(["path", "--group", "group.com.example.notes", "--optional-directory", "wormhole"])
         #expect(path.output == sandbox.root.file("app-groups") + "/group.com.example.notes/wormhole\n")
     }
+
+    // MARK: - What is already there, and where it listens
+
+    @Test func noFollowPrintsTheHistoryThenExitsAndSaysSoWhenThereIsNothing() async throws {
+        let sandbox = Sandbox()
+        for text in ["one", "two", "three"] { #expect(try await sandbox.run(["send", "chat", text]).status == 0) }
+        let history = try await sandbox.run(["listen", "--history", "--no-follow", "chat"])
+        #expect(history.status == 0, "\(history.stderr)")
+        #expect(history.lines == ["one", "two", "three"])
+        let latest = try await sandbox.run(["listen", "--latest", "--no-follow", "chat", "other"])
+        #expect(latest.lines == ["three"])
+
+        #expect(try await sandbox.run(["clear", "chat"]).status == 0)
+        let nothing = try await sandbox.run(["listen", "--history", "--no-follow", "chat"])
+        #expect(nothing.status == 2)
+        #expect(nothing.stderr == "wormhole: no message to print under 'chat': none is kept\n")
+
+        let alone = try await sandbox.run(["listen", "--no-follow", "chat"])
+        #expect(alone.status == 64)
+        #expect(alone.stderr.contains("--no-follow stops after the messages already there, so it needs --history, --latest or --durable"))
+    }
+
+    @Test func aDurableNameWithNoFollowIsABatchJob() async throws {
+        let sandbox = Sandbox()
+        for text in ["one", "two"] { #expect(try await sandbox.run(["send", "chat", text]).status == 0) }
+        let job = ["listen", "--durable", "nightly", "--history", "--no-follow", "chat"]
+        #expect(try await sandbox.run(job).lines == ["one", "two"])
+        let again = try await sandbox.run(job)
+        #expect(again.status == 2)
+        #expect(again.stderr == "wormhole: no message to print under 'chat': the durable listener 'nightly' has printed every one\n")
+        #expect(try await sandbox.run(["send", "chat", "three"]).status == 0)
+        #expect(try await sandbox.run(job).lines == ["three"])
+        // A name never used, starting with new messages only, has nothing to print.
+        #expect(try await sandbox.run(["listen", "--durable", "fresh", "--no-follow", "chat"]).status == 2)
+    }
+
+    @Test func listShowsOnlyIdentifiersWithMessagesUnlessAskedForAll() async throws {
+        let sandbox = Sandbox()
+        #expect(try await sandbox.run(["send", "kept", "hi"]).status == 0)
+        #expect(try await sandbox.run(["send", "cleared", "hi"]).status == 0)
+        #expect(try await sandbox.run(["clear", "cleared"]).status == 0)
+        let list = try await sandbox.run(["list"])
+        #expect(list.lines.map { $0.split(separator: " ").first.map(String.init) ?? "" } == ["IDENTIFIER", "kept"])
+        let all = try await sandbox.run(["list", "--all", "--json"])
+        let identifiers = all.lines.compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["identifier"] as? String
+        }
+        #expect(identifiers == ["cleared", "kept"], "\(all.output)")
+        #expect(all.output.contains(#""identifier":"cleared","messages":0"#))
+    }
+
+    @Test func onATerminalListenSaysWhereItListensAndInAPipeItDoesNot() async throws {
+        let sandbox = Sandbox()
+        let terminal = try sandbox.startOnTerminal(["listen", "chat", "--timeout", "60", "--count", "1"])
+        #expect(await terminal.waitForStandardOutput(containing: "wormhole: listening to 'chat' in \(sandbox.defaultContainer); Ctrl-C stops"),
+                "\(String(decoding: terminal.stdout, as: UTF8.self))")
+        #expect(try await sandbox.run(["send", "chat", "hello"]).status == 0)
+        let result = await terminal.finish()
+        #expect(result.status == 0)
+        #expect(result.output.contains("hello\r\n"))
+
+        let piped = try await sandbox.run(["listen", "chat", "--timeout", "0.2"])
+        #expect(piped.stderr == "wormhole: no message arrived within 0.2 seconds on 'chat'\n")
+    }
+
+    @Test func aHintRepeatsTheContainerOptionsGiven() async throws {
+        let sandbox = Sandbox()
+        let read = try await sandbox.run(["read", "--group", "group.com.example.notes", "--optional-directory", "wormhole", "note"])
+        #expect(read.status == 2)
+        #expect(read.stderr.hasSuffix("send one with 'wormhole send --group group.com.example.notes --optional-directory wormhole note ...'\n"), "\(read.stderr)")
+        // The command suggested reaches that container: read finds what it sent.
+        #expect(try await sandbox.run(["send", "--group", "group.com.example.notes", "--optional-directory", "wormhole", "note", "hi"]).status == 0)
+        #expect(try await sandbox.run(["read", "--group", "group.com.example.notes", "--optional-directory", "wormhole", "note"]).lines == ["hi"])
+
+        let directory = sandbox.root.file("a dir")
+        let forget = try await sandbox.run(["forget", "nobody", "--directory", directory])
+        #expect(forget.status == 2)
+        #expect(forget.stderr == "wormhole: no durable listener named 'nobody' here; 'wormhole status --directory '\(directory)'' lists them\n")
+    }
 }

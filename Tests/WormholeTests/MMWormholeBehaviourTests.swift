@@ -111,3 +111,41 @@ struct MMWormholeBehaviourTests {
         #expect(token.isCancelled)
     }
 }
+
+/// Bytes that are already encoded, passed with their kind (what the CLI's `send --json`
+/// and any relay use), and refused when they are not what the kind says.
+@Suite("Passing encoded payloads")
+struct PassPayloadTests {
+    @Test(arguments: Backend.all) func aJSONPayloadDecodesAsTheTypeItEncodes(backend: Backend) throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
+        let sequence = try wormhole.passPayload(Data(#"{"text": "from elsewhere"}"#.utf8), kind: .json, identifier: "note")
+        #expect(try wormhole.message(withIdentifier: "note", as: Note.self) == Note(text: "from elsewhere"))
+        let record = try #require(try wormhole.record(withIdentifier: "note"))
+        #expect(record.kind == .json && record.sequence == sequence)
+        try wormhole.passPayload(Data("plain".utf8), kind: .text, identifier: "note")
+        #expect(try wormhole.message(withIdentifier: "note", as: String.self) == "plain")
+        try wormhole.passPayload(Data([0xFF, 0, 1]), kind: .data, identifier: "note")
+        #expect(try wormhole.message(withIdentifier: "note", as: Data.self) == Data([0xFF, 0, 1]))
+    }
+
+    @Test(arguments: Backend.all) func bytesThatAreNotTheirKindAreRefusedAndNothingIsStored(backend: Backend) throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
+        for (payload, kind, words) in [(Data(#"{"text": 1,}"#.utf8), WormholePayloadKind.json, "is not JSON"),
+                                       (Data("two values".utf8), .json, "is not JSON"),
+                                       (Data([0x61, 0xFF]), .text, "is not UTF-8")] {
+            let error = try #require(Result { () throws(WormholeError) in try wormhole.passPayload(payload, kind: kind, identifier: "note") }.failure)
+            #expect(error.code == .encodingFailed)
+            #expect(error.message.contains(words), "\(error)")
+        }
+        #expect(try wormhole.record(withIdentifier: "note") == nil)
+    }
+}
+
+extension Result {
+    fileprivate var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}

@@ -23,6 +23,23 @@ enum MessageCoding {
         }
     }
 
+    /// Refuses bytes that are not what `kind` says: text that is not UTF-8, JSON that is
+    /// not one JSON value. Raw bytes are anything.
+    static func check(_ payload: Data, is kind: WormholePayloadKind, identifier: String) throws(WormholeError) {
+        switch kind {
+        case .data:
+            return
+        case .text:
+            if String(validating: payload, as: UTF8.self) == nil {
+                throw WormholeError(.encodingFailed, "the text payload for '\(identifier)' is not UTF-8; pass it with kind .data")
+            }
+        case .json:
+            if let problem = StrictJSON.problem(in: payload) {
+                throw WormholeError(.encodingFailed, "the JSON payload for '\(identifier)' is not JSON (\(problem)); pass it with kind .text or .data")
+            }
+        }
+    }
+
     static func decode<Message: Decodable>(_ payload: Data, as type: Message.Type, identifier: String, sequence: UInt64) throws(WormholeError) -> Message {
         if Message.self == Data.self, let data = payload as? Message { return data }
         if Message.self == String.self {

@@ -37,6 +37,11 @@ public final class Wormhole: Sendable {
     /// The shared directory, when the back end is ``FileTransiting``.
     public var directory: String? { (transiting as? FileTransiting)?.directory }
 
+    /// The Darwin-style notification center of the shared directory (payload-free
+    /// notifications by name, the namespace this wormhole's wake-ups share), when the
+    /// back end is ``FileTransiting``; `nil` for a back end without a directory.
+    public var notificationCenter: DarwinNotificationCenter? { (transiting as? FileTransiting)?.notificationCenter }
+
     private struct Registration {
         let identifier: String
         let cancel: @Sendable () -> Void
@@ -104,6 +109,29 @@ public final class Wormhole: Sendable {
         return try transiting.append(payload, kind: kind, identifier: identifier).sequence
     }
 
+    /// Persists bytes that are already encoded under `identifier`, marked as `kind`, and
+    /// wakes every listener of it: how a tool that relays messages (the `wormhole` CLI's
+    /// `send --json`, a bridge from another program) passes them without decoding them.
+    ///
+    /// ```swift
+    /// try wormhole.passPayload(Data(#"{"battery": 87}"#.utf8), kind: .json, identifier: "status")
+    /// ```
+    ///
+    /// A listener then decodes the message as it would one passed with
+    /// ``passMessage(_:identifier:)``: a `.json` payload as any `Decodable` type, `.text`
+    /// as `String`, any kind as `Data`.
+    ///
+    /// - Returns: The message's sequence number in the identifier's order.
+    /// - Throws: ``WormholeError/Code/encodingFailed`` when the bytes are not what `kind`
+    ///   says (`.text` that is not UTF-8, `.json` that is not one JSON value), and
+    ///   otherwise as ``passMessage(_:identifier:)``; nothing is stored then.
+    @discardableResult
+    public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> UInt64 {
+        try Identifier.validate(identifier)
+        try MessageCoding.check(payload, is: kind, identifier: identifier)
+        return try transiting.append(payload, kind: kind, identifier: identifier).sequence
+    }
+
     /// The latest message passed under `identifier`, or `nil` when there is none (or it
     /// was cleared).
     ///
@@ -150,6 +178,14 @@ public final class Wormhole: Sendable {
     public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) async throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
         let (kind, payload) = try MessageCoding.encode(message, identifier: identifier)
+        return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
+    }
+
+    /// ``passPayload(_:kind:identifier:)`` from an asynchronous context.
+    @discardableResult
+    public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> UInt64 {
+        try Identifier.validate(identifier)
+        try MessageCoding.check(payload, is: kind, identifier: identifier)
         return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
     }
 

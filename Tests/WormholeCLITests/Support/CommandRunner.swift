@@ -204,6 +204,18 @@ final class Sandbox: Sendable {
                            interactive: interactive, in: root)
     }
 
+    /// Starts `wormhole` (or another product) on a pseudo-terminal of its own, through
+    /// util-linux's `script`, as a person at a terminal would run it: its standard input,
+    /// output and error are the terminal. What it writes, and the terminal's echo of what
+    /// is typed (Ctrl-C shows as `^C`), comes back as standard output, lines ending in
+    /// "\r\n"; ``RunningCommand/type(_:)`` types at the terminal.
+    func startOnTerminal(_ arguments: [String], product: String = "wormhole") throws -> RunningCommand {
+        let words = [Products.path(product)] + arguments
+        let command = words.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        return try RunningCommand("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: environment, input: nil,
+                                  interactive: true, in: root)
+    }
+
     /// Runs `wormhole` (or another product) to completion.
     func run(_ arguments: [String], product: String = "wormhole", input: Data? = nil, environment extra: [String: String] = [:], seconds: Double = 60) async throws -> CommandResult {
         try await start(arguments, product: product, input: input, environment: extra).finish(seconds: seconds)

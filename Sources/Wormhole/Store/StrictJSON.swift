@@ -1,27 +1,33 @@
-/// A checker of exactly RFC 8259 JSON: what `send --json` accepts and what `listen --json`
-/// embeds as a value. Foundation's parser is lenient (a trailing comma, a byte order
-/// mark) and names no position; lines built from what it accepts can be rejected by
-/// `jq`. This one says where and what is wrong.
-struct StrictJSON {
+/// A checker of exactly RFC 8259 JSON: what a record of kind ``WormholePayloadKind/json``
+/// holds. ``Wormhole/passPayload(_:kind:identifier:)`` refuses anything else, and the
+/// `wormhole` CLI uses it for `send --json` and to embed JSON payloads in `listen --json`.
+/// Foundation's parser is lenient (a trailing comma, a byte order mark) and names no
+/// position; documents built from what it accepts can be rejected by `jq`. This one says
+/// where and what is wrong.
+public struct StrictJSON {
     /// What is wrong, and where: a byte offset, and a line and column for people.
-    struct Problem: Error, CustomStringConvertible {
-        let reason: String
-        let offset: Int
-        let line: Int
-        let column: Int
-        var description: String { "\(reason) at line \(line), column \(column) (byte \(offset))" }
+    public struct Problem: Error, CustomStringConvertible, Sendable {
+        /// What is wrong, such as "a comma before '}'".
+        public let reason: String
+        /// The byte offset of the problem, from 0.
+        public let offset: Int
+        /// Its line, from 1.
+        public let line: Int
+        /// Its column, from 1.
+        public let column: Int
+        public var description: String { "\(reason) at line \(line), column \(column) (byte \(offset))" }
     }
 
     private let bytes: [UInt8]
     private var position = 0
     /// Nesting deeper than this is refused rather than recursed into.
-    static let maximumDepth = 512
+    public static let maximumDepth = 512
 
     private init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// `nil` when `bytes` are one JSON value (any type, surrounded by whitespace at most),
     /// else the first problem.
-    static func problem(in bytes: some Collection<UInt8>) -> Problem? {
+    public static func problem(in bytes: some Collection<UInt8>) -> Problem? {
         var checker = StrictJSON(Array(bytes))
         do {
             if checker.bytes.starts(with: [0xEF, 0xBB, 0xBF]) { throw checker.fail("a byte order mark (U+FEFF) before the value") }
