@@ -4,6 +4,7 @@ import Wormhole
 /// `wormhole clear <identifier>...` or `wormhole clear --all`: removes messages.
 struct Clear: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "clear",
         abstract: "Remove the messages of identifiers, or of all of them.",
         discussion: """
             After this, 'read' finds no message and listeners that start from history see \

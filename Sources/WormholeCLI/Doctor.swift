@@ -9,6 +9,7 @@ import Wormhole
 /// `wormhole doctor`: why a listener may never fire, checked one step at a time.
 struct Doctor: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "doctor",
         abstract: "Check the container, the inotify limits and the listeners, and watch a test post arrive.",
         discussion: """
             For "the listener never fires": prints the container the options and \

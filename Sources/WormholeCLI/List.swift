@@ -5,6 +5,7 @@ import Wormhole
 /// `wormhole list`: the identifiers in the container.
 struct List: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "list",
         abstract: "List the identifiers that have messages: count, bytes and last update.",
         discussion: """
             An identifier whose messages were cleared has no message and is left out; \

@@ -6,6 +6,7 @@ import Wormhole
 /// `wormhole listen <identifier>...`: prints messages as they arrive.
 struct Listen: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "listen",
         abstract: "Print each message passed under the identifiers, as it arrives.",
         discussion: """
             Each message is printed as it arrives and written out at once, so the output \

@@ -5,6 +5,7 @@ import Wormhole
 /// `wormhole observe <name>...`: prints each notification as it arrives.
 struct Observe: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "observe",
         abstract: "Print a line each time one of the names is posted.",
         discussion: """
             Prints the name (or, with --state, the name and its state value) each time it \

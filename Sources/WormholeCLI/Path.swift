@@ -4,6 +4,7 @@ import Wormhole
 /// `wormhole path`: where the messages live.
 struct Path: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "path",
         abstract: "Print the container directory that the options select (creating it if needed), or the PostgreSQL container.",
         discussion: """
             Examples:

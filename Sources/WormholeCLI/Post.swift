@@ -4,6 +4,7 @@ import Wormhole
 /// `wormhole post <name>...`: a bare, payload-free notification.
 struct Post: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "post",
         abstract: "Post payload-free notifications, optionally setting a name's 64-bit state first.",
         discussion: """
             The Darwin notification analogue on its own: every observer of the name, in \

@@ -4,6 +4,7 @@ import Wormhole
 /// `wormhole read <identifier>`: prints the latest message.
 struct Read: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "read",
         abstract: "Print the latest message of an identifier.",
         discussion: """
             Prints a text or JSON message as a line (a newline is added unless it ends \

@@ -8,6 +8,7 @@ import Wormhole
 /// `wormhole send <identifier> [message]`: passes one message.
 struct Send: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "send",
         abstract: "Pass a message to every listener of an identifier.",
         discussion: """
             The message is the argument, or standard input when the argument is absent or \

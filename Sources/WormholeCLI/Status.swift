@@ -5,6 +5,7 @@ import Wormhole
 /// `wormhole status [identifier]...`: who listens, and how far behind.
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "status",
         abstract: "Show who listens to each identifier: running listeners and durable names, with how far behind they are.",
         discussion: """
             One line per listener: the identifier, the durable name ('-' for a listener \
@@ -65,6 +66,7 @@ struct Status: ParsableCommand {
 /// `wormhole forget <name> [identifier]...`: removes a durable listener's position.
 struct Forget: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "forget",
         abstract: "Remove the position of a durable listener, and what was kept for it.",
         discussion: """
             Exit status 2 when the name has no position; 1 while its listener runs.

@@ -1,11 +1,11 @@
 import ArgumentParser
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// The `wormhole` command: real-time messages between processes through a shared
 /// directory, from the shell.
-@main
 struct WormholeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "wormhole",
@@ -27,16 +27,73 @@ struct WormholeCommand: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [Send.self, Listen.self, Read.self, Clear.self, List.self, Status.self, Forget.self, Doctor.self, Post.self, Observe.self, Path.self])
 
-    /// Refuses arguments that are not UTF-8 before parsing: Swift would turn their bad
-    /// bytes into U+FFFD, and `send $'a\xffb'` and `send $'a\xfeb'` would then write the
-    /// same message (or name the same identifier).
-    static func main() async {
+    /// The names of the subcommands, in their order. Each names itself in its
+    /// configuration: without a name there, argument-parser derives one from the type's
+    /// name by reflection, which searches the binary's protocol conformances (a fifth
+    /// of the time `wormhole send` took to start; a test checks that none is missing).
+    static var commandNames: [String] { configuration.subcommands.compactMap { $0.configuration.commandName } }
+
+    /// Runs the command the arguments name. A synchronous command (`send`, `read`, ...)
+    /// runs on this thread, without starting Swift concurrency's threads; one that waits
+    /// (`listen`, `observe`, `doctor`) runs as a task while this thread serves the main
+    /// queue. Arguments that are not UTF-8 are refused before parsing: Swift would turn
+    /// their bad bytes into U+FFFD, and `send $'a\xffb'` and `send $'a\xfeb'` would then
+    /// write the same message (or name the same identifier).
+    static func start() -> Never {
         if let problem = invalidArgument(CommandLine.unsafeArgv, count: Int(CommandLine.argc))
             ?? unknownCommand(Array(CommandLine.arguments.dropFirst())) {
             Output.error(problem)
             Glibc.exit(WormholeExitCode.usage.rawValue)
         }
-        await main(nil)
+        var command: any ParsableCommand
+        do {
+            command = try parseQuickly(Array(CommandLine.arguments.dropFirst())) ?? parseAsRoot()
+        } catch {
+            exit(withError: error)
+        }
+        guard let waiting = asynchronous(command) else {
+            do {
+                try command.run()
+                Glibc.exit(0)
+            } catch {
+                exit(withError: error)
+            }
+        }
+        Task {
+            do {
+                var waiting = waiting
+                try await waiting.run()
+                Glibc.exit(0)
+            } catch {
+                exit(withError: error)
+            }
+        }
+        dispatchMain()
+    }
+
+    /// The subcommand the first argument names, parsed on its own, or `nil`: parsed from
+    /// the root, argument-parser first builds the tables of all eleven commands (a
+    /// tenth of the time `wormhole send` takes). Whatever the subcommand does not accept
+    /// as it stands (`--help`, a mistake) is `nil` here and parsed again from the root,
+    /// so that help and errors name `wormhole <command>` as usual.
+    static func parseQuickly(_ arguments: [String]) -> (any ParsableCommand)? {
+        guard let name = arguments.first,
+              let type = configuration.subcommands.first(where: { $0.configuration.commandName == name }) else { return nil }
+        // Help comes back as a command of its own: the root's parser gives it.
+        guard let command = try? type.parseAsRoot(Array(arguments.dropFirst())),
+              ObjectIdentifier(Swift.type(of: command)) == ObjectIdentifier(type) else { return nil }
+        return command
+    }
+
+    /// The command as one to run asynchronously, when it is one. Casts to the concrete
+    /// types: a cast to the protocol would search the binary's conformances.
+    static func asynchronous(_ command: any ParsableCommand) -> (any AsyncParsableCommand)? {
+        switch command {
+        case let listen as Listen: listen
+        case let observe as Observe: observe
+        case let doctor as Doctor: doctor
+        default: nil
+        }
     }
 
     /// A sentence saying that the first argument is not a command, with the nearest
@@ -45,10 +102,10 @@ struct WormholeCommand: AsyncParsableCommand {
     /// this check `wormhole sned chat hi` would only say "3 unexpected arguments".
     static func unknownCommand(_ arguments: [String]) -> String? {
         guard let word = arguments.first, !word.hasPrefix("-") else { return nil }
-        let names = configuration.subcommands.map { $0._commandName } + ["help"]
+        let names = commandNames + ["help"]
         if names.contains(word) { return nil }
         let nearest = names.map { (name: $0, distance: editDistance(word, $0)) }.min { $0.distance < $1.distance }
-        let list = configuration.subcommands.map { $0._commandName }.joined(separator: ", ")
+        let list = commandNames.joined(separator: ", ")
         if let nearest, nearest.distance <= max(1, min(word.count, nearest.name.count) / 3 + 1) {
             return "'\(word)' is not a command; did you mean '\(nearest.name)'? ('wormhole \(nearest.name) --help' shows how to use it)"
         }

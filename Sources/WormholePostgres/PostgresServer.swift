@@ -16,6 +16,8 @@ import Wormhole
 /// password to `$PGPASSWORD`. `sslmode` is `disable`, `prefer` (the default: TLS when the
 /// server offers it, unverified, as libpq), `require` (TLS, unverified) or `verify-full`
 /// (TLS with the certificate and host name verified against the system's roots).
+/// `connect_timeout` takes seconds; `application_name` names the connections in the
+/// server's `pg_stat_activity`.
 public struct PostgresServer: Sendable, CustomStringConvertible {
     /// The connection settings PostgresNIO uses.
     public var configuration: PostgresConnection.Configuration
@@ -42,7 +44,7 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
             guard let value = item.value else { throw invalid("has the parameter '\(item.name)' without a value") }
             parameters[item.name] = value
         }
-        let known: Set<String> = ["sslmode", "host", "port", "user", "password", "dbname", "connect_timeout"]
+        let known: Set<String> = ["sslmode", "host", "port", "user", "password", "dbname", "connect_timeout", "application_name"]
         if let unknown = parameters.keys.sorted().first(where: { !known.contains($0) }) {
             throw invalid("has the parameter '\(unknown)', which is not one of \(known.sorted().joined(separator: ", "))")
         }
@@ -87,6 +89,10 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
         if let text = parameters["connect_timeout"] {
             guard let seconds = Int64(text), seconds > 0 else { throw invalid("has connect_timeout '\(text)', not a positive number of seconds") }
             configuration.options.connectTimeout = .seconds(seconds)
+        }
+        if let name = parameters["application_name"] {
+            // As libpq: the name the server shows for these connections (pg_stat_activity).
+            configuration.options.additionalStartupParameters.append(("application_name", name))
         }
         description = shown
     }

@@ -142,3 +142,32 @@ struct UnknownCommandTests {
         #expect(result.stderr == "wormhole: 'sned' is not a command; did you mean 'send'? ('wormhole send --help' shows how to use it)\n")
     }
 }
+
+@Suite("How each command runs")
+struct CommandDispatchTests {
+    @Test func everySubcommandNamesItself() {
+        #expect(WormholeCommand.commandNames.count == WormholeCommand.configuration.subcommands.count)
+        #expect(WormholeCommand.commandNames == WormholeCommand.configuration.subcommands.map { $0._commandName })
+    }
+
+    @Test func aSubcommandParsedOnItsOwnIsWhatTheRootParses() throws {
+        let arguments = ["send", "--directory", "/tmp/x", "--json", "status", #"{"a": 1}"#]
+        let quick = try #require(WormholeCommand.parseQuickly(arguments) as? Send)
+        let full = try #require(try WormholeCommand.parseAsRoot(arguments) as? Send)
+        #expect(quick.identifier == full.identifier && quick.message == full.message && quick.json == full.json)
+        #expect(quick.container.directory == "/tmp/x")
+        // Help, mistakes and what the subcommand refuses go to the root's parser.
+        for refused in [["send", "--help"], ["send", "-h"], ["help", "send"], ["send"], ["send", "--count", "1", "x"], ["listen", "x", "--count", "0"], ["sned"], []] {
+            #expect(WormholeCommand.parseQuickly(refused) == nil, "\(refused)")
+        }
+    }
+
+    @Test func exactlyTheCommandsThatWaitRunAsynchronously() throws {
+        for type in WormholeCommand.configuration.subcommands {
+            let name = type._commandName
+            let arguments = [name] + (["listen", "observe", "send", "read", "forget", "post", "clear"].contains(name) ? ["x"] : [])
+            let command = try WormholeCommand.parseAsRoot(arguments)
+            #expect((WormholeCommand.asynchronous(command) != nil) == (command is any AsyncParsableCommand), "\(name)")
+        }
+    }
+}

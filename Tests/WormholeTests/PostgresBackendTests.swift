@@ -4,6 +4,7 @@ import PostgresNIO
 import Testing
 @testable import Wormhole
 @testable import WormholePostgres
+import WormholeTestSupport
 
 /// What only the PostgreSQL back end has to get right: its connections. The guarantees
 /// shared with the file back end are tested on both by the suites that take a `Backend`.
@@ -14,9 +15,20 @@ struct PostgresBackendTests {
         try #require(try store.transiting() as? PostgresTransiting)
     }
 
-    /// The number of sessions connected to the test database.
-    func sessions(_ probe: PostgresTransiting) throws -> Int {
-        let rows = try probe.session.query("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()", "count sessions")
+    /// A new transiting on the container of `store` whose connections carry the
+    /// application name `name`: the server's count of them is this test's alone, whatever
+    /// runs beside it.
+    func transiting(_ store: TestStore, named name: String) throws -> PostgresTransiting {
+        let url = try #require(ProcessInfo.processInfo.environment[AgentLocation.urlVariable])
+        return try PostgresTransiting(url: url + (url.contains("?") ? "&" : "?") + "application_name=" + name,
+                                      container: String(store.location.dropFirst(AgentLocation.postgresPrefix.count)))
+    }
+
+    /// The number of sessions connected to the test database with the application name
+    /// `name`.
+    func sessions(_ probe: PostgresTransiting, named name: String) throws -> Int {
+        let rows = try probe.session.query(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = \(name)", "count sessions")
         return Int(rows.first.flatMap { try? $0.decode(Int64.self) } ?? -1)
     }
 
@@ -24,23 +36,26 @@ struct PostgresBackendTests {
     func releasedWormholesCloseTheirConnections() async throws {
         let store = try Backend.postgres.makeStore()
         let probe = try transiting(store)
-        let before = try sessions(probe)
+        let name = "released-" + UUID().uuidString.lowercased()
+        let sessions = { () throws -> Int in try self.sessions(probe, named: name) }
+        let before = try sessions()
+        #expect(before == 0)
         do {
             var wormholes: [Wormhole] = []
             var tokens: [ListenerToken] = []
             for _ in 0..<10 {
-                let wormhole = Wormhole(transiting: try transiting(store))
+                let wormhole = Wormhole(transiting: try transiting(store, named: name))
                 tokens.append(try wormhole.listenForMessage(withIdentifier: "n", as: String.self) { _ in })
                 wormholes.append(wormhole)
             }
-            #expect(try sessions(probe) == before + 20, "a statement and a LISTEN connection each")
+            #expect(try sessions() == before + 20, "a statement and a LISTEN connection each")
             for token in tokens { token.cancel() }
         }
-        var now = try sessions(probe)
+        var now = try sessions()
         let deadline = Date().addingTimeInterval(10)
         while now != before && Date() < deadline {
             try await Task.sleep(for: .milliseconds(50))
-            now = try sessions(probe)
+            now = try sessions()
         }
         #expect(now == before, "sessions \(before) -> \(now)")
     }

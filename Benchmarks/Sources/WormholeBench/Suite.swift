@@ -17,6 +17,9 @@ struct Suite {
     var quick: Bool
     var outputDirectory: String
     var cli: String?
+    /// The `wormhole` that `Scripts/install` installs (static Swift runtime, packed
+    /// relocations), timed beside ``cli`` in the process section.
+    var installedCLI: String?
     var rows: [Row] = []
     /// Per-sample latencies of the latency section: (file system, mechanism, ns).
     var samples: [(String, String, [UInt64])] = []
@@ -62,6 +65,7 @@ struct Suite {
         }
         outputDirectory = options.string("out", default: "Results")
         cli = options.flag("cli") ? try options.string("cli") : nil
+        installedCLI = options.flag("installed-cli") ? try options.string("installed-cli") : nil
         // The C peers, from the directory Benchmarks/run builds them into.
         if options.flag("c-bin") {
             let directory = try options.string("c-bin")
@@ -245,11 +249,16 @@ struct Suite {
         let runs = quick ? 10 : 40
         if let cli {
             progress("  `wormhole send` as a whole process, \(runs) runs (and /bin/true and a Swift program that does nothing)")
-            for (label, path, arguments) in [
+            let send = ["send", "--directory", directory, "bench", "hello"]
+            var commands = [
                 ("/bin/true (any process)", "/bin/true", [String]()),
                 ("a Swift program that prints its usage (Foundation loaded)", Child.selfPath, ["help"]),
-                ("wormhole send (whole process)", cli, ["send", "--directory", directory, "bench", "hello"]),
-            ] {
+                ("wormhole send (swift build -c release: Swift runtime as shared libraries)", cli, send),
+            ]
+            if let installedCLI {
+                commands.append(("wormhole send (Scripts/install: Swift runtime linked in, packed relocations)", installedCLI, send))
+            }
+            for (label, path, arguments) in commands {
                 _ = try spawnAndWait(path, arguments)
                 var times: [UInt64] = []
                 for _ in 0..<runs {
@@ -267,6 +276,10 @@ struct Suite {
                 row.note = "wall time from spawn to exit"
                 rows.append(row)
                 progress(String(format: "    %@: p50 %.2f ms", label, row.p50! / 1000))
+                if path == installedCLI && fileSystem.hasPrefix("tmpfs") {
+                    verdicts.append(("installed `wormhole send` within 4 ms (p50, whole process)", row.p50! <= 4000,
+                                     String(format: "p50 %.2f ms", row.p50! / 1000)))
+                }
             }
         }
         let idleSeconds = quick ? 1.0 : 3.0

@@ -5,7 +5,7 @@ import Glibc
 // WormholeBench: Wormhole's multi-process benchmark.
 //
 //   WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections latency,burst,...]
-//                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH-TO-wormhole]
+//                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH-TO-wormhole] [--installed-cli PATH]
 //                     [--postgres-url URL]   (or $WORMHOLE_BENCH_POSTGRES_URL: adds the postgres section)
 //                     [--c-bin DIR]          (the C peers: DIR/floor and DIR/dbus_peer, from Benchmarks/C)
 //                     [--dbus-address A --dbus-pid P --dbus-config FILE]   (a running bus for D-Bus)
@@ -35,7 +35,7 @@ do {
     default:
         print("""
             usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
-                                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH] [--postgres-url URL]
+                                     [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH] [--installed-cli PATH] [--postgres-url URL]
                                      [--c-bin DIR] [--dbus-address A --dbus-pid P --dbus-config FILE]
             roles: wormhole-listen, wormhole-send, stream-send, stream-receive, naive-send, naive-listen, notify-send, notify-listen
             (wormhole-listen and wormhole-send take --dir D, or --postgres URL --container NAME)

@@ -60,25 +60,39 @@ public final class FileTransiting: WormholeTransiting {
 
     /// Set when inotify says the container's directory went away or came back.
     private let containerMayHaveMoved = Atomic<Bool>(false)
-    /// The writer's watch on the container, made at the first pass (best effort: without
-    /// inotify a writer still finds a deleted container, just not a moved one).
+    /// The writer's watch on the container, made at the second pass (best effort:
+    /// without inotify a writer still finds a deleted container, just not a moved one).
     private let containerWatch = Locked<EngineSubscription?>(nil)
-    private let containerWatched = Atomic<Bool>(false)
+    /// 0 before the first pass, 1 after it, 2 once the container is watched.
+    private let containerWatchStage = Atomic<Int>(0)
 
     /// Before a pass: a container moved away (`mv`) keeps its files, so the writer's
     /// descriptor would go on writing into the moved directory, where no listener of the
     /// path looks. The engine says when the directory at the path changed; the next pass
     /// then opens the one there now. Costs one atomic load when nothing happened.
+    ///
+    /// The first pass looks at the path instead (one `lstat`), and the watch is made at
+    /// the second, checked by one more look: a process that passes one message and ends
+    /// (the CLI's `send`) starts no inotify instance and no thread, and its exit does not
+    /// wait for the kernel to tear a watch down (milliseconds at times).
     func noticeContainerMoves() {
-        if !containerWatched.load(ordering: .relaxed) {
-            containerWatched.store(true, ordering: .relaxed)
-            let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], kind: .container) { [weak self] event in
-                switch event {
-                case .rescan, .failed: self?.containerMayHaveMoved.store(true, ordering: .releasing)
-                case .appended, .replaced, .posted: break
-                }
+        if containerWatchStage.load(ordering: .acquiring) < 2 {
+            if containerWatchStage.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
+                _ = try? container.refresh(create: true)
+                return
             }
-            containerWatch.withLock { $0 = watch }
+            if containerWatchStage.compareExchange(expected: 1, desired: 2, ordering: .acquiringAndReleasing).exchanged {
+                let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], kind: .container) { [weak self] event in
+                    switch event {
+                    case .rescan, .failed: self?.containerMayHaveMoved.store(true, ordering: .releasing)
+                    case .appended, .replaced, .posted: break
+                    }
+                }
+                containerWatch.withLock { $0 = watch }
+                // A move between the first pass and the watch.
+                _ = try? container.refresh(create: true)
+                return
+            }
         }
         if containerMayHaveMoved.load(ordering: .acquiring), containerMayHaveMoved.exchange(false, ordering: .acquiringAndReleasing) {
             _ = try? container.refresh(create: true)
