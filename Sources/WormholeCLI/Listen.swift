@@ -126,6 +126,13 @@ struct Listen: AsyncParsableCommand {
                 throw CommandFailure("no message to print under \(Self.names(identifiers)): \(durable == nil ? "none is kept" : "the durable listener '\(durable!)' has printed every one")",
                                      exitCode: WormholeExitCode.noMessage)
             }
+            // No message is handled until every listener is registered: a listener that
+            // starts with a backlog (--history, --durable) would otherwise be called before
+            // its token is in `tokens`, and one it does not print (--count reached) could
+            // not cancel it, so a durable name would count that message as handled.
+            session.queue.suspend()
+            var suspended = true
+            defer { if suspended { session.queue.resume() } }
             // Each identifier once: naming one twice must not print its messages twice.
             var seen = Set<String>()
             for identifier in identifiers where seen.insert(identifier).inserted {
@@ -161,6 +168,8 @@ struct Listen: AsyncParsableCommand {
                 }
                 tokens.withLock { $0.append(token) }
             }
+            session.queue.resume()
+            suspended = false
             // A person at a terminal sees where it listens; a script asks with --verbose.
             let place = wormhole.directory ?? (try? container.location().description) ?? "the container"
             if verbose {
