@@ -213,7 +213,7 @@ _wormhole_send() {
 
 _wormhole_listen() {
     repeating_flags=()
-    non_repeating_flags=(--history --latest --json --prefix --raw --verbose -v --version -h --help)
+    non_repeating_flags=(--history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
     non_repeating_options=(--count -c --timeout -t --durable --group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options -1
@@ -294,7 +294,7 @@ _wormhole_clear() {
 
 _wormhole_list() {
     repeating_flags=()
-    non_repeating_flags=(--json --version -h --help)
+    non_repeating_flags=(--json --all --version -h --help)
     repeating_options=()
     non_repeating_options=(--group --directory --optional-directory --postgres)
     __wormhole_offer_flags_options 0

@@ -309,17 +309,28 @@ do {
         let count = Int(argument(3)) ?? 0
         let interval = UInt32(argument(4)) ?? 1000
         let tag = argument(5)
+        // With a sixth argument: stop after that many seconds too, then pass
+        // "<tag>:end:<count passed>" (what soak-listen waits for).
+        let seconds = arguments.count > 6 ? Double(arguments[6]) : nil
+        let deadline = seconds.map { Date().addingTimeInterval($0) }
+        var passed = 0
         for index in 1...max(count, 1) where count > 0 {
+            if let deadline, Date() >= deadline { break }
             try wormhole.passMessage(payload(tag: tag, index: index, size: 64 + index % 512), identifier: identifier)
+            passed = index
             usleep(interval)
         }
+        if seconds != nil { try wormhole.passMessage("\(tag):end:\(passed)", identifier: identifier) }
 
     case "soak-listen":
+        // Listens until each of <writers> timed pace writers passed its "<tag>:end:<n>";
+        // writes "<received> <passed> <duplicates> <out of order>", where passed is the
+        // sum of the writers' n.
         let wormhole = try AgentLocation.wormhole(argument(1))
-        let expected = Int(argument(3)) ?? 0
+        let writers = Int(argument(3)) ?? 0
         let output = argument(4)
         let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var received = 0, duplicates = 0, disorder = 0
+        nonisolated(unsafe) var received = 0, passed = 0, ended = 0, duplicates = 0, disorder = 0
         nonisolated(unsafe) var lastSequence: UInt64 = 0
         nonisolated(unsafe) var lastIndex: [Substring: Int] = [:]
         let token = try wormhole.listenForRecords(withIdentifier: argument(2)) { record in
@@ -327,17 +338,23 @@ do {
             lastSequence = max(lastSequence, record.sequence)
             let text = String(decoding: record.payload, as: UTF8.self)
             let parts = text.split(separator: ":", maxSplits: 2)
+            if parts.count == 3, parts[1] == "end", let count = Int(parts[2]) {
+                if count != lastIndex[parts[0]] ?? 0 { disorder += 1 }
+                passed += count
+                ended += 1
+                if ended == writers { done.signal() }
+                return
+            }
             if parts.count == 3, let index = Int(parts[1]) {
                 if index != (lastIndex[parts[0]] ?? 0) + 1 { disorder += 1 }
                 lastIndex[parts[0]] = index
             }
             received += 1
-            if received == expected { done.signal() }
         }
         _ = FileManager.default.createFile(atPath: output + ".ready", contents: nil)
         done.wait()
         token.cancel()
-        try "\(received) \(duplicates) \(disorder)\n".write(toFile: output, atomically: true, encoding: .utf8)
+        try "\(received) \(passed) \(duplicates) \(disorder)\n".write(toFile: output, atomically: true, encoding: .utf8)
 
     default:
         fail("unknown command \(command)")
