@@ -28,6 +28,9 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
         // Commands, options, help, usage errors and shell completion for the CLI and examples.
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // The API reference: `swift package generate-documentation --target Wormhole`
+        // (a command plugin: nothing of it is built by `swift build`).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // With the `Postgres` trait only: the PostgreSQL wire protocol, LISTEN/NOTIFY.
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         // With the `Postgres` trait only, already needed by postgres-nio: event loops,

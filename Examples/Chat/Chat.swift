@@ -99,8 +99,10 @@ struct Chat: AsyncParsableCommand {
         }
         let token = try Self.listen(wormhole, room: room, durableName: durableName, after: start, onError: onError, show: show)
 
-        try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
+        // Ctrl-C is caught before the room hears of us: typed as soon as "joined" shows,
+        // it still ends the chat with a goodbye.
         let ending = Ending()
+        try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
         Terminal.readLines({ line in
             let text = line.trimmingCharacters(in: .whitespaces)
             if text == "/quit" { return false }

@@ -4,10 +4,28 @@ import Synchronization
 
 /// A one-shot "we are done" that a signal, the end of input, a command or a count can
 /// trigger: how the examples wait until they should stop.
+///
+/// The signals are caught from the moment the `Ending` is made, so make it before the
+/// program shows it is ready (a Ctrl-C typed as soon as the prompt appears must end the
+/// wait, not kill the process); after ``wait()`` returns they have their default action
+/// again.
 public final class Ending: Sendable {
-    public init() {}
-
     private let state = Mutex<(signal: Int32?, done: Bool, continuation: CheckedContinuation<Int32?, Never>?)>((nil, false, nil))
+    /// Set once, in `init`; `wait()` cancels them (cancelling twice does no harm).
+    nonisolated(unsafe) private var sources: [(number: Int32, source: any DispatchSourceSignal)] = []
+
+    /// - Parameter signals: The signals that end the wait (none for an ending that only
+    ///   ``end()`` triggers).
+    public init(signals: [Int32] = [SIGINT, SIGTERM]) {
+        let made = signals.map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { [weak self] in self?.end(bySignal: number) }
+            source.resume()
+            return (number, source)
+        }
+        sources = made
+    }
 
     /// Ends the wait (once; later calls do nothing).
     public func end() { end(bySignal: nil) }
@@ -23,18 +41,16 @@ public final class Ending: Sendable {
         continuation?.resume(returning: signal)
     }
 
-    /// Waits for ``end()``, or for SIGINT or SIGTERM.
+    /// Waits for ``end()`` or one of the signals given to ``init(signals:)``.
     /// - Returns: The signal that ended the wait, or `nil` when ``end()`` did.
     @discardableResult
     public func wait() async -> Int32? {
-        let sources = [SIGINT, SIGTERM].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [weak self] in self?.end(bySignal: number) }
-            source.resume()
-            return source
+        defer {
+            for entry in sources {
+                entry.source.cancel()
+                signal(entry.number, SIG_DFL)
+            }
         }
-        defer { sources.forEach { $0.cancel() } }
         return await withCheckedContinuation { continuation in
             let done = state.withLock { state -> (Bool, Int32?) in
                 if state.done { return (true, state.signal) }

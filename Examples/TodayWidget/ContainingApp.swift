@@ -46,7 +46,7 @@ struct ContainingApp: AsyncParsableCommand {
             let lastTap = try await wormhole.record(withIdentifier: Identifiers.action)?.sequence ?? 0
             let handledTap = try wormhole.listeners(identifier: Identifiers.action)
                 .first { $0.durableName == "app" }?.position ?? 0
-            let caughtUp = Ending()
+            let caughtUp = Ending(signals: [])
             if lastTap <= handledTap { caughtUp.end() }
             let token = try wormhole.listenForRecords(
                 withIdentifier: Identifiers.action,

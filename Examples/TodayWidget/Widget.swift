@@ -45,9 +45,9 @@ struct Widget: AsyncParsableCommand {
                 return
             }
 
+            let ending = Ending()
             let typing = isatty(STDIN_FILENO) == 1
             if typing { say("widget: [ Reset ] press Enter to reset the count; q or Ctrl-D closes the widget") }
-            let ending = Ending()
             let shown = Atomic<Int>(0)
             let limit = updates
             // .latest: the current value at once (a widget never starts blank), then live.

@@ -24,7 +24,7 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         /// or a leading `.`), or that would display as another name (not in Unicode NFC,
         /// bidirectional formatting characters).
         public static let invalidIdentifier = Code("invalidIdentifier")
-        /// A message larger than the configured ``Wormhole/Configuration/maximumMessageSize``.
+        /// A message larger than the configured ``WormholeConfiguration/maximumMessageSize``.
         public static let messageTooLarge = Code("messageTooLarge")
         /// A record in a message log failed its checksum or framing. The listener that met
         /// it reports it and goes on with the next record.
@@ -46,8 +46,8 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         /// A configuration value is out of range.
         public static let invalidConfiguration = Code("invalidConfiguration")
         /// A listener missed messages: they were dropped before it read them (the backlog
-        /// cap of ``Wormhole/Configuration/maximumBacklogMessageCount`` and
-        /// ``Wormhole/Configuration/maximumBacklogByteCount``), or it asked to start before
+        /// cap of ``WormholeConfiguration/maximumBacklogMessageCount`` and
+        /// ``WormholeConfiguration/maximumBacklogByteCount``), or it asked to start before
         /// the oldest message kept. ``WormholeError/missedMessageCount`` says how many;
         /// it arrives once, in order, before the first message after the gap.
         public static let messagesLost = Code("messagesLost")

@@ -35,7 +35,6 @@ final class RetryClock: @unchecked Sendable {
             let context = Unmanaged.passRetained(self).toOpaque()
             if pthread_create(&thread, nil, { context in
                 Unmanaged<RetryClock>.fromOpaque(context!).takeRetainedValue().run()
-                return nil
             }, context) == 0 {
                 started = true
                 pthread_detach(thread)

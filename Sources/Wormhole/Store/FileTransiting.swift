@@ -11,14 +11,14 @@ import Synchronization
 ///
 /// Files in the directory (the format is specified in `Docs/Protocol.md`, version 2):
 /// - `<identifier>.wormhole`: the message log: a header and framed, checksummed records;
-/// - `.listeners/<identifier>/`: the claims of live listeners (see ``ListenerCursor``);
+/// - `.listeners/<identifier>/`: the claims of live listeners (see `ListenerCursor`);
 /// - `<name>.notification`: bare notifications of ``DarwinNotificationCenter``.
 ///
 /// A pass appends one record under `flock(LOCK_EX)`, so processes agree on one order per
 /// identifier. The append is the commit (a record carries its length at both ends and a
 /// checksum) and its own inotify event (IN_MODIFY on the log) is the wake-up: a steady
 /// pass is four system calls, `flock`, `fstat`, `pwritev` and `flock` again. Every file
-/// is reached through the container's directory descriptor (``ContainerDirectory``).
+/// is reached through the container's directory descriptor (`ContainerDirectory`).
 public final class FileTransiting: WormholeTransiting {
     /// The shared directory.
     public let directory: String

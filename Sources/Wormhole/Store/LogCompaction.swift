@@ -5,8 +5,8 @@ import SystemPackage
 
 /// Rewrites a log with only what must be kept, under the writer's lock.
 ///
-/// Kept: the retained history (the newest ``Wormhole/Configuration/retainedMessageCount``
-/// messages within ``Wormhole/Configuration/retainedByteCount``, the latest always, none
+/// Kept: the retained history (the newest ``WormholeConfiguration/retainedMessageCount``
+/// messages within ``WormholeConfiguration/retainedByteCount``, the latest always, none
 /// that was cleared) and every record a live listener has not read yet, up to the backlog
 /// cap; past the cap the oldest unread go, and their listeners are told when they read on.
 /// The records are copied unchanged, after a new header, into a temporary file created

@@ -1,5 +1,5 @@
 /// A checker of exactly RFC 8259 JSON: what a record of kind ``WormholePayloadKind/json``
-/// holds. ``Wormhole/passPayload(_:kind:identifier:)`` refuses anything else, and the
+/// holds. ``Wormhole/passPayload(_:kind:identifier:)-5tjp6`` refuses anything else, and the
 /// `wormhole` CLI uses it for `send --json` and to embed JSON payloads in `listen --json`.
 /// Foundation's parser is lenient (a trailing comma, a byte order mark) and names no
 /// position; documents built from what it accepts can be rejected by `jq`. This one says

@@ -48,7 +48,7 @@ public struct WormholeRecord: Sendable, Hashable {
     }
 }
 
-/// Retained contents of one identifier, as ``WormholeTransiting/summaries()`` lists them.
+/// Retained contents of one identifier, as ``WormholeTransiting/summaries()-342tx`` lists them.
 public struct WormholeIdentifierSummary: Sendable, Hashable {
     /// The identifier.
     public let identifier: String

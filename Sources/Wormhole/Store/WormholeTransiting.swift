@@ -19,7 +19,7 @@ public protocol WormholeTransiting: Sendable {
     /// The newest message of `identifier` that was not cleared, or `nil`.
     func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord?
 
-    /// Makes the retained messages of `identifier` invisible to ``latestRecord(identifier:)``
+    /// Makes the retained messages of `identifier` invisible to ``WormholeTransiting/latestRecord(identifier:)-63adk``
     /// and to readers that start later. Does not wake observers.
     func clearMessageContents(identifier: String) throws(WormholeError)
 
@@ -32,13 +32,13 @@ public protocol WormholeTransiting: Sendable {
     /// ``append(_:kind:identifier:)`` for asynchronous callers (see the extension below
     /// for the default).
     func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord
-    /// ``latestRecord(identifier:)`` for asynchronous callers.
+    /// ``latestRecord(identifier:)-63adk`` for asynchronous callers.
     func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord?
     /// ``clearMessageContents(identifier:)`` for asynchronous callers.
     func clearMessageContents(identifier: String) async throws(WormholeError)
     /// ``clearAllMessageContents()`` for asynchronous callers.
     func clearAllMessageContents() async throws(WormholeError)
-    /// ``summaries()`` for asynchronous callers.
+    /// ``summaries()-342tx`` for asynchronous callers.
     func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary]
 
     /// A reader of `identifier`'s records from `start` on. Call it after

@@ -14,8 +14,8 @@ extension Wormhole {
     /// used it starts at `start`.
     ///
     /// Messages it has not handled are kept while it is not running, up to the backlog
-    /// cap (``Configuration/maximumBacklogMessageCount`` and
-    /// ``Configuration/maximumBacklogByteCount``); past it the oldest go, and when it
+    /// cap (``WormholeConfiguration/maximumBacklogMessageCount`` and
+    /// ``WormholeConfiguration/maximumBacklogByteCount``); past it the oldest go, and when it
     /// resumes `onError` first receives a ``WormholeError/Code/messagesLost`` error with
     /// ``WormholeError/missedMessageCount``. ``forgetDurableListener(named:identifier:)``
     /// releases what a name keeps.

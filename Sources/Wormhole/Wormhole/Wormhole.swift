@@ -118,13 +118,13 @@ public final class Wormhole: Sendable {
     /// ```
     ///
     /// A listener then decodes the message as it would one passed with
-    /// ``passMessage(_:identifier:)``: a `.json` payload as any `Decodable` type, `.text`
+    /// ``passMessage(_:identifier:)-2w6mt``: a `.json` payload as any `Decodable` type, `.text`
     /// as `String`, any kind as `Data`.
     ///
     /// - Returns: The message's sequence number in the identifier's order.
     /// - Throws: ``WormholeError/Code/encodingFailed`` when the bytes are not what `kind`
     ///   says (`.text` that is not UTF-8, `.json` that is not one JSON value), and
-    ///   otherwise as ``passMessage(_:identifier:)``; nothing is stored then.
+    ///   otherwise as ``passMessage(_:identifier:)-2w6mt``; nothing is stored then.
     @discardableResult
     public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
@@ -147,7 +147,7 @@ public final class Wormhole: Sendable {
         return try transiting.latestRecord(identifier: identifier)
     }
 
-    /// Removes the messages of `identifier`: ``message(withIdentifier:as:)`` returns
+    /// Removes the messages of `identifier`: ``message(withIdentifier:as:)-5o1yf`` returns
     /// `nil` after this, and listeners that start from history see nothing older.
     /// Listeners do not hear of it; sequence numbers go on.
     public func clearMessageContents(forIdentifier identifier: String) throws(WormholeError) {
@@ -173,7 +173,7 @@ public final class Wormhole: Sendable {
     // network (PostgreSQL) they suspend instead of blocking a thread of the cooperative
     // pool; on the file back end they are the synchronous calls, a few system calls each.
 
-    /// ``passMessage(_:identifier:)`` from an asynchronous context.
+    /// ``passMessage(_:identifier:)-2w6mt`` from an asynchronous context.
     @discardableResult
     public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) async throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
@@ -181,7 +181,7 @@ public final class Wormhole: Sendable {
         return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
     }
 
-    /// ``passPayload(_:kind:identifier:)`` from an asynchronous context.
+    /// ``passPayload(_:kind:identifier:)-5tjp6`` from an asynchronous context.
     @discardableResult
     public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
@@ -189,7 +189,7 @@ public final class Wormhole: Sendable {
         return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
     }
 
-    /// ``message(withIdentifier:as:)`` from an asynchronous context.
+    /// ``message(withIdentifier:as:)-5o1yf`` from an asynchronous context.
     public func message<Message: Decodable>(withIdentifier identifier: String, as type: Message.Type = Message.self) async throws(WormholeError) -> Message? {
         try await record(withIdentifier: identifier)?.decode(as: type)
     }
@@ -234,8 +234,8 @@ public final class Wormhole: Sendable {
     /// - Parameters:
     ///   - identifier: The identifier to listen to.
     ///   - type: What to decode each message as (`Data` and `String` take the bytes).
-    ///   - start: ``StartingPoint/now`` (default), ``StartingPoint/latest``,
-    ///     ``StartingPoint/history`` or ``StartingPoint/after(sequence:)``.
+    ///   - start: ``WormholeStartingPoint/now`` (default), ``WormholeStartingPoint/latest``,
+    ///     ``WormholeStartingPoint/history`` or ``WormholeStartingPoint/after(sequence:)``.
     ///   - queue: Where `listener` runs. When `nil`, it runs on the process's inotify
     ///     reader thread, with no thread hop: keep it short, or name a queue.
     ///   - onError: Called (on the same queue) with a message that could not be read or
@@ -351,8 +351,10 @@ public final class Wormhole: Sendable {
     /// form; nothing is normalised silently). Every call that takes an
     /// identifier checks it; back ends and tools call this to check one up front.
     ///
-    /// - Parameter kind: What the value is, for the message ("identifier",
-    ///   "application group identifier", ...).
+    /// - Parameters:
+    ///   - identifier: The identifier (or name) to check.
+    ///   - kind: What the value is, for the message ("identifier",
+    ///     "application group identifier", ...).
     public static func validate(identifier: String, kind: String = "identifier") throws(WormholeError) {
         try Identifier.validate(identifier, kind: kind)
     }
