@@ -201,7 +201,8 @@ enum PostgresSchema {
         """
 
     /// Deletes what retention and clearing no longer keep, except what a live listener
-    /// has not read, and the claims of sessions that are gone. Returns the number deleted.
+    /// has not read, and the claims of sessions that are gone. Returns the number deleted
+    /// and what is kept: messages and bytes.
     static func prune(container: String, identifier: String, retainedCount: Int, retainedBytes: Int,
                       backlogCount: Int, backlogBytes: Int) -> PostgresQuery {
         let count = Int64(retainedCount)
@@ -247,7 +248,7 @@ enum PostgresSchema {
             SET retained_count = retained_count - (SELECT count(*) FROM deleted),
                 retained_bytes = retained_bytes - (SELECT coalesce(sum(size), 0) FROM deleted)
             WHERE container = \(container) AND identifier = \(identifier)
-            RETURNING (SELECT count(*) FROM deleted)
+            RETURNING (SELECT count(*) FROM deleted), retained_count, retained_bytes
             """
     }
 

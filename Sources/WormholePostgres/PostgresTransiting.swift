@@ -44,6 +44,10 @@ public final class PostgresTransiting: WormholeTransiting {
     /// The claims of this instance's live readers, by claim name: moved to the new
     /// session when the statement connection is replaced.
     let claims = Claims()
+    /// What this instance's last prune of each identifier kept (messages, bytes).
+    private let keptByLastPrune = Mutex<[String: (count: Int64, bytes: Int64)]>([:])
+    /// How many prunes this instance has run.
+    let prunes = Atomic<Int>(0)
 
     final class Claims: Sendable {
         private let names = Mutex<Set<String>>([])
@@ -140,7 +144,7 @@ public final class PostgresTransiting: WormholeTransiting {
         let (record, prune) = try finishPass(pass, rows: rows)
         if prune {
             do throws(WormholeError) {
-                try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
+                try await self.prune(identifier)
             } catch {
                 session.logger.warning("could not prune '\(identifier)' in \(server): \(error)")
             }
@@ -171,16 +175,20 @@ public final class PostgresTransiting: WormholeTransiting {
         }
     }
 
-    /// The stored record, and whether the identifier is due for pruning: once twice the
-    /// retention has gathered, as the file back end compacts, which costs one statement
-    /// per so many passes.
+    /// The stored record, and whether the identifier is due for pruning: once twice what
+    /// the last prune kept has gathered (at least twice the retention), as the file back
+    /// end compacts. A prune reads every message it keeps, so while a stalled listener's
+    /// claim keeps a backlog, pruning at every pass would make each pass cost as much as
+    /// the backlog; doubling keeps it to one statement per so many passes.
     private func finishPass(_ pass: Pass, rows: [PostgresRow]) throws(WormholeError) -> (WormholeRecord, prune: Bool) {
         let record = pass.record
         guard let row = rows.first,
               let (sequence, count, bytes) = try? row.decode((Int64, Int64, Int64).self) else {
             throw WormholeError(.databaseError, "passing a message to '\(record.identifier)' in \(server) returned no sequence number")
         }
-        let prune = count > 2 * Int64(configuration.retainedMessageCount) || (count > 1 && bytes > 2 * Int64(configuration.retainedByteCount))
+        let kept = keptByLastPrune.withLock { $0[record.identifier] ?? (0, 0) }
+        let prune = count > 2 * max(Int64(configuration.retainedMessageCount), kept.count)
+            || (count > 1 && bytes > 2 * max(Int64(configuration.retainedByteCount), kept.bytes))
         return (WormholeRecord(identifier: record.identifier, sequence: UInt64(sequence), date: record.date,
                                processID: record.processID, kind: record.kind, payload: record.payload), prune)
     }
@@ -194,7 +202,18 @@ public final class PostgresTransiting: WormholeTransiting {
     }
 
     func prune(_ identifier: String) throws(WormholeError) {
-        try session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
+        noteKept(try session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)"), identifier: identifier)
+    }
+
+    func prune(_ identifier: String) async throws(WormholeError) {
+        noteKept(try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)"), identifier: identifier)
+    }
+
+    /// Remembers how many messages, and bytes, a prune left: the next is due at twice that.
+    private func noteKept(_ rows: [PostgresRow], identifier: String) {
+        prunes.add(1, ordering: .relaxed)
+        guard let (_, count, bytes) = try? rows.first?.decode((Int64, Int64, Int64).self) else { return }
+        keptByLastPrune.withLock { $0[identifier] = (count, bytes) }
     }
 
     public func clearMessageContents(identifier: String) throws(WormholeError) {
@@ -215,7 +234,7 @@ public final class PostgresTransiting: WormholeTransiting {
         try Wormhole.validate(identifier: identifier)
         try await session.query(PostgresSchema.clear(container: container, identifier: identifier),
                                 "clear '\(identifier)' in \(server)")
-        try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
+        try await prune(identifier)
     }
 
     /// ``clearAllMessageContents()`` without blocking the caller's thread.

@@ -88,6 +88,42 @@ struct PostgresBackendTests {
         token.cancel()
     }
 
+    @Test("a stalled listener's backlog is pruned at doublings, not at every pass; once read, the retention comes back",
+          .timeLimit(.minutes(1)))
+    func aBacklogIsPrunedAtDoublingsNotAtEveryPass() async throws {
+        let store = try Backend.postgres.makeStore()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        let sending = try #require(try store.transiting(configuration: configuration) as? PostgresTransiting)
+        let wormhole = Wormhole(transiting: sending)
+        let gate = DispatchSemaphore(value: 0)
+        let received = Collector<Int>()
+        let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, queue: DispatchQueue(label: "stalled")) { value in
+            if value == 1 { gate.wait() }
+            received.append(value)
+        }
+        let total = 2000
+        for value in 1...total { try await wormhole.passMessage(value, identifier: "n") }
+        // The claim keeps everything, so a prune deletes nothing and reads every row. Due
+        // at each pass past twice the retention, that was 1,979 prunes, each reading up to
+        // 2,000 rows; due at twice what the last one kept: 21, 43, 87, ..., 1,407.
+        let whileStalled = sending.prunes.load(ordering: .relaxed)
+        #expect(whileStalled >= 6 && whileStalled <= 8, "prunes while the listener was stalled: \(whileStalled)")
+        gate.signal()
+        #expect(await received.wait(for: total, seconds: 30) == Array(1...total))
+        token.cancel()
+        // Read, the backlog goes at the next prune, and the retention is what it was.
+        var passed = total
+        while sending.prunes.load(ordering: .relaxed) == whileStalled && passed < 3 * total {
+            passed += 1
+            try await wormhole.passMessage(passed, identifier: "n")
+        }
+        let rows = try await sending.session.query(
+            "SELECT retained_count FROM wormhole.identifiers WHERE container = \(sending.container) AND identifier = 'n'", "count")
+        let retained = try #require(rows.first.map { try $0.decode(Int64.self) })
+        #expect(retained <= 20, "messages kept after the backlog was read and pruned: \(retained) (after \(passed) passes)")
+    }
+
     @Test("awaited passes that wait on a locked table leave the cooperative pool free; all land once the lock goes",
           .timeLimit(.minutes(1)))
     func awaitedPassesDoNotHoldTheCooperativePool() async throws {
