@@ -53,23 +53,7 @@ struct ContainerOptions: ParsableArguments {
             valueName: "postgres://user:password@host:port/database"))
     var postgres: String?
 
-    func validate() throws {
-        if postgres != nil && directory != nil {
-            throw ValidationError("--postgres and --directory both choose where the messages live; give only one of them.")
-        }
-        if let postgres, postgres.isEmpty {
-            throw ValidationError("--postgres needs a URL: postgres://user:password@host:port/database")
-        }
-        if group != nil && directory != nil {
-            throw ValidationError("--group and --directory both choose the container; give only one of them.")
-        }
-        if directory != nil && optionalDirectory != nil {
-            throw ValidationError("--optional-directory is a sub-directory of a group's container; with --directory, name the sub-directory in the path instead.")
-        }
-        if let directory, directory.isEmpty {
-            throw ValidationError("--directory needs a path.")
-        }
-    }
+    func validate() throws { try choice.validate() }
 
     /// Where the messages live, as the options and the environment choose it.
     enum Location: Hashable, CustomStringConvertible {
@@ -88,49 +72,87 @@ struct ContainerOptions: ParsableArguments {
         }
     }
 
+    /// The options as plain values: what ``Send/plainForm(_:)`` reads without
+    /// argument-parser, and what `location()` and `makeWormhole()` use.
+    struct Choice: Equatable {
+        var group: String? = nil
+        var directory: String? = nil
+        var optionalDirectory: String? = nil
+        var postgres: String? = nil
+
+        /// Options that contradict each other, or empty values: usage errors.
+        func validate() throws {
+            if postgres != nil && directory != nil {
+                throw ValidationError("--postgres and --directory both choose where the messages live; give only one of them.")
+            }
+            if let postgres, postgres.isEmpty {
+                throw ValidationError("--postgres needs a URL: postgres://user:password@host:port/database")
+            }
+            if group != nil && directory != nil {
+                throw ValidationError("--group and --directory both choose the container; give only one of them.")
+            }
+            if directory != nil && optionalDirectory != nil {
+                throw ValidationError("--optional-directory is a sub-directory of a group's container; with --directory, name the sub-directory in the path instead.")
+            }
+            if let directory, directory.isEmpty {
+                throw ValidationError("--directory needs a path.")
+            }
+        }
+
+        /// The location the options select, falling back to the environment and the default.
+        func location(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Location {
+            func variable(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+            if let directory { return .directory(directory) }
+            let chosenGroup = group ?? variable(ContainerOptions.groupVariable) ?? ContainerOptions.defaultGroup
+            // A URL from the option, or from the variable unless WORMHOLE_DIRECTORY is the
+            // only other choice made (both variables at once are ambiguous).
+            if let url = postgres ?? variable(ContainerOptions.postgresVariable) {
+                if postgres == nil, group == nil, let path = variable(ContainerOptions.directoryVariable) {
+                    throw CommandFailure(
+                        "\(ContainerOptions.directoryVariable) (\(path)) and \(ContainerOptions.postgresVariable) both choose where the messages live; unset one, or choose with --directory or --postgres",
+                        exitCode: WormholeExitCode.usage)
+                }
+                return .postgres(url: url, group: chosenGroup, optionalDirectory: optionalDirectory)
+            }
+            if group == nil, let path = variable(ContainerOptions.directoryVariable) {
+                guard optionalDirectory == nil else {
+                    throw CommandFailure(
+                        "--optional-directory is a sub-directory of a group's container, but \(ContainerOptions.directoryVariable) chose a directory; unset it or add the sub-directory to its path",
+                        exitCode: WormholeExitCode.usage)
+                }
+                return .directory(path)
+            }
+            return .group(chosenGroup, optionalDirectory: optionalDirectory)
+        }
+
+        /// Opens the wormhole in the selected container, creating the container if needed.
+        func makeWormhole() throws -> Wormhole {
+            switch try location() {
+            case .directory(let path):
+                return try Wormhole(directory: ContainerOptions.absolute(path))
+            case .group(let group, let sub):
+                return try Wormhole(applicationGroupIdentifier: group, optionalDirectory: sub)
+            case .postgres(let url, let group, let sub):
+                #if Postgres
+                return try Wormhole(postgresURL: url, applicationGroupIdentifier: group, optionalDirectory: sub)
+                #else
+                _ = (url, group, sub)
+                throw CommandFailure(
+                    "this wormhole was built without PostgreSQL support, so it cannot use --postgres or \(ContainerOptions.postgresVariable); build it with: swift build --traits Postgres")
+                #endif
+            }
+        }
+    }
+
+    var choice: Choice { Choice(group: group, directory: directory, optionalDirectory: optionalDirectory, postgres: postgres) }
+
     /// The location the options select, falling back to the environment and the default.
     func location(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Location {
-        func variable(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
-        if let directory { return .directory(directory) }
-        let chosenGroup = group ?? variable(Self.groupVariable) ?? Self.defaultGroup
-        // A URL from the option, or from the variable unless WORMHOLE_DIRECTORY is the
-        // only other choice made (both variables at once are ambiguous).
-        if let url = postgres ?? variable(Self.postgresVariable) {
-            if postgres == nil, group == nil, let path = variable(Self.directoryVariable) {
-                throw CommandFailure(
-                    "\(Self.directoryVariable) (\(path)) and \(Self.postgresVariable) both choose where the messages live; unset one, or choose with --directory or --postgres",
-                    exitCode: WormholeExitCode.usage)
-            }
-            return .postgres(url: url, group: chosenGroup, optionalDirectory: optionalDirectory)
-        }
-        if group == nil, let path = variable(Self.directoryVariable) {
-            guard optionalDirectory == nil else {
-                throw CommandFailure(
-                    "--optional-directory is a sub-directory of a group's container, but \(Self.directoryVariable) chose a directory; unset it or add the sub-directory to its path",
-                    exitCode: WormholeExitCode.usage)
-            }
-            return .directory(path)
-        }
-        return .group(chosenGroup, optionalDirectory: optionalDirectory)
+        try choice.location(environment: environment)
     }
 
     /// Opens the wormhole in the selected container, creating the container if needed.
-    func makeWormhole() throws -> Wormhole {
-        switch try location() {
-        case .directory(let path):
-            return try Wormhole(directory: Self.absolute(path))
-        case .group(let group, let sub):
-            return try Wormhole(applicationGroupIdentifier: group, optionalDirectory: sub)
-        case .postgres(let url, let group, let sub):
-            #if Postgres
-            return try Wormhole(postgresURL: url, applicationGroupIdentifier: group, optionalDirectory: sub)
-            #else
-            _ = (url, group, sub)
-            throw CommandFailure(
-                "this wormhole was built without PostgreSQL support, so it cannot use --postgres or \(Self.postgresVariable); build it with: swift build --traits Postgres")
-            #endif
-        }
-    }
+    func makeWormhole() throws -> Wormhole { try choice.makeWormhole() }
 
     /// The notification center of the selected container: the namespace that `post` and
     /// `observe` use, shared with the wormhole's own wake-ups.

@@ -38,12 +38,22 @@ struct WormholeCommand: AsyncParsableCommand {
     /// (`listen`, `observe`, `doctor`) runs as a task while this thread serves the main
     /// queue. Arguments that are not UTF-8 are refused before parsing: Swift would turn
     /// their bad bytes into U+FFFD, and `send $'a\xffb'` and `send $'a\xfeb'` would then
-    /// write the same message (or name the same identifier).
+    /// write the same message (or name the same identifier). `send`'s plain forms are
+    /// run without argument-parser (``Send/plainForm(_:)``).
     static func start() -> Never {
         if let problem = invalidArgument(CommandLine.unsafeArgv, count: Int(CommandLine.argc))
             ?? unknownCommand(Array(CommandLine.arguments.dropFirst())) {
             Output.error(problem)
             Glibc.exit(WormholeExitCode.usage.rawValue)
+        }
+        if let plain = Send.plainForm(Array(CommandLine.arguments.dropFirst())) {
+            do {
+                try Send.pass(identifier: plain.identifier, source: plain.message.map { .argument($0) } ?? .standardInput,
+                              fromFile: false, json: false, printSequence: false, container: plain.container)
+                Glibc.exit(0)
+            } catch {
+                exit(withError: error)
+            }
         }
         var command: any ParsableCommand
         do {

@@ -28,6 +28,37 @@ struct ArgumentParsingTests {
         #expect(try Send.parse(["--file", "-", "chat"]).source == .standardInput)
     }
 
+    /// `send`'s plain forms are run without argument-parser (``Send/plainForm(_:)``):
+    /// argument-parser must read each of them as the plain reading does.
+    @Test(arguments: [
+        ["chat", "hello there"], ["chat"], ["chat", ""], ["", "x"], ["help", "x"], ["help"], ["../etc", "x"], ["chat", "help"],
+        ["send", "x"], ["chat", "a -b"], ["chat", "x y"], ["é", "ü"],
+        ["--directory", "/tmp/x", "chat", "hi"], ["chat", "--group", "g", "hi"], ["chat", "hi", "--postgres", "postgres://u@h/d"],
+        ["--optional-directory", "sub", "chat"], ["--group", "g", "--optional-directory", "sub", "chat", "hi"],
+        ["--postgres", "postgres://u@h/d", "--group", "g", "chat", "hi"], ["--group", "", "chat", "hi"],
+    ])
+    func thePlainFormsOfSendMeanWhatArgumentParserReads(arguments: [String]) throws {
+        let plain = try #require(Send.plainForm(["send"] + arguments), "\(arguments) is a plain form")
+        let parsed = try #require(try Send.parseAsRoot(arguments) as? Send)
+        #expect(parsed.identifier == plain.identifier)
+        #expect(parsed.source == (plain.message.map { .argument($0) } ?? .standardInput))
+        #expect(parsed.file == nil && !parsed.json && !parsed.printSequence)
+        #expect(parsed.container.choice == plain.container)
+    }
+
+    @Test(arguments: [
+        ["send"], ["send", "chat", "hi", "there"], ["send", "chat", "-"], ["send", "-v", "chat"], ["send", "--json", "chat", "{}"],
+        ["send", "chat", "--print-sequence"], ["send", "--help"], ["send", "chat", "-5"],
+        ["read", "chat"], ["listen", "chat"], [],
+        ["send", "--group", "g", "--directory", "/d", "chat", "x"], ["send", "--directory", "", "chat", "x"],
+        ["send", "--postgres", "", "chat"], ["send", "chat", "--group"], ["send", "--group", "-x", "chat"],
+        ["send", "--group=g", "chat", "x"], ["send", "--group", "a", "--group", "b", "chat", "x"],
+        ["send", "--directory", "/d", "--optional-directory", "s", "chat"],
+    ])
+    func everythingElseGoesToArgumentParser(arguments: [String]) {
+        #expect(Send.plainForm(arguments) == nil)
+    }
+
     @Test func sendReadsAFileWithTheFileOption() throws {
         let send = try Send.parse(["--file", "/tmp/photo.jpg", "photo", "--json"])
         #expect(send.source == .file("/tmp/photo.jpg"))

@@ -325,7 +325,8 @@ do {
     case "soak-listen":
         // Listens until each of <writers> timed pace writers passed its "<tag>:end:<n>";
         // writes "<received> <passed> <duplicates> <out of order>", where passed is the
-        // sum of the writers' n.
+        // sum of the writers' n, to <output>, then goes on listening until <output>.exit
+        // exists.
         let wormhole = try AgentLocation.wormhole(argument(1))
         let writers = Int(argument(3)) ?? 0
         let output = argument(4)
@@ -353,8 +354,12 @@ do {
         }
         _ = FileManager.default.createFile(atPath: output + ".ready", contents: nil)
         done.wait()
-        token.cancel()
         try "\(received) \(passed) \(duplicates) \(disorder)\n".write(toFile: output, atomically: true, encoding: .utf8)
+        // Still listening until told to go (<output>.exit, or a minute), so that the
+        // test can measure this process after the last message.
+        let patience = Date().addingTimeInterval(60)
+        while !FileManager.default.fileExists(atPath: output + ".exit") && Date() < patience { usleep(20_000) }
+        token.cancel()
 
     default:
         fail("unknown command \(command)")

@@ -265,11 +265,12 @@ struct FaultTests {
         }
         try await Task.sleep(for: .seconds(min(5, seconds / 4)))
         let early = listeners.map { footprint($0.0.processIdentifier) }
-        while writerProcesses.contains(where: \.isRunning) && Date().timeIntervalSince(started) < Double(seconds) - 1 {
-            try await Task.sleep(for: .milliseconds(200))
-        }
-        let late = listeners.map { footprint($0.0.processIdentifier) }
         for process in writerProcesses { #expect(await waitForExit(process, seconds: Double(seconds) * 2) == 0) }
+        // A listener writes its counts once every writer has said it ended, and listens
+        // on until told to exit: measured now, it has handled every message.
+        for (_, output) in listeners { #expect(await waitForFile(output, seconds: 60)) }
+        let late = listeners.map { footprint($0.0.processIdentifier) }
+        for (_, output) in listeners { _ = FileManager.default.createFile(atPath: output + ".exit", contents: nil) }
         let elapsed = Date().timeIntervalSince(started)
         for (index, (process, output)) in listeners.enumerated() {
             #expect(await waitForExit(process, seconds: 60) == 0)
