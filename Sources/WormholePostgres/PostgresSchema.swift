@@ -90,6 +90,26 @@ enum PostgresSchema {
         $wormhole$
         """
 
+    /// The count and size at which an identifier's next pruning is due (added after
+    /// version 1's tables; added when missing, under the same advisory lock). A pruning
+    /// sets them to twice what it kept, so that while a stalled listener's claim keeps a
+    /// backlog, the passes of every process (each `wormhole send` is one) prune at
+    /// doublings instead of at every pass; 0 means "twice the retention".
+    static let createPruneThresholds: PostgresQuery = """
+        DO $wormhole$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM information_schema.columns
+                       WHERE table_schema = 'wormhole' AND table_name = 'identifiers' AND column_name = 'prune_at_bytes') THEN
+                RETURN;
+            END IF;
+            PERFORM pg_advisory_xact_lock(2037085541);
+            ALTER TABLE wormhole.identifiers
+                ADD COLUMN IF NOT EXISTS prune_at_count bigint NOT NULL DEFAULT 0,
+                ADD COLUMN IF NOT EXISTS prune_at_bytes bigint NOT NULL DEFAULT 0;
+        END
+        $wormhole$
+        """
+
     /// Takes the durable position `name` for this session, creating it at 0 (keep
     /// everything) when new: one row (position, created) when taken, none while a
     /// connected session holds it.
@@ -181,12 +201,12 @@ enum PostgresSchema {
                     SET last_sequence = i.last_sequence + 1,
                         retained_count = i.retained_count + 1,
                         retained_bytes = i.retained_bytes + excluded.retained_bytes
-                RETURNING last_sequence, retained_count, retained_bytes),
+                RETURNING last_sequence, retained_count, retained_bytes, prune_at_count, prune_at_bytes),
             stored AS (
                 INSERT INTO wormhole.messages (container, identifier, sequence, sent_at, sender_pid, kind, payload)
                 SELECT \(container), \(identifier), last_sequence, \(sentAt), \(processID), \(kind), \(payload) FROM next
                 RETURNING sequence)
-            SELECT stored.sequence, next.retained_count, next.retained_bytes,
+            SELECT stored.sequence, next.retained_count, next.retained_bytes, next.prune_at_count, next.prune_at_bytes,
                    pg_notify(\(channel), stored.sequence::text || ' ' || \(identifier))
             FROM next, stored
             """
@@ -201,8 +221,8 @@ enum PostgresSchema {
         """
 
     /// Deletes what retention and clearing no longer keep, except what a live listener
-    /// has not read, and the claims of sessions that are gone. Returns the number deleted
-    /// and what is kept: messages and bytes.
+    /// has not read, and the claims of sessions that are gone, and sets the next pruning
+    /// due at twice what is kept. Returns the number deleted.
     static func prune(container: String, identifier: String, retainedCount: Int, retainedBytes: Int,
                       backlogCount: Int, backlogBytes: Int) -> PostgresQuery {
         let count = Int64(retainedCount)
@@ -246,9 +266,11 @@ enum PostgresSchema {
                 RETURNING octet_length(m.payload) AS size)
             UPDATE wormhole.identifiers
             SET retained_count = retained_count - (SELECT count(*) FROM deleted),
-                retained_bytes = retained_bytes - (SELECT coalesce(sum(size), 0) FROM deleted)
+                retained_bytes = retained_bytes - (SELECT coalesce(sum(size), 0) FROM deleted),
+                prune_at_count = 2 * (retained_count - (SELECT count(*) FROM deleted)),
+                prune_at_bytes = 2 * (retained_bytes - (SELECT coalesce(sum(size), 0) FROM deleted))
             WHERE container = \(container) AND identifier = \(identifier)
-            RETURNING (SELECT count(*) FROM deleted), retained_count, retained_bytes
+            RETURNING (SELECT count(*) FROM deleted)
             """
     }
 

@@ -44,9 +44,7 @@ public final class PostgresTransiting: WormholeTransiting {
     /// The claims of this instance's live readers, by claim name: moved to the new
     /// session when the statement connection is replaced.
     let claims = Claims()
-    /// What this instance's last prune of each identifier kept (messages, bytes).
-    private let keptByLastPrune = Mutex<[String: (count: Int64, bytes: Int64)]>([:])
-    /// How many prunes this instance has run.
+    /// How many prunings this instance has run.
     let prunes = Atomic<Int>(0)
 
     final class Claims: Sendable {
@@ -95,6 +93,7 @@ public final class PostgresTransiting: WormholeTransiting {
         do throws(WormholeError) {
             try session.query(PostgresSchema.create, "create Wormhole's schema in \(server)")
             try session.query(PostgresSchema.createDurable, "create Wormhole's table of durable listeners in \(server)")
+            try session.query(PostgresSchema.createPruneThresholds, "add the pruning thresholds to Wormhole's schema in \(server)")
             let found = try session.query(PostgresSchema.readVersion, "read the schema version in \(server)")
             let version = found.first.flatMap { row in (try? row.decode(Int32?.self)) ?? nil }
             guard let version, version <= PostgresSchema.version else {
@@ -176,19 +175,19 @@ public final class PostgresTransiting: WormholeTransiting {
     }
 
     /// The stored record, and whether the identifier is due for pruning: once twice what
-    /// the last prune kept has gathered (at least twice the retention), as the file back
-    /// end compacts. A prune reads every message it keeps, so while a stalled listener's
-    /// claim keeps a backlog, pruning at every pass would make each pass cost as much as
-    /// the backlog; doubling keeps it to one statement per so many passes.
+    /// the last pruning kept has gathered (at least twice the retention), as the file
+    /// back end compacts. A pruning reads every message it keeps, so while a stalled
+    /// listener's claim keeps a backlog, pruning at every pass would make each pass cost
+    /// as much as the backlog. The threshold is in the identifier's row
+    /// (``PostgresSchema/createPruneThresholds``), so it holds for every process.
     private func finishPass(_ pass: Pass, rows: [PostgresRow]) throws(WormholeError) -> (WormholeRecord, prune: Bool) {
         let record = pass.record
         guard let row = rows.first,
-              let (sequence, count, bytes) = try? row.decode((Int64, Int64, Int64).self) else {
+              let (sequence, count, bytes, pruneAtCount, pruneAtBytes) = try? row.decode((Int64, Int64, Int64, Int64, Int64).self) else {
             throw WormholeError(.databaseError, "passing a message to '\(record.identifier)' in \(server) returned no sequence number")
         }
-        let kept = keptByLastPrune.withLock { $0[record.identifier] ?? (0, 0) }
-        let prune = count > 2 * max(Int64(configuration.retainedMessageCount), kept.count)
-            || (count > 1 && bytes > 2 * max(Int64(configuration.retainedByteCount), kept.bytes))
+        let prune = count > max(2 * Int64(configuration.retainedMessageCount), pruneAtCount)
+            || (count > 1 && bytes > max(2 * Int64(configuration.retainedByteCount), pruneAtBytes))
         return (WormholeRecord(identifier: record.identifier, sequence: UInt64(sequence), date: record.date,
                                processID: record.processID, kind: record.kind, payload: record.payload), prune)
     }
@@ -202,18 +201,13 @@ public final class PostgresTransiting: WormholeTransiting {
     }
 
     func prune(_ identifier: String) throws(WormholeError) {
-        noteKept(try session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)"), identifier: identifier)
+        prunes.add(1, ordering: .relaxed)
+        try session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
     }
 
     func prune(_ identifier: String) async throws(WormholeError) {
-        noteKept(try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)"), identifier: identifier)
-    }
-
-    /// Remembers how many messages, and bytes, a prune left: the next is due at twice that.
-    private func noteKept(_ rows: [PostgresRow], identifier: String) {
         prunes.add(1, ordering: .relaxed)
-        guard let (_, count, bytes) = try? rows.first?.decode((Int64, Int64, Int64).self) else { return }
-        keptByLastPrune.withLock { $0[identifier] = (count, bytes) }
+        try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
     }
 
     public func clearMessageContents(identifier: String) throws(WormholeError) {

@@ -112,23 +112,16 @@ struct ListeningTests {
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 10
         let wormhole = try store.wormhole(configuration: configuration)
-        let gate = DispatchSemaphore(value: 0)
-        let received = Collector<Int>()
-        // On a queue of its own: a listener without one runs on the process's reader
-        // thread, and stalling that would stall every other listener of the process.
-        let token = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, queue: DispatchQueue(label: "stalled")) { value in
-            if value == 1 { gate.wait() }
-            received.append(value)
-        }
+        let stalled = try StalledListener(wormhole, identifier: "n")
         let total = 5000
         for value in 1...total { try await wormhole.passMessage(value, identifier: "n") }
         // Compaction ran many times while the listener's claim kept its unread records.
         let history = Collector<Int>()
         let late = try wormhole.listenForMessage(withIdentifier: "n", as: Int.self, startingFrom: .history) { history.append($0) }
         #expect(await history.wait(for: 10) == Array((total - 9)...total))
-        gate.signal()
-        #expect(await received.wait(for: total, seconds: 60) == Array(1...total))
-        token.cancel()
+        stalled.gate.signal()
+        #expect(await stalled.received.wait(for: total, seconds: 60) == Array(1...total))
+        stalled.token.cancel()
         late.cancel()
     }
 

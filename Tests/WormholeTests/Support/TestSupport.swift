@@ -36,6 +36,24 @@ final class Collector<Value: Sendable>: Sendable {
     }
 }
 
+/// A listener of `identifier` (`Int` messages) that stalls on the first one until `gate`
+/// is signalled, then collects every message in `received`. On a queue of its own: a
+/// listener without one runs on the process's reader thread, and stalling that would
+/// stall every other listener of the process.
+struct StalledListener {
+    let token: ListenerToken
+    let gate = DispatchSemaphore(value: 0)
+    let received = Collector<Int>()
+
+    init(_ wormhole: Wormhole, identifier: String) throws {
+        let gate = self.gate, received = self.received
+        token = try wormhole.listenForMessage(withIdentifier: identifier, as: Int.self, queue: DispatchQueue(label: "stalled")) { value in
+            if value == 1 { gate.wait() }
+            received.append(value)
+        }
+    }
+}
+
 /// Waits briefly so that nothing that should not arrive can arrive unseen.
 func settle(_ milliseconds: Int = 200) async {
     try? await Task.sleep(for: .milliseconds(milliseconds))
