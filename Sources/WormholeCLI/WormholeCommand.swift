@@ -41,33 +41,25 @@ struct WormholeCommand: AsyncParsableCommand {
     /// write the same message (or name the same identifier). `send`'s plain forms are
     /// run without argument-parser (``Send/plainForm(_:)``).
     static func start() -> Never {
-        if let problem = invalidArgument(CommandLine.unsafeArgv, count: Int(CommandLine.argc))
-            ?? unknownCommand(Array(CommandLine.arguments.dropFirst())) {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let problem = invalidArgument(CommandLine.unsafeArgv, count: Int(CommandLine.argc)) ?? unknownCommand(arguments) {
             Output.error(problem)
             Glibc.exit(WormholeExitCode.usage.rawValue)
         }
-        if let plain = Send.plainForm(Array(CommandLine.arguments.dropFirst())) {
-            do {
+        if let plain = Send.plainForm(arguments) {
+            runToTheEnd {
                 try Send.pass(identifier: plain.identifier, source: plain.message.map { .argument($0) } ?? .standardInput,
                               fromFile: false, json: false, printSequence: false, container: plain.container)
-                Glibc.exit(0)
-            } catch {
-                exit(withError: error)
             }
         }
         var command: any ParsableCommand
         do {
-            command = try parseQuickly(Array(CommandLine.arguments.dropFirst())) ?? parseAsRoot()
+            command = try parseQuickly(arguments) ?? parseAsRoot()
         } catch {
             exit(withError: error)
         }
         guard let waiting = asynchronous(command) else {
-            do {
-                try command.run()
-                Glibc.exit(0)
-            } catch {
-                exit(withError: error)
-            }
+            runToTheEnd { try command.run() }
         }
         Task {
             do {
@@ -79,6 +71,16 @@ struct WormholeCommand: AsyncParsableCommand {
             }
         }
         dispatchMain()
+    }
+
+    /// Runs `body` on this thread and exits: 0, or as its error says.
+    private static func runToTheEnd(_ body: () throws -> Void) -> Never {
+        do {
+            try body()
+            Glibc.exit(0)
+        } catch {
+            exit(withError: error)
+        }
     }
 
     /// The subcommand the first argument names, parsed on its own, or `nil`: parsed from
