@@ -154,16 +154,21 @@ struct ListeningTests {
             for try await _ in wormhole.records(withIdentifier: "a") { count += 1 }
             return count
         }
+        let received = Collector<String>()
         let second = Task {
             var values: [String] = []
-            for try await value in wormhole.messages(withIdentifier: "b", as: String.self) { values.append(value) }
+            for try await value in wormhole.messages(withIdentifier: "b", as: String.self) {
+                values.append(value)
+                received.append(value)
+            }
             return values
         }
-        try await Task.sleep(for: .milliseconds(200))
+        // Each sequence listens once it holds its claim: wait for that, not for a time.
+        #expect(await eventually { try store.claims(identifier: "a") == 1 && store.claims(identifier: "b") == 1 })
         first.cancel()
         #expect(try await first.value == 0)
         try await wormhole.passMessage("x", identifier: "b")
-        try await Task.sleep(for: .milliseconds(200))
+        #expect(await received.wait(for: 1) == ["x"])
         wormhole.stopListeningForMessage(withIdentifier: "b")
         #expect(try await second.value == ["x"])
     }

@@ -54,6 +54,17 @@ struct StalledListener {
     }
 }
 
+/// Waits until `condition` holds (an error counts as not yet), or `seconds` passed;
+/// returns whether it held.
+func eventually(seconds: Double = 10, _ condition: () throws -> Bool) async -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while !((try? condition()) ?? false) {
+        if Date() > deadline { return false }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return true
+}
+
 /// Waits briefly so that nothing that should not arrive can arrive unseen.
 func settle(_ milliseconds: Int = 200) async {
     try? await Task.sleep(for: .milliseconds(milliseconds))
