@@ -7,7 +7,7 @@ import Synchronization
 import Wormhole
 
 /// `wormhole doctor`: why a listener may never fire, checked one step at a time.
-struct Doctor: AsyncParsableCommand {
+struct Doctor: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "doctor",
         abstract: "Check the container, the inotify limits and the listeners, and watch a test post arrive.",
@@ -23,7 +23,7 @@ struct Doctor: AsyncParsableCommand {
 
     @OptionGroup(title: "Container") var container: ContainerOptions
 
-    func run() async throws {
+    func run() throws {
         var problems: [String] = []
         func line(_ text: String) { Output.line(text) }
         let environment = ProcessInfo.processInfo.environment

@@ -47,14 +47,6 @@ enum Failures {
         }
     }
 
-    static func reported<T>(_ body: () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch {
-            throw translate(error)
-        }
-    }
-
     /// Prints `error` and returns the ``ExitCode`` that ends the process quietly;
     /// argument-parser's own errors pass through so that it prints their usage help.
     static func translate(_ error: any Error) -> any Error {

@@ -4,7 +4,7 @@ import Foundation
 import Wormhole
 
 /// `wormhole listen <identifier>...`: prints messages as they arrive.
-struct Listen: AsyncParsableCommand {
+struct Listen: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "listen",
         abstract: "Print each message passed under the identifiers, as it arrives.",
@@ -110,8 +110,8 @@ struct Listen: AsyncParsableCommand {
         json ? .json : raw ? .raw : .lines(prefixIdentifier: prefix)
     }
 
-    func run() async throws {
-        try await Failures.reported {
+    func run() throws {
+        try Failures.reported {
             // Signals first: a process out of descriptors must still stop on Ctrl-C.
             let session = try ListeningSession(limit: count)
             try DescriptorBudget.reserve(listeners: Set(identifiers).count)
@@ -177,7 +177,7 @@ struct Listen: AsyncParsableCommand {
             } else if Output.errorIsTerminal && !noFollow {
                 Output.error("listening to \(Self.names(identifiers)) in \(place); Ctrl-C stops")
             }
-            try await session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
+            try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.withLock { $0 }.forEach { $0.cancel() }
             }
         }

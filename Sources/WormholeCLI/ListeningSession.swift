@@ -21,13 +21,14 @@ final class ListeningSession: Sendable {
     private struct State {
         var received = 0
         var outcome: Outcome?
-        var continuation: CheckedContinuation<Outcome, Never>?
     }
 
     /// The serial queue on which every event of the session is handled and printed.
     let queue = DispatchQueue(label: "wormhole.session")
     private let limit: Int?
     private let state = Mutex(State())
+    /// Signalled once, when the session ends.
+    private let ended = DispatchSemaphore(value: 0)
 
     /// Starts a session: from here on SIGINT, SIGTERM and SIGHUP end it. Throws when
     /// that cannot be set up, before anything is listened to.
@@ -57,35 +58,28 @@ final class ListeningSession: Sendable {
 
     /// Ends the session with `outcome`, unless it has already ended.
     func finish(_ outcome: Outcome) {
-        let continuation = state.withLock { state -> CheckedContinuation<Outcome, Never>? in
-            guard state.outcome == nil else { return nil }
+        let first = state.withLock { state -> Bool in
+            guard state.outcome == nil else { return false }
             state.outcome = outcome
-            defer { state.continuation = nil }
-            return state.continuation
+            return true
         }
-        continuation?.resume(returning: outcome)
+        if first { ended.signal() }
     }
 
-    /// Waits until the session ends: the count is reached, `timeout` seconds pass, or a
-    /// termination signal arrives.
-    func wait(timeout: Double?) async -> Outcome {
+    /// Blocks the calling thread until the session ends: the count is reached, `timeout`
+    /// seconds pass, or a termination signal arrives. A blocking wait, not a task: an
+    /// idle `wormhole listen` then has no thread of Swift's cooperative pool and no
+    /// timer of Dispatch's, so it makes no system call at all while nothing arrives
+    /// (with a task, Dispatch's pool monitor woke it once a second).
+    func wait(timeout: Double?) -> Outcome {
         if let timeout {
-            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [weak self] in
-                self?.finish(.timedOut)
-            }
+            if ended.wait(timeout: .now() + timeout) == .timedOut { finish(.timedOut) }
+        } else {
+            ended.wait()
         }
-        return await withCheckedContinuation { continuation in
-            let finished = state.withLock { state -> Outcome? in
-                if let outcome = state.outcome { return outcome }
-                state.continuation = continuation
-                return nil
-            }
-            if let finished { continuation.resume(returning: finished) }
-        }
+        return state.withLock { $0.outcome } ?? .timedOut
     }
 
-    /// Ends the process by `signal` after the caller has released what it held, so that
-    /// the shell sees the usual "killed by SIGINT" and stops a loop around the command.
     /// Waits for the count, the timeout or a signal, stops what was listening, and turns
     /// how the wait ended into the command's result: a timeout before anything (or before
     /// the count) arrived is "no message" (exit status 2); a signal ends the process by it.
@@ -93,8 +87,8 @@ final class ListeningSession: Sendable {
     ///   - what: The plural of what was awaited ("messages", "notifications").
     ///   - names: The identifiers or names, as printed.
     ///   - stop: Cancels the listeners or observers.
-    func finish(count: Int?, timeout: Double?, what: String, names: String, stop: () -> Void) async throws {
-        let outcome = await wait(timeout: timeout)
+    func finish(count: Int?, timeout: Double?, what: String, names: String, stop: () -> Void) throws {
+        let outcome = wait(timeout: timeout)
         stop()
         queue.sync {}
         switch outcome {
@@ -117,6 +111,8 @@ final class ListeningSession: Sendable {
         }
     }
 
+    /// Ends the process by `signal` after the caller has released what it held, so that
+    /// the shell sees the usual "killed by SIGINT" and stops a loop around the command.
     static func endBySignal(_ signal: Int32) -> Never {
         Glibc.signal(signal, SIG_DFL)
         // Dispatch's threads block signals: unblock it here and direct it at the process.

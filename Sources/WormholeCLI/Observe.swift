@@ -3,7 +3,7 @@ import Foundation
 import Wormhole
 
 /// `wormhole observe <name>...`: prints each notification as it arrives.
-struct Observe: AsyncParsableCommand {
+struct Observe: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "observe",
         abstract: "Print a line each time one of the names is posted.",
@@ -47,8 +47,8 @@ struct Observe: AsyncParsableCommand {
         try Listen.validateTimeout(timeout)
     }
 
-    func run() async throws {
-        try await Failures.reported {
+    func run() throws {
+        try Failures.reported {
             // Signals first: a process out of descriptors must still stop on Ctrl-C.
             let session = try ListeningSession(limit: count)
             let center = try container.makeNotificationCenter()
@@ -73,7 +73,7 @@ struct Observe: AsyncParsableCommand {
             if verbose {
                 Output.error("observing \(Listen.names(names)) in \(center.directory)")
             }
-            try await session.finish(count: count, timeout: timeout, what: "notifications", names: Listen.names(names)) {
+            try session.finish(count: count, timeout: timeout, what: "notifications", names: Listen.names(names)) {
                 observations.forEach { $0.cancel() }
             }
         }

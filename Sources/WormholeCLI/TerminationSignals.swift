@@ -17,6 +17,11 @@ enum TerminationSignals {
     /// Starts calling `handler` (on a thread of its own) with each termination signal
     /// received from now on. Throws when the thread or the handlers cannot be set up,
     /// so that a command that could not be stopped cleanly does not start.
+    ///
+    /// Call it on the thread that waits for the command's end (the main thread): it
+    /// unblocks the signals there. A process inherits its parent's mask of blocked
+    /// signals, and one started from a thread that blocks them (a Dispatch or Swift
+    /// concurrency thread, as in a test harness) would otherwise never receive them.
     static func catchAll(_ handler: @escaping @Sendable (Int32) -> Void) throws(CommandFailure) {
         // Both are made before the handler can run: it must not initialise anything.
         let semaphore = Self.semaphore
@@ -43,6 +48,10 @@ enum TerminationSignals {
                 throw CommandFailure("cannot set up the handling of signal \(number): \(String(cString: strerror(errno)))")
             }
         }
+        var set = sigset_t()
+        sigemptyset(&set)
+        for number in numbers { sigaddset(&set, number) }
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
     }
 
     /// The last signal caught.

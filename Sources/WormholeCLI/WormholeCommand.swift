@@ -1,12 +1,11 @@
 import ArgumentParser
-import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// The `wormhole` command: real-time messages between processes through a shared
 /// directory, from the shell.
-struct WormholeCommand: AsyncParsableCommand {
+struct WormholeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "wormhole",
         abstract: "Real-time messages between processes through a shared directory.",
@@ -33,10 +32,11 @@ struct WormholeCommand: AsyncParsableCommand {
     /// of the time `wormhole send` took to start; a test checks that none is missing).
     static var commandNames: [String] { configuration.subcommands.compactMap { $0.configuration.commandName } }
 
-    /// Runs the command the arguments name. A synchronous command (`send`, `read`, ...)
-    /// runs on this thread, without starting Swift concurrency's threads; one that waits
-    /// (`listen`, `observe`, `doctor`) runs as a task while this thread serves the main
-    /// queue. Arguments that are not UTF-8 are refused before parsing: Swift would turn
+    /// Runs the command the arguments name, on this thread: every command is synchronous,
+    /// and those that wait (`listen`, `observe`) block this thread until they end, so
+    /// the process never starts Swift concurrency's threads or Dispatch's pool monitor
+    /// (which would wake an idle listener once a second). Arguments that are not UTF-8
+    /// are refused before parsing: Swift would turn
     /// their bad bytes into U+FFFD, and `send $'a\xffb'` and `send $'a\xfeb'` would then
     /// write the same message (or name the same identifier). `send`'s plain forms are
     /// run without argument-parser (``Send/plainForm(_:)``).
@@ -58,19 +58,7 @@ struct WormholeCommand: AsyncParsableCommand {
         } catch {
             exit(withError: error)
         }
-        guard let waiting = asynchronous(command) else {
-            runToTheEnd { try command.run() }
-        }
-        Task {
-            do {
-                var waiting = waiting
-                try await waiting.run()
-                Glibc.exit(0)
-            } catch {
-                exit(withError: error)
-            }
-        }
-        dispatchMain()
+        runToTheEnd { try command.run() }
     }
 
     /// Runs `body` on this thread and exits: 0, or as its error says.
@@ -95,17 +83,6 @@ struct WormholeCommand: AsyncParsableCommand {
         guard let command = try? type.parseAsRoot(Array(arguments.dropFirst())),
               ObjectIdentifier(Swift.type(of: command)) == ObjectIdentifier(type) else { return nil }
         return command
-    }
-
-    /// The command as one to run asynchronously, when it is one. Casts to the concrete
-    /// types: a cast to the protocol would search the binary's conformances.
-    static func asynchronous(_ command: any ParsableCommand) -> (any AsyncParsableCommand)? {
-        switch command {
-        case let listen as Listen: listen
-        case let observe as Observe: observe
-        case let doctor as Doctor: doctor
-        default: nil
-        }
     }
 
     /// A sentence saying that the first argument is not a command, with the nearest

@@ -139,6 +139,33 @@ struct SendListenTests {
         #expect(result.status == SIGTERM)
     }
 
+    /// A listener waiting for messages makes no system call: every thread blocks until
+    /// something arrives. (While it waited in a task, Dispatch's pool monitor woke it
+    /// once a second: 2 or 3 switches in this test's 2.5 s.)
+    @Test func anIdleListenerSleepsUntilAMessageArrives() async throws {
+        let sandbox = Sandbox()
+        let listener = try await listener(sandbox, ["chat", "--count", "1"])
+        let pid = listener.process.processIdentifier
+        // What a thread that blocks counts: one voluntary context switch each time.
+        func switches() -> Int {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return tasks.reduce(0) { total, task in
+                let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+                let line = status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") }
+                return total + (line.flatMap { Int($0.split(separator: "\t").last ?? "") } ?? 0)
+            }
+        }
+        // It said it listens just before it began to wait: let it get there.
+        try await Task.sleep(for: .milliseconds(500))
+        let before = switches()
+        try await Task.sleep(for: .milliseconds(2_500))
+        #expect(switches() == before, "an idle wormhole listen woke up")
+        _ = try await sandbox.run(["send", "chat", "wake"])
+        let result = await listener.finish()
+        #expect(result.status == 0)
+        #expect(result.lines == ["wake"])
+    }
+
     @Test func readPrintsTheLatestMessageAndExitsTwoWhenThereIsNone() async throws {
         let sandbox = Sandbox()
         let none = try await sandbox.run(["read", "status"])
