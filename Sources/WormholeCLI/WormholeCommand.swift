@@ -36,10 +36,10 @@ struct WormholeCommand: ParsableCommand {
     /// and those that wait (`listen`, `observe`) block this thread until they end, so
     /// the process never starts Swift concurrency's threads or Dispatch's pool monitor
     /// (which would wake an idle listener once a second). Arguments that are not UTF-8
-    /// are refused before parsing: Swift would turn
-    /// their bad bytes into U+FFFD, and `send $'a\xffb'` and `send $'a\xfeb'` would then
-    /// write the same message (or name the same identifier). `send`'s plain forms are
-    /// run without argument-parser (``Send/plainForm(_:)``).
+    /// are refused before parsing: Swift would turn their bad bytes into U+FFFD, and
+    /// `send $'a\xffb'` and `send $'a\xfeb'` would then write the same message (or name
+    /// the same identifier). `send`'s plain forms are run without argument-parser
+    /// (``Send/plainForm(_:)``).
     static func start() -> Never {
         let arguments = Array(CommandLine.arguments.dropFirst())
         if let problem = invalidArgument(CommandLine.unsafeArgv, count: Int(CommandLine.argc)) ?? unknownCommand(arguments) {
