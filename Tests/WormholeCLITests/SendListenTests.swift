@@ -139,6 +139,26 @@ struct SendListenTests {
         #expect(result.status == SIGTERM)
     }
 
+    /// A process inherits its parent's blocked signals: one started with SIGINT, SIGTERM
+    /// and SIGHUP blocked (from a thread of Dispatch's, say) still ends by them, since
+    /// nothing else in `wormhole listen` would ever take them.
+    @Test func aListenerStartedWithTheSignalsBlockedStillEndsBySIGTERM() async throws {
+        let sandbox = Sandbox()
+        let blockThenRun = """
+            import os, signal, sys
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+            os.execv(sys.argv[1], sys.argv[1:])
+            """
+        let listener = try sandbox.start(["-c", blockThenRun, Products.path("wormhole"), "listen", "--verbose", "chat"],
+                                         product: "/usr/bin/python3")
+        let ready = await listener.waitForStandardError(containing: "listening to")
+        try #require(ready, "the listener did not start: \(listener.stderr)")
+        listener.send(SIGTERM)
+        let result = await listener.finish(seconds: 20)
+        #expect(result.signaled)
+        #expect(result.status == SIGTERM)
+    }
+
     /// A listener waiting for messages makes no system call: every thread blocks until
     /// something arrives. (While it waited in a task, Dispatch's pool monitor woke it
     /// once a second: 2 or 3 switches in this test's 2.5 s.)
