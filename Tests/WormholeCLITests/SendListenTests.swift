@@ -149,8 +149,8 @@ struct SendListenTests {
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
             os.execv(sys.argv[1], sys.argv[1:])
             """
-        let listener = try sandbox.start(["-c", blockThenRun, Products.path("wormhole"), "listen", "--verbose", "chat"],
-                                         product: "/usr/bin/python3")
+        let listener = try sandbox.start(["python3", "-c", blockThenRun, Products.path("wormhole"), "listen", "--verbose", "chat"],
+                                         product: "/usr/bin/env")
         let ready = await listener.waitForStandardError(containing: "listening to")
         try #require(ready, "the listener did not start: \(listener.stderr)")
         listener.send(SIGTERM)
