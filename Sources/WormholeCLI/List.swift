@@ -29,13 +29,22 @@ struct List: ParsableCommand {
     func run() throws {
         try Failures.reported {
             let wormhole = try container.makeWormhole()
-            let summaries = try wormhole.summaries()
+            let every = try wormhole.summaries()
+            let summaries = every
                 .filter { all || $0.messageCount > 0 }
                 .sorted { $0.identifier < $1.identifier }
             if json {
                 for summary in summaries { Output.line(Self.jsonObject(summary)) }
             } else {
                 Output.write(.init(Self.table(summaries).utf8))
+                // A person at a terminal is told why the table is empty; a script gets
+                // the header alone, as before.
+                if summaries.isEmpty && Output.outputIsTerminal {
+                    let place = wormhole.directory ?? (try? container.location().description) ?? "the container"
+                    let cleared = every.count
+                    Output.error("no identifier has messages in \(place)"
+                                 + (cleared > 0 ? "; 'wormhole list --all' also shows the \(cleared) cleared" : ""))
+                }
             }
         }
     }

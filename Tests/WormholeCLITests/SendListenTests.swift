@@ -312,6 +312,20 @@ struct SendListenTests {
         #expect(piped.stderr == "wormhole: no message arrived within 0.2 seconds on 'chat'\n")
     }
 
+    @Test func onATerminalAnEmptyListSaysWhyAndInAPipeItPrintsTheHeaderAlone() async throws {
+        let sandbox = Sandbox()
+        #expect(try await sandbox.run(["send", "chat", "hello"]).status == 0)
+        #expect(try await sandbox.run(["clear", "chat"]).status == 0)
+        let terminal = try sandbox.startOnTerminal(["list"])
+        let result = await terminal.finish()
+        #expect(result.status == 0)
+        #expect(result.output.contains("no identifier has messages in \(sandbox.defaultContainer); 'wormhole list --all' also shows the 1 cleared"),
+                "\(result.output)")
+        let piped = try await sandbox.run(["list"])
+        #expect(piped.output == "IDENTIFIER  MESSAGES  BYTES  LAST UPDATE\n")
+        #expect(piped.stderr.isEmpty)
+    }
+
     @Test func aHintRepeatsTheContainerOptionsGiven() async throws {
         let sandbox = Sandbox()
         let read = try await sandbox.run(["read", "--group", "group.com.example.notes", "--optional-directory", "wormhole", "note"])
