@@ -154,6 +154,12 @@ struct ContainerOptions: ParsableArguments {
     /// Opens the wormhole in the selected container, creating the container if needed.
     func makeWormhole() throws -> Wormhole { try choice.makeWormhole() }
 
+    /// Where `wormhole`'s messages are, as a person reads it: its directory, or the
+    /// location the options select (a PostgreSQL container has no directory).
+    func place(of wormhole: Wormhole) -> String {
+        wormhole.directory ?? (try? location().description) ?? "the container"
+    }
+
     /// The notification center of the selected container: the namespace that `post` and
     /// `observe` use, shared with the wormhole's own wake-ups.
     func makeNotificationCenter() throws -> DarwinNotificationCenter {

@@ -40,7 +40,7 @@ struct List: ParsableCommand {
                 // A person at a terminal is told why the table is empty; a script gets
                 // the header alone, as before.
                 if summaries.isEmpty && Output.outputIsTerminal {
-                    let place = wormhole.directory ?? (try? container.location().description) ?? "the container"
+                    let place = container.place(of: wormhole)
                     let cleared = every.count
                     Output.error("no identifier has messages in \(place)"
                                  + (cleared > 0 ? "; 'wormhole list --all' also shows the \(cleared) cleared" : ""))

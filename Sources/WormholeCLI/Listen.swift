@@ -171,7 +171,7 @@ struct Listen: ParsableCommand {
             session.queue.resume()
             suspended = false
             // A person at a terminal sees where it listens; a script asks with --verbose.
-            let place = wormhole.directory ?? (try? container.location().description) ?? "the container"
+            let place = container.place(of: wormhole)
             if verbose {
                 Output.error("listening to \(Self.names(identifiers)) in \(place)")
             } else if Output.errorIsTerminal && !noFollow {
