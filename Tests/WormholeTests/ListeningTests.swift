@@ -138,10 +138,7 @@ struct ListeningTests {
         }
         #expect(texts == ["1", "2", "3", "4"])
         // Its claim on unread messages is released: nothing is kept for it any more.
-        let deadline = Date().addingTimeInterval(5)
-        while try store.claims(identifier: "notes") > 0 && Date() < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        await eventually(seconds: 5) { try store.claims(identifier: "notes") == 0 }
         #expect(try store.claims(identifier: "notes") == 0)
     }
 

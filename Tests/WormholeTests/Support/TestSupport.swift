@@ -28,10 +28,7 @@ final class Collector<Value: Sendable>: Sendable {
     /// Waits until at least `count` values arrived, or `seconds` passed.
     @discardableResult
     func wait(for count: Int, seconds: Double = 10) async -> [Value] {
-        let deadline = Date().addingTimeInterval(seconds)
-        while self.count < count && Date() < deadline {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
+        await eventually(seconds: seconds) { self.count >= count }
         return all
     }
 }
@@ -56,6 +53,7 @@ struct StalledListener {
 
 /// Waits until `condition` holds (an error counts as not yet), or `seconds` passed;
 /// returns whether it held.
+@discardableResult
 func eventually(seconds: Double = 10, _ condition: () throws -> Bool) async -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while !((try? condition()) ?? false) {
@@ -117,24 +115,15 @@ enum Agent {
 /// Waits until `path` exists, or `seconds` passed.
 @discardableResult
 func waitForFile(_ path: String, seconds: Double = 30) async -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while !FileManager.default.fileExists(atPath: path) {
-        if Date() > deadline { return false }
-        try? await Task.sleep(for: .milliseconds(5))
-    }
-    return true
+    await eventually(seconds: seconds) { FileManager.default.fileExists(atPath: path) }
 }
 
 /// Waits until `process` exits, or `seconds` passed (then kills it).
 func waitForExit(_ process: Process, seconds: Double = 120) async -> Int32? {
-    let deadline = Date().addingTimeInterval(seconds)
-    while process.isRunning {
-        if Date() > deadline {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            return nil
-        }
-        try? await Task.sleep(for: .milliseconds(10))
+    guard await eventually(seconds: seconds, { !process.isRunning }) else {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        return nil
     }
     return process.terminationStatus
 }
