@@ -69,8 +69,8 @@ final class ListeningSession: Sendable {
     /// Blocks the calling thread until the session ends: the count is reached, `timeout`
     /// seconds pass, or a termination signal arrives. A blocking wait, not a task: an
     /// idle `wormhole listen` then has no thread of Swift's cooperative pool and no
-    /// timer of Dispatch's, so it makes no system call at all while nothing arrives
-    /// (with a task, Dispatch's pool monitor woke it once a second).
+    /// timer of Dispatch's, so nothing wakes it while nothing arrives (with a task,
+    /// Dispatch's pool monitor woke it once a second).
     func wait(timeout: Double?) -> Outcome {
         if let timeout {
             if ended.wait(timeout: .now() + timeout) == .timedOut { finish(.timedOut) }
