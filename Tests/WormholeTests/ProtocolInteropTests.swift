@@ -321,7 +321,18 @@ struct ProtocolInteropTests {
         while await (try wormhole.record(withIdentifier: "burst")?.sequence ?? 0) < 3 && Date() < deadline {
             try await Task.sleep(for: .milliseconds(1))
         }
-        for index in 1...count { try await wormhole.passMessage("swift \(index)", identifier: "burst") }
+        // Every 25 of its messages, Swift lets both listeners catch up. Compaction keeps
+        // what a live listener has not read (§10.2 C4) and then waits for twice what it
+        // kept (§10.1): listeners left far behind on a busy machine would leave this log
+        // uncompacted, and the test would not test what it says.
+        for index in 1...count {
+            try await wormhole.passMessage("swift \(index)", identifier: "burst")
+            if index % 25 == 0 {
+                let latest = try await wormhole.record(withIdentifier: "burst")?.sequence ?? 0
+                #expect(await eventually(seconds: 60) { UInt64(live.count) >= latest && UInt64(follower.linesSoFar) >= latest },
+                        "the listeners did not catch up with message \(latest)")
+            }
+        }
         let written = await writer.finish()
         #expect(written.status == 0, "\(written.errorOutput)")
 
@@ -699,6 +710,11 @@ struct ProtocolInteropTests {
         }
 
         var pid: Int32 { process.processIdentifier }
+
+        /// How many lines it has written so far (`read --follow` writes one per item, flushed).
+        var linesSoFar: Int {
+            ((try? Data(contentsOf: URL(fileURLWithPath: outputPath))) ?? Data()).reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
+        }
 
         func finish() async -> Finished {
             while process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
