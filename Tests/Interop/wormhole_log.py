@@ -15,12 +15,14 @@ Command line (every command takes the retention options
 [--retain-count N] [--retain-bytes N] [--max-size N] [--backlog-count N] [--backlog-bytes N]):
 
     wormhole_log.py write DIR ID KIND TEXT [--count N] [--torn BYTES]
+                          [--pause-at K --resume-on PATH]
         KIND is data, text or json (or 0, 1, 2). For data, TEXT is the payload in
         base64. TEXT '-' reads the payload's bytes from standard input. With --count N,
         N messages are passed; '{i}' in TEXT becomes 1..N. Prints {"sequence": S} per
         message. With --torn BYTES, the (single) message is written only in part: its
         first BYTES bytes, as by a writer killed in the middle of its append (§8.3); prints
-        {"torn": S}.
+        {"torn": S}. With --pause-at K --resume-on PATH, it waits after its K-th message
+        until PATH exists (up to 60 s), so that another writer is sure to come between.
     wormhole_log.py read DIR ID [--latest]
         Prints each retained record (or the latest) as one JSON line:
         {"sequence", "kind", "pid", "date_ns", "encoding", "payload"}; the payload is
@@ -1270,12 +1272,13 @@ def _options(arguments, flags, valued):
 
 
 def _command_write(arguments):
-    positional, options, configuration = _options(arguments, set(), {"--count", "--torn"})
-    if len(positional) != 4:
-        raise SystemExit("usage: write DIR ID KIND TEXT [--count N] [--torn BYTES]")
+    positional, options, configuration = _options(arguments, set(), {"--count", "--torn", "--pause-at", "--resume-on"})
+    if len(positional) != 4 or ("--pause-at" in options) != ("--resume-on" in options):
+        raise SystemExit("usage: write DIR ID KIND TEXT [--count N] [--torn BYTES] [--pause-at K --resume-on PATH]")
     directory, identifier, kind_name, text = positional
     kind = _parse_kind(kind_name)
     count = int(options.get("--count", 1))
+    pause_at = int(options.get("--pause-at", 0))
     writer = Writer(directory, identifier, configuration)
     try:
         for index in range(1, count + 1):
@@ -1291,6 +1294,12 @@ def _command_write(arguments):
                 break
             sequence = writer.append(kind, payload)
             sys.stdout.write(json.dumps({"sequence": sequence}) + "\n")
+            if index == pause_at:
+                deadline = time.monotonic() + 60
+                while not os.path.exists(options["--resume-on"]):
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"{options['--resume-on']} did not appear within 60 seconds")
+                    time.sleep(0.001)
     finally:
         writer.close()
     sys.stdout.flush()

@@ -313,8 +313,12 @@ struct ProtocolInteropTests {
             scratch: scratch, name: "follower")
         try #require(await waitForFile(ready))
 
-        // Both writers compact: Python with the same retention.
-        let writer = try PythonProcess(["write", container.path, "burst", "text", "python {i}", "--count", "\(count)", "--retain-count", "16"],
+        // Both writers compact: Python with the same retention. It waits after its first
+        // half until Swift has written once, so that the writers take turns whatever the
+        // machine's load (Python alone could be done before Swift begins).
+        let resume = scratch.file("writer.resume")
+        let writer = try PythonProcess(["write", container.path, "burst", "text", "python {i}", "--count", "\(count)", "--retain-count", "16",
+                                        "--pause-at", "\(count / 2)", "--resume-on", resume],
                                        scratch: scratch, name: "writer")
         // Start once Python is appending, so that the two writers contend for the lock.
         let deadline = Date().addingTimeInterval(30)
@@ -327,6 +331,7 @@ struct ProtocolInteropTests {
         // uncompacted, and the test would not test what it says.
         for index in 1...count {
             try await wormhole.passMessage("swift \(index)", identifier: "burst")
+            if index == 1 { _ = FileManager.default.createFile(atPath: resume, contents: nil) }
             if index % 25 == 0 {
                 let latest = try await wormhole.record(withIdentifier: "burst")?.sequence ?? 0
                 #expect(await eventually(seconds: 60) { UInt64(live.count) >= latest && UInt64(follower.linesSoFar) >= latest },
