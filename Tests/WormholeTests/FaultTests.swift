@@ -39,7 +39,10 @@ struct FaultTests {
         survivor.cancel()
 
         #expect(errors.all.isEmpty, "no torn or corrupt record: \(errors.all.prefix(3))")
-        #expect(records.map(\.sequence) == Array(1...last), "every committed message once, in order")
+        // A killed writer's statement that had reached PostgreSQL may commit after the
+        // final passes (see killedWritersNeverExposeTornMessages); a file writer's cannot.
+        #expect(records.map(\.sequence) == Array(1...UInt64(records.count)), "every committed message once, in order")
+        #expect(records.count == Int(last) || backend == .postgres && records.count > Int(last), "\(records.count) received, \(last) passed")
         let payloads = Set(records.map { String(decoding: $0.payload, as: UTF8.self).split(separator: ":").prefix(2).joined(separator: ":") })
         var acknowledged = 0
         for cycle in 0..<cycles {
@@ -56,7 +59,7 @@ struct FaultTests {
             leftovers = try FileManager.default.contentsOfDirectory(atPath: store.location).filter { $0.hasSuffix(".compacting") }
             #expect(leftovers.count <= 1)
         }
-        print("faults (\(backend)): \(cycles) cycles, \(2 * cycles) processes killed; \(acknowledged) acknowledged, \(last) committed, all received by the survivor; lost = 0, torn = 0; claims left \(claims), temporary files left \(leftovers.count)")
+        print("faults (\(backend)): \(cycles) cycles, \(2 * cycles) processes killed; \(acknowledged) acknowledged, \(records.count) committed, all received by the survivor; lost = 0, torn = 0; claims left \(claims), temporary files left \(leftovers.count)")
     }
 
     @Test("a full filesystem: a clear error, earlier messages intact, passing works again once space is freed",
