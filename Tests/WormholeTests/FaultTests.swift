@@ -39,10 +39,10 @@ struct FaultTests {
         survivor.cancel()
 
         #expect(errors.all.isEmpty, "no torn or corrupt record: \(errors.all.prefix(3))")
-        // A killed writer's statement that had reached PostgreSQL may commit after the
-        // final passes (see killedWritersNeverExposeTornMessages); a file writer's cannot.
+        // A killed writer's message may come after the final passes where passes outlive
+        // their writers (PostgreSQL).
         #expect(records.map(\.sequence) == Array(1...UInt64(records.count)), "every committed message once, in order")
-        #expect(records.count == Int(last) || backend == .postgres && records.count > Int(last), "\(records.count) received, \(last) passed")
+        #expect(records.count == Int(last) || backend.passesOutliveKilledWriters && records.count > Int(last), "\(records.count) received, \(last) passed")
         let payloads = Set(records.map { String(decoding: $0.payload, as: UTF8.self).split(separator: ":").prefix(2).joined(separator: ":") })
         var acknowledged = 0
         for cycle in 0..<cycles {

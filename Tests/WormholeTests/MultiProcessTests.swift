@@ -66,19 +66,13 @@ struct MultiProcessTests {
         let last = try await wormhole.passMessage("after the kills", identifier: "flood")
         let records = await received.wait(for: Int(last), seconds: 60)
         token.cancel()
-        // A flood message is whole: "k<cycle>:<index>:<length>:" then that many bytes.
-        func isWhole(_ record: WormholeRecord) -> Bool {
-            let parts = String(decoding: record.payload, as: UTF8.self).split(separator: ":", maxSplits: 3, omittingEmptySubsequences: false)
-            return parts.count == 4 && Int(parts[2]) == parts[3].utf8.count
-        }
         #expect(errors.all.isEmpty, "no corrupt record was ever read: \(errors.all.prefix(3))")
-        // PostgreSQL runs a statement that reached it to its end, and commits it, even
-        // when its sender died meanwhile: a killed writer's message may come after
-        // "after the kills", whole. A file writer's work ends with its process.
+        // A killed writer's message may come after "after the kills", whole, where passes
+        // outlive their writers (PostgreSQL).
         #expect(records.map(\.sequence) == Array(1...UInt64(records.count)), "sequences without gaps or repeats")
-        #expect(records.count == Int(last) || backend == .postgres && records.count > Int(last), "\(records.count) received, \(last) passed")
+        #expect(records.count == Int(last) || backend.passesOutliveKilledWriters && records.count > Int(last), "\(records.count) received, \(last) passed")
         for record in records where record.sequence != last {
-            #expect(isWhole(record), "message \(record.sequence) is whole")
+            #expect(Agent.isWhole(record.payload), "message \(record.sequence) is whole")
         }
         #expect(records.first { $0.sequence == last }.map { String(decoding: $0.payload, as: UTF8.self) } == "after the kills")
         // The store stays readable from start to end, and leftovers stay bounded.
@@ -87,7 +81,7 @@ struct MultiProcessTests {
         #expect(history.allSatisfy { (try? $0.get()) != nil })
         let latest = try #require(try await wormhole.record(withIdentifier: "flood"))
         #expect(String(decoding: latest.payload, as: UTF8.self) == "after the kills" && latest.sequence == last
-                || backend == .postgres && latest.sequence > last && isWhole(latest), "latest: \(latest.sequence), last pass: \(last)")
+                || backend.passesOutliveKilledWriters && latest.sequence > last && Agent.isWhole(latest.payload), "latest: \(latest.sequence), last pass: \(last)")
         if backend == .file {
             let leftovers = try FileManager.default.contentsOfDirectory(atPath: store.location).filter { $0.hasSuffix(".compacting") }
             #expect(leftovers.count <= 1)

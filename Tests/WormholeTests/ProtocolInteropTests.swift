@@ -321,10 +321,7 @@ struct ProtocolInteropTests {
                                         "--pause-at", "\(count / 2)", "--resume-on", resume],
                                        scratch: scratch, name: "writer")
         // Start once Python is appending, so that the two writers contend for the lock.
-        let deadline = Date().addingTimeInterval(30)
-        while await (try wormhole.record(withIdentifier: "burst")?.sequence ?? 0) < 3 && Date() < deadline {
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        await eventually(seconds: 30) { try wormhole.record(withIdentifier: "burst")?.sequence ?? 0 >= 3 }
         // Every 25 of its messages, Swift lets both listeners catch up. Compaction keeps
         // what a live listener has not read (§10.2 C4) and then waits for twice what it
         // kept (§10.1): listeners left far behind on a busy machine would leave this log

@@ -22,6 +22,12 @@ enum Backend: String, Sendable, CustomTestStringConvertible {
         #endif
     }()
 
+    /// Whether a pass can be stored after its writer was killed. PostgreSQL runs a
+    /// statement that has reached it to its end, and commits it, with its client gone
+    /// (`PostgresBackendTests.aPassThatReachedTheServerOutlivesItsKilledWriter`); a file
+    /// writer's work ends with its process.
+    var passesOutliveKilledWriters: Bool { self == .postgres }
+
     /// A fresh, empty container on this back end, removed (or left unused) after the test.
     func makeStore() throws -> TestStore {
         switch self {

@@ -74,6 +74,13 @@ struct Note: Codable, Sendable, Equatable {
 
 /// The test agent: a separate program the integration tests run as real processes.
 enum Agent {
+    /// Whether `payload` is a whole message as the agent passes them:
+    /// "TAG:i:<length>:" and then that many bytes.
+    static func isWhole(_ payload: Data) -> Bool {
+        let parts = String(decoding: payload, as: UTF8.self).split(separator: ":", maxSplits: 3, omittingEmptySubsequences: false)
+        return parts.count == 4 && Int(parts[2]) == parts[3].utf8.count
+    }
+
     /// The agent executable, built next to the test bundle.
     static let path: String = {
         var candidates: [URL] = []
