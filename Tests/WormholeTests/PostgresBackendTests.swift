@@ -32,6 +32,43 @@ struct PostgresBackendTests {
         return Int(rows.first.flatMap { try? $0.decode(Int64.self) } ?? -1)
     }
 
+    /// Docs/Scaling.md, "No torn reads": once a pass's statement has reached the server,
+    /// the server runs it to its end and commits it, though its sender was killed. The
+    /// test holds the identifier's row so that a writer's statement waits on the server,
+    /// kills the writer, then lets the statement go.
+    @Test("a pass whose statement reached the server is stored whole after its writer was killed",
+          .timeLimit(.minutes(1)))
+    func aPassThatReachedTheServerOutlivesItsKilledWriter() async throws {
+        let store = try Backend.postgres.makeStore()
+        let wormhole = try store.wormhole()
+        #expect(try await wormhole.passMessage("before", identifier: "late") == 1)
+        let holder = try transiting(store)
+        let container = String(store.location.dropFirst(AgentLocation.postgresPrefix.count))
+        _ = try await holder.session.query("BEGIN", "begin")
+        _ = try await holder.session.query(
+            "SELECT last_sequence FROM wormhole.identifiers WHERE container = \(container) AND identifier = 'late' FOR UPDATE", "hold the row")
+        let holderPID = try #require(try await holder.session.query("SELECT pg_backend_pid()", "pid").first?.decode(Int32.self))
+        let writer = try Agent.start(["write", store.location, "late", "1", "killed", "100"])
+        // The writer's statement has reached the server once it waits for the held row.
+        // (Asked on another connection: inside a transaction, pg_stat_activity stays as
+        // it was when the transaction first read it.)
+        let probe = try transiting(store)
+        let waiting = await eventually(seconds: 30) {
+            let rows = try probe.session.query(
+                "SELECT count(*) FROM pg_stat_activity WHERE \(holderPID)::int = ANY(pg_blocking_pids(pid))", "count waiters")
+            return (rows.first.flatMap { try? $0.decode(Int64.self) } ?? 0) > 0
+        }
+        try #require(waiting, "the writer's statement never waited for the held row")
+        kill(writer.processIdentifier, SIGKILL)
+        _ = await waitForExit(writer, seconds: 10)
+        await #expect(try wormhole.record(withIdentifier: "late")?.sequence == 1, "nothing passes while the row is held")
+        _ = try await holder.session.query("COMMIT", "commit")
+        #expect(await eventually(seconds: 30) { try wormhole.record(withIdentifier: "late")?.sequence == 2 },
+                "the killed writer's statement was not committed")
+        let late = try #require(try await wormhole.record(withIdentifier: "late"))
+        #expect(late.payload.starts(with: Data("killed:1:".utf8)) && Agent.isWhole(late.payload), "\(late.payload.count) bytes")
+    }
+
     @Test("released wormholes close their connections", .timeLimit(.minutes(1)))
     func releasedWormholesCloseTheirConnections() async throws {
         let store = try Backend.postgres.makeStore()
