@@ -118,13 +118,17 @@ struct ExamplesTests {
         _ = await app.finish()
     }
 
-    @Test func ctrlCAtATerminalEndsTheChatOnALineOfItsOwn() async throws {
+    /// Eight chats at once, each sent Ctrl-C as soon as it shows it joined: the signal is
+    /// caught from then on, never lost and never fatal (a Dispatch signal source, which is
+    /// registered later on another thread, lost about 1 in 30 under load).
+    @Test(arguments: 1...8)
+    func ctrlCAtATerminalEndsTheChatOnALineOfItsOwn(chat: Int) async throws {
         let sandbox = Sandbox()
         let alice = try sandbox.startOnTerminal(["alice"], product: "wormhole-chat")
-        #expect(await alice.waitForStandardOutput(containing: "* alice joined"), "\(output(alice))")
+        #expect(await alice.waitForStandardOutput(containing: "* alice joined", interval: .milliseconds(1)), "\(output(alice))")
         try alice.type("\u{03}")   // Ctrl-C: the terminal sends SIGINT and echoes ^C
-        let result = await alice.finish()
-        #expect(result.status == 0)
+        let result = await alice.finish(seconds: 20)
+        #expect(result.status == 0, "chat \(chat): \(result.output)")
         #expect(result.output.contains("^C\r\n["), "\(result.output)")
         #expect(result.output.contains("* alice left"), "\(result.output)")
     }

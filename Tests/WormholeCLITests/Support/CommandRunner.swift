@@ -55,14 +55,20 @@ enum Products {
 struct Budget {
     private var remaining: Double
 
-    init(seconds: Double) { remaining = seconds }
+    private let interval: Duration
+
+    init(seconds: Double, interval: Duration = .milliseconds(10)) {
+        remaining = seconds
+        self.interval = interval
+    }
 
     var isSpent: Bool { remaining <= 0 }
 
-    /// Sleeps about 10 ms and charges at most 50 ms of it to the budget.
+    /// Sleeps about `interval` (10 ms unless told) and charges at most 50 ms of it to the
+    /// budget.
     mutating func pause() async {
         let start = ContinuousClock.now
-        try? await Task.sleep(for: .milliseconds(10))
+        try? await Task.sleep(for: interval)
         let elapsed = ContinuousClock.now - start
         remaining -= min(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 0.05)
     }
@@ -144,12 +150,14 @@ final class RunningCommand: @unchecked Sendable {
     }
 
     /// Waits until standard output contains `text`.
-    func waitForStandardOutput(containing text: String, seconds: Double = 60) async -> Bool {
-        await waitUntil(seconds: seconds) { String(decoding: self.stdout, as: UTF8.self).contains(text) }
+    /// `interval`: how often to look (10 ms unless told; shorter to act as soon as the
+    /// text shows).
+    func waitForStandardOutput(containing text: String, seconds: Double = 60, interval: Duration = .milliseconds(10)) async -> Bool {
+        await waitUntil(seconds: seconds, interval: interval) { String(decoding: self.stdout, as: UTF8.self).contains(text) }
     }
 
-    private func waitUntil(seconds: Double, _ condition: () -> Bool) async -> Bool {
-        var budget = Budget(seconds: seconds)
+    private func waitUntil(seconds: Double, interval: Duration = .milliseconds(10), _ condition: () -> Bool) async -> Bool {
+        var budget = Budget(seconds: seconds, interval: interval)
         while !budget.isSpent {
             if condition() { return true }
             if !process.isRunning { return condition() }
