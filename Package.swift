@@ -86,17 +86,20 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ]
         ),
+        // SIGINT and friends turned into a call on a thread of their own, for the CLI and
+        // the examples (not part of the library).
+        .target(name: "ProcessSignals"),
         // The `wormhole` command-line tool: a thin user of the library.
         .executableTarget(
             name: "WormholeCLI",
             dependencies: [
-                "Wormhole", "WormholePostgres",
+                "Wormhole", "WormholePostgres", "ProcessSignals",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Sources/WormholeCLI"
         ),
         // What both examples need to wait for their end (signals, end of input).
-        .target(name: "ExampleSupport", path: "Examples/Support"),
+        .target(name: "ExampleSupport", dependencies: ["ProcessSignals"], path: "Examples/Support"),
         .executableTarget(
             name: "wormhole-chat",
             dependencies: [

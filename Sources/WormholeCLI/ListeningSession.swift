@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Dispatch
+import ProcessSignals
 import Synchronization
 
 /// How long `listen` and `observe` go on: until a count of events, a deadline or a
@@ -34,7 +35,11 @@ final class ListeningSession: Sendable {
     /// that cannot be set up, before anything is listened to.
     init(limit: Int?) throws(CommandFailure) {
         self.limit = limit
-        try TerminationSignals.catchAll { [weak self] number in self?.finish(.interrupted(number)) }
+        do {
+            try CaughtSignals.route([SIGINT, SIGTERM, SIGHUP]) { [weak self] number in self?.finish(.interrupted(number)) }
+        } catch {
+            throw CommandFailure("cannot set up the handling of Ctrl-C and termination signals: \(error)")
+        }
     }
 
     /// How many events were admitted.
