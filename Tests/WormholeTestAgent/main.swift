@@ -22,6 +22,10 @@
 //                                                      the latest's byte count ("none", or
 //                                                      "error:<code>"), and VmHWM in kB
 //   WormholeTestAgent pace DIR ID COUNT MICROSECONDS TAG   pass COUNT messages, one per interval
+//   WormholeTestAgent relative DIR                     open Wormhole(directory: DIR) as given (a
+//                                                      relative DIR is taken from the current
+//                                                      directory), pass "x" under n, print the
+//                                                      wormhole's directory
 //   WormholeTestAgent starved DIR N                    listen to s1...sN, then open /dev/null
 //                                                      until the descriptor limit; print "full";
 //                                                      wait for N retry reports, print "reports K",
@@ -302,6 +306,11 @@ do {
         } catch {
             print("error \(error.code): \(error)")
         }
+
+    case "relative":
+        let wormhole = try Wormhole(directory: argument(1))
+        try wormhole.passMessage("x", identifier: "n")
+        print(wormhole.directory ?? "none")
 
     case "pace":
         let wormhole = try AgentLocation.wormhole(argument(1))

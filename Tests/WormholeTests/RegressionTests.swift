@@ -71,16 +71,16 @@ struct RegressionTests {
         #expect(modified == Date(timeIntervalSince1970: 0))
     }
 
+    /// In a process of its own: the current directory is the whole process's, and changing
+    /// it here made a test running beside this one fail to start its command (its
+    /// Process was spawned into this test's directory just as it was deleted).
     @Test("a relative directory is taken from the current directory, not created at the root")
     func relativeDirectoryIsResolvedFromTheCurrentDirectory() throws {
         let parent = TemporaryDirectory()
-        let previous = FileManager.default.currentDirectoryPath
-        try #require(FileManager.default.changeCurrentDirectoryPath(parent.path))
-        defer { _ = FileManager.default.changeCurrentDirectoryPath(previous) }
         let name = "relative-\(getpid())"
-        let wormhole = try Wormhole(directory: name + "/sub")
-        try wormhole.passMessage("x", identifier: "n")
-        #expect(wormhole.directory == parent.path + "/" + name + "/sub")
+        let result = try Agent.run(["relative", name + "/sub"], in: parent.path)
+        #expect(result.status == 0)
+        #expect(result.output == parent.path + "/" + name + "/sub\n")
         #expect(FileManager.default.fileExists(atPath: parent.file(name + "/sub/n.wormhole")))
         #expect(!FileManager.default.fileExists(atPath: "/" + name))
     }

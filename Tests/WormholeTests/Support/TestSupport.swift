@@ -99,19 +99,22 @@ enum Agent {
     }()
 
     /// Starts the agent with `arguments`; its standard output goes to `output` if given.
-    static func start(_ arguments: [String], output: FileHandle? = nil) throws -> Process {
+    /// `directory`: its current directory (the test process's unless given: tests never
+    /// change that one, which every test running beside them shares).
+    static func start(_ arguments: [String], output: FileHandle? = nil, in directory: String? = nil) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         if let output { process.standardOutput = output }
+        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
         try process.run()
         return process
     }
 
     /// Runs the agent to completion; returns its exit status and standard output.
-    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+    static func run(_ arguments: [String], in directory: String? = nil) throws -> (status: Int32, output: String) {
         let pipe = Pipe()
-        let process = try start(arguments, output: pipe.fileHandleForWriting)
+        let process = try start(arguments, output: pipe.fileHandleForWriting, in: directory)
         try? pipe.fileHandleForWriting.close()
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
