@@ -26,6 +26,10 @@
 //                                                      relative DIR is taken from the current
 //                                                      directory), pass "x" under n, print the
 //                                                      wormhole's directory
+//   WormholeTestAgent group GROUP SUB                  open Wormhole(applicationGroupIdentifier:
+//                                                      GROUP, optionalDirectory: SUB) where the
+//                                                      environment puts containers, print its
+//                                                      directory
 //   WormholeTestAgent starved DIR N                    listen to s1...sN, then open /dev/null
 //                                                      until the descriptor limit; print "full";
 //                                                      wait for N retry reports, print "reports K",
@@ -310,6 +314,10 @@ do {
     case "relative":
         let wormhole = try Wormhole(directory: argument(1))
         try wormhole.passMessage("x", identifier: "n")
+        print(wormhole.directory ?? "none")
+
+    case "group":
+        let wormhole = try Wormhole(applicationGroupIdentifier: argument(1), optionalDirectory: argument(2))
         print(wormhole.directory ?? "none")
 
     case "pace":

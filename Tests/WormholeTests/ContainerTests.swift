@@ -97,12 +97,15 @@ struct ContainerTests {
         #expect(try String(contentsOfFile: parent.file("outside"), encoding: .utf8) == "keep")
     }
 
+    /// In a process of its own, whose environment names the groups' directory: the test
+    /// process's environment is shared by every test running beside this one.
     @Test func applicationGroupAndOptionalDirectoryMakeTheWormholeDirectory() throws {
         let base = TemporaryDirectory()
-        setenv(WormholeContainer.environmentOverride, base.path, 1)
-        defer { unsetenv(WormholeContainer.environmentOverride) }
-        let wormhole = try Wormhole(applicationGroupIdentifier: "group.com.example.notes", optionalDirectory: "wormhole")
-        #expect(wormhole.directory == base.path + "/group.com.example.notes/wormhole")
+        let result = try Agent.run(["group", "group.com.example.notes", "wormhole"],
+                                   environment: [WormholeContainer.environmentOverride: base.path])
+        #expect(result.status == 0)
+        #expect(result.output == base.path + "/group.com.example.notes/wormhole\n")
+        #expect(FileManager.default.fileExists(atPath: base.file("group.com.example.notes/wormhole")))
     }
 
     @Test("the container deleted while listening: the next pass recreates it and listeners receive it",

@@ -99,22 +99,25 @@ enum Agent {
     }()
 
     /// Starts the agent with `arguments`; its standard output goes to `output` if given.
-    /// `directory`: its current directory (the test process's unless given: tests never
-    /// change that one, which every test running beside them shares).
-    static func start(_ arguments: [String], output: FileHandle? = nil, in directory: String? = nil) throws -> Process {
+    /// `directory` and `environment`: its current directory, and variables added to its
+    /// environment. (Tests never change the test process's own: every test running
+    /// beside them shares those.)
+    static func start(_ arguments: [String], output: FileHandle? = nil, in directory: String? = nil,
+                      environment: [String: String] = [:]) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         if let output { process.standardOutput = output }
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         try process.run()
         return process
     }
 
     /// Runs the agent to completion; returns its exit status and standard output.
-    static func run(_ arguments: [String], in directory: String? = nil) throws -> (status: Int32, output: String) {
+    static func run(_ arguments: [String], in directory: String? = nil, environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
         let pipe = Pipe()
-        let process = try start(arguments, output: pipe.fileHandleForWriting, in: directory)
+        let process = try start(arguments, output: pipe.fileHandleForWriting, in: directory, environment: environment)
         try? pipe.fileHandleForWriting.close()
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
