@@ -40,7 +40,7 @@ public enum CaughtSignals {
             sigemptyset(&action.sa_mask)
             action.sa_flags = SA_RESTART
             guard sigaction(number, &action, nil) == 0 else {
-                throw SetupFailure(description: "cannot set up the handling of signal \(number): \(String(cString: strerror(errno)))")
+                throw SetupFailure(description: "signal \(number): \(String(cString: strerror(errno)))")
             }
         }
     }
