@@ -24,11 +24,15 @@ public enum CaughtSignals {
         public let description: String
     }
 
-    /// Calls `handler`, on a thread of its own, with each of `numbers` received from now
-    /// until ``release(_:)`` (a later call replaces the handler). Throws when the thread
-    /// cannot be started or a handler cannot be installed, so that a program that could
-    /// not stop cleanly can say so before it starts its work.
+    /// The signals that can be routed: those the waiting thread unblocks.
+    public static let routable: Set<Int32> = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+
+    /// Calls `handler`, on a thread of its own, with each of `numbers` (from ``routable``)
+    /// received from now until ``release(_:)`` (a later call replaces the handler). Throws
+    /// when the thread cannot be started or a handler cannot be installed, so that a
+    /// program that could not stop cleanly can say so before it starts its work.
     public static func route(_ numbers: [Int32], to handler: @escaping @Sendable (Int32) -> Void) throws(SetupFailure) {
+        precondition(routable.isSuperset(of: numbers), "CaughtSignals routes only \(routable.sorted())")
         if let failure = waiter { throw failure }
         current.withLock { $0 = handler }
         for number in numbers {
@@ -65,11 +69,12 @@ public enum CaughtSignals {
     private static let waiter: SetupFailure? = {
         _ = caught.load(ordering: .relaxed)
         _ = semaphore
+        _ = routable
         var thread = pthread_t()
         let created = pthread_create(&thread, nil, { _ in
             var set = sigset_t()
             sigemptyset(&set)
-            for number in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] { sigaddset(&set, number) }
+            for number in CaughtSignals.routable { sigaddset(&set, number) }
             pthread_sigmask(SIG_UNBLOCK, &set, nil)
             while true {
                 if sem_wait(CaughtSignals.semaphore) != 0 { continue }   // EINTR
