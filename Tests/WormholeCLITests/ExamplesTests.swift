@@ -118,6 +118,28 @@ struct ExamplesTests {
         _ = await app.finish()
     }
 
+    /// Started with SIGINT, SIGTERM and SIGHUP blocked, as from a Dispatch thread: SIGTERM,
+    /// which the chat catches, still ends it with its goodbye, and SIGHUP (a terminal
+    /// closed), which it does not catch, still ends it by its default action. (The chat's
+    /// main thread does not keep the inherited mask, so this passes even without
+    /// `CaughtSignals`' own unblocking; `wormhole listen`'s main thread does keep it, and
+    /// `SendListenTests.sigtermEndsTheListenerBySignalAfterItReleasedItsListeners` fails
+    /// without that unblocking.)
+    @Test(arguments: [SIGTERM, SIGHUP])
+    func aChatStartedWithItsSignalsBlockedStillEndsOnThem(signal: Int32) async throws {
+        let sandbox = Sandbox()
+        let alice = try sandbox.startWithSignalsBlocked(["alice"], product: "wormhole-chat", interactive: true)
+        #expect(await alice.waitForStandardOutput(containing: "* alice joined"), "\(output(alice)) \(alice.stderr)")
+        alice.send(signal)
+        let result = await alice.finish(seconds: 20)
+        if signal == SIGTERM {
+            #expect(!result.signaled && result.status == 0, "status \(result.status)")
+            #expect(result.output.contains("* alice left"), "\(result.output)")
+        } else {
+            #expect(result.signaled && result.status == SIGHUP, "status \(result.status), signaled: \(result.signaled)")
+        }
+    }
+
     /// Eight chats at once, each sent Ctrl-C as soon as it shows it joined: the signal is
     /// caught from then on, never lost and never fatal (a Dispatch signal source, which is
     /// registered later on another thread, lost about 1 in 30 under load).

@@ -9,12 +9,10 @@ struct SendListenTests {
     /// Starts `wormhole listen` and waits until it says it listens. The listeners of these
     /// tests have no `--timeout`: the test's own wait bounds them, and it does not run
     /// out while other tests keep the test process busy.
-    /// With a `launcher` (a program and its arguments, found through `env`), that program
-    /// is started with the path of `wormhole` and its arguments after its own.
-    func listener(_ sandbox: Sandbox, _ arguments: [String], launcher: [String] = []) async throws -> RunningCommand {
+    /// `signalsBlocked`: started as ``Sandbox/startWithSignalsBlocked(_:product:interactive:)`` starts it.
+    func listener(_ sandbox: Sandbox, _ arguments: [String], signalsBlocked: Bool = false) async throws -> RunningCommand {
         let words = ["listen", "--verbose"] + arguments
-        let listener = launcher.isEmpty ? try sandbox.start(words)
-            : try sandbox.start(launcher + [Products.path("wormhole")] + words, product: "/usr/bin/env")
+        let listener = signalsBlocked ? try sandbox.startWithSignalsBlocked(words) : try sandbox.start(words)
         let ready = await listener.waitForStandardError(containing: "listening to")
         try #require(ready, "the listener did not start: \(listener.stderr)")
         return listener
@@ -137,21 +135,11 @@ struct SendListenTests {
     /// SIGTERM ends the listener by that signal, after it released its listeners. Also
     /// when it was started with SIGINT, SIGTERM and SIGHUP blocked: a process inherits its
     /// parent's blocked signals (a parent's Dispatch thread blocks them), and nothing
-    /// else in `wormhole listen` would ever take them (python3 blocks them, then execs it).
+    /// else in `wormhole listen` would ever take them.
     @Test(arguments: [false, true])
     func sigtermEndsTheListenerBySignalAfterItReleasedItsListeners(startedWithSignalsBlocked: Bool) async throws {
         let sandbox = Sandbox()
-        let listener: RunningCommand
-        if startedWithSignalsBlocked {
-            let blockThenRun = """
-                import os, signal, sys
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-                os.execv(sys.argv[1], sys.argv[1:])
-                """
-            listener = try await self.listener(sandbox, ["chat"], launcher: ["python3", "-c", blockThenRun])
-        } else {
-            listener = try await self.listener(sandbox, ["chat"])
-        }
+        let listener = try await self.listener(sandbox, ["chat"], signalsBlocked: startedWithSignalsBlocked)
         listener.send(SIGTERM)
         let result = await listener.finish(seconds: 20)
         #expect(result.signaled)

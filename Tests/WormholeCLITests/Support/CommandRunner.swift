@@ -57,7 +57,10 @@ struct Budget {
 
     private let interval: Duration
 
-    init(seconds: Double, interval: Duration = .milliseconds(10)) {
+    /// How often a wait looks, unless told.
+    static let usualInterval: Duration = .milliseconds(10)
+
+    init(seconds: Double, interval: Duration = usualInterval) {
         remaining = seconds
         self.interval = interval
     }
@@ -152,11 +155,11 @@ final class RunningCommand: @unchecked Sendable {
     /// Waits until standard output contains `text`.
     /// `interval`: how often to look (10 ms unless told; shorter to act as soon as the
     /// text shows).
-    func waitForStandardOutput(containing text: String, seconds: Double = 60, interval: Duration = .milliseconds(10)) async -> Bool {
+    func waitForStandardOutput(containing text: String, seconds: Double = 60, interval: Duration = Budget.usualInterval) async -> Bool {
         await waitUntil(seconds: seconds, interval: interval) { String(decoding: self.stdout, as: UTF8.self).contains(text) }
     }
 
-    private func waitUntil(seconds: Double, interval: Duration = .milliseconds(10), _ condition: () -> Bool) async -> Bool {
+    private func waitUntil(seconds: Double, interval: Duration = Budget.usualInterval, _ condition: () -> Bool) async -> Bool {
         var budget = Budget(seconds: seconds, interval: interval)
         while !budget.isSpent {
             if condition() { return true }
@@ -222,6 +225,19 @@ final class Sandbox: Sendable {
         let command = words.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
         return try RunningCommand("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: environment, input: nil,
                                   interactive: true, in: root)
+    }
+
+    /// Starts `wormhole` (or another product) with SIGINT, SIGTERM and SIGHUP blocked, as
+    /// a process started from a Dispatch or Swift concurrency thread is: a process
+    /// inherits its parent's blocked signals (python3 blocks them, then execs it, so the
+    /// process keeps its pid).
+    func startWithSignalsBlocked(_ arguments: [String], product: String = "wormhole", interactive: Bool = false) throws -> RunningCommand {
+        let blockThenRun = """
+            import os, signal, sys
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+            os.execv(sys.argv[1], sys.argv[1:])
+            """
+        return try start(["python3", "-c", blockThenRun, Products.path(product)] + arguments, product: "/usr/bin/env", interactive: interactive)
     }
 
     /// Runs `wormhole` (or another product) to completion.
