@@ -116,19 +116,10 @@ struct PayloadRoundTripTests {
 
     /// Runs `wormhole` with `arguments` on a pseudo-terminal (util-linux `script`): its
     /// standard output is a terminal, as when a person runs it.
-    private func onTerminal(_ sandbox: Sandbox, _ arguments: [String]) throws -> Data {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-        let command = ([Products.path("wormhole")] + arguments).map { "'" + $0 + "'" }.joined(separator: " ")
-        process.arguments = ["-qec", command, "/dev/null"]
-        process.environment = sandbox.environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return data
+    private func onTerminal(_ sandbox: Sandbox, _ arguments: [String]) async throws -> String {
+        let result = try await sandbox.startOnTerminal(arguments).finish()
+        #expect(!result.signaled && result.status == 0, "wormhole \(arguments): status \(result.status)")
+        return result.output
     }
 
     @Test("on a terminal, read and listen show control characters escaped; to a pipe the bytes are exact",
@@ -137,10 +128,10 @@ struct PayloadRoundTripTests {
         let sandbox = Sandbox()
         let hostile = "\u{1B}]0;pwned\u{07}\rok\u{9B}2J\u{202E}txt"
         #expect(try await sandbox.run(["send", "x", hostile]).status == 0)
-        let shown = String(decoding: try onTerminal(sandbox, ["read", "x"]), as: UTF8.self)
+        let shown = try await onTerminal(sandbox, ["read", "x"])
         #expect(shown.contains(#"\u{1b}]0;pwned\u{7}\u{d}ok\u{9b}2J\u{202e}txt"#), "\(shown.debugDescription)")
         #expect(!shown.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x9B || $0.value == 0x07 || $0.value == 0x202E })
-        let listened = String(decoding: try onTerminal(sandbox, ["listen", "--latest", "--count", "1", "x"]), as: UTF8.self)
+        let listened = try await onTerminal(sandbox, ["listen", "--latest", "--count", "1", "x"])
         #expect(listened.contains(#"\u{1b}]0;pwned"#), "\(listened.debugDescription)")
         #expect(!listened.unicodeScalars.contains { $0.value == 0x1B })
         // Redirected, the bytes are exact.

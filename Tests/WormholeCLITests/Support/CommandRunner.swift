@@ -197,7 +197,8 @@ final class Sandbox: Sendable {
 
     init(extra: [String: String] = [:]) {
         var environment = ProcessInfo.processInfo.environment
-        for name in ["WORMHOLE_DIRECTORY", "WORMHOLE_GROUP", "WORMHOLE_APP_GROUPS_DIRECTORY", "WORMHOLE_POSTGRES_URL"] {
+        // SHELL too, so that what `script` runs is the same here as where it is unset (CI).
+        for name in ["WORMHOLE_DIRECTORY", "WORMHOLE_GROUP", "WORMHOLE_APP_GROUPS_DIRECTORY", "WORMHOLE_POSTGRES_URL", "SHELL"] {
             environment.removeValue(forKey: name)
         }
         environment["WORMHOLE_APP_GROUPS_DIRECTORY"] = root.file("app-groups")
@@ -220,9 +221,14 @@ final class Sandbox: Sendable {
     /// output and error are the terminal. What it writes, and the terminal's echo of what
     /// is typed (Ctrl-C shows as `^C`), comes back as standard output, lines ending in
     /// "\r\n"; ``RunningCommand/type(_:)`` types at the terminal.
+    ///
+    /// `script` runs the command through a shell, which `exec`s it: the command's own
+    /// status is `script`'s. (Without `exec`, dash, `script`'s shell when `SHELL` is
+    /// unset, waits for it in the terminal's foreground group, and Ctrl-C kills dash:
+    /// status 130 though the command ended normally.)
     func startOnTerminal(_ arguments: [String], product: String = "wormhole") throws -> RunningCommand {
         let words = [Products.path(product)] + arguments
-        let command = words.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let command = "exec " + words.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
         return try RunningCommand("/usr/bin/script", ["-qfec", command, "/dev/null"], environment: environment, input: nil,
                                   interactive: true, in: root)
     }
