@@ -171,14 +171,6 @@ final class ListenerCursor {
         return kill(pid, 0) == 0 || Glibc.errno != ESRCH
     }
 
-    /// The live claims of `identifier`: how many listeners hold one.
-    static func liveClaimCount(container: ContainerDirectory, identifier: String) -> Int {
-        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return 0 }
-        defer { try? directory.close() }
-        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return 0 }
-        return names.filter { !$0.hasPrefix(".") && !$0.hasPrefix(DurablePosition.prefix) }.count
-    }
-
     // MARK: - Who listens
 
     /// The identifiers that have a claims directory (live listeners or durable names).
