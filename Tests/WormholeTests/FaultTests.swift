@@ -32,11 +32,11 @@ struct FaultTests {
             _ = await waitForExit(listener, seconds: 10)
         }
         // Passes after the kills compact the log (prune the table), which removes the dead
-        // listeners' claims. The next compaction may be far: one that ran while a victim had
-        // just started kept all it had not read (a new claim keeps everything), and the next
-        // is due when the log has grown to twice what was kept, so within twice the
-        // messages so far. Pass in rounds of 50 until the dead claims are gone or that many
-        // passes found them still there.
+        // listeners' claims. The next compaction may be far: one that ran while a listener
+        // was behind (the survivor in this busy process, or a victim whose new claim keeps
+        // everything) kept all it had not read, and the next is due when the log has grown
+        // to twice what was kept, so within twice the messages so far. Pass in rounds of 50
+        // until the dead claims are gone or that many passes found them still there.
         let committedInCycles = try await wormhole.record(withIdentifier: "crash")?.sequence ?? 0
         var last: UInt64 = 0
         var finalPasses = 0
