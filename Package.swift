@@ -95,6 +95,7 @@ let package = Package(
             dependencies: [
                 "Wormhole", "WormholePostgres", "ProcessSignals",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ],
             path: "Sources/WormholeCLI"
         ),

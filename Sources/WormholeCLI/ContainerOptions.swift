@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Wormhole
 #if Postgres
 import WormholePostgres
@@ -192,16 +196,19 @@ struct ContainerOptions: ParsableArguments {
     /// `word` as a shell reads it back: unchanged when it is plain, else in single quotes.
     static func shellQuoted(_ word: String) -> String {
         let plain = !word.isEmpty && word.unicodeScalars.allSatisfy { scalar in
-            scalar.isASCII && (CharacterSet.alphanumerics.contains(scalar) || "-_./:=@%+,".unicodeScalars.contains(scalar))
+            ("a"..."z").contains(scalar) || ("A"..."Z").contains(scalar) || ("0"..."9").contains(scalar)
+                || "-_./:=@%+,".unicodeScalars.contains(scalar)
         }
-        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        return plain ? word : "'" + TextFormatting.replacing("'", with: "'\\''", in: word) + "'"
     }
 
     /// A URL with its password, if any, replaced by `***`.
     static func maskingPassword(_ url: String) -> String {
-        guard let scheme = url.range(of: "://"), let at = url.range(of: "@", range: scheme.upperBound..<url.endIndex),
-              let colon = url.range(of: ":", range: scheme.upperBound..<at.lowerBound) else { return url }
-        return url.replacingCharacters(in: colon.upperBound..<at.lowerBound, with: "***")
+        guard let scheme = url.firstRange(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@"),
+              let colon = url[scheme.upperBound..<at].firstIndex(of: ":") else { return url }
+        var masked = url
+        masked.replaceSubrange(url.index(after: colon)..<at, with: "***")
+        return masked
     }
 
     /// A relative `--directory` is taken from the current directory.

@@ -1,7 +1,11 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The descriptors a command will hold, checked against the process's limit before it
 /// starts: a listener out of descriptors would otherwise wait for one that never frees.

@@ -2,7 +2,12 @@
 import Glibc
 #endif
 import ArgumentParser
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 import Wormhole
 
@@ -120,7 +125,7 @@ struct Doctor: ParsableCommand {
             let waited = arrived.wait(timeout: .now() + 5)
             try? wormhole.clearMessageContents(forIdentifier: identifier)
             if waited == .success, let seconds = elapsed.withLock({ $0 }) {
-                return .success("test: a message passed under '\(identifier)' reached a listener in \(String(format: "%.2f", seconds * 1000)) ms")
+                return .success("test: a message passed under '\(identifier)' reached a listener in \(TextFormatting.decimal(seconds * 1000, places: 2)) ms")
             }
             return .failure(CommandFailure("a test message under '\(identifier)' did not reach a listener of this process within 5 s: the container's filesystem may not report changes (NFS, SMB and FUSE are not supported); use a local directory such as /dev/shm"))
         } catch {
@@ -147,7 +152,7 @@ struct Doctor: ParsableCommand {
     /// own `user.max_inotify_*` may be lower than `fs.inotify.*`.
     static func limit(_ name: String, namespaced: String) -> (value: Int?, name: String) {
         func read(_ path: String) -> Int? {
-            (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int($0.filter { !$0.isWhitespace }) }
         }
         let global = read("/proc/sys/fs/inotify/\(name)")
         if let namespace = read("/proc/sys/user/\(namespaced)"), global == nil || namespace < global! {

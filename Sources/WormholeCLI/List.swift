@@ -1,5 +1,9 @@
 import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Wormhole
 
 /// `wormhole list`: the identifiers in the container.
@@ -73,7 +77,7 @@ enum Columns {
         let widths = (0..<header.count).map { column in all.map { $0[column].count }.max() ?? 0 }
         return all.map { row in
             row.enumerated().map { column, cell in
-                column == row.count - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+                column == row.count - 1 ? cell : cell + String(repeating: " ", count: max(0, widths[column] - cell.count))
             }.joined(separator: "  ")
         }.joined(separator: "\n") + "\n"
     }

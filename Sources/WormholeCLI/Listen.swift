@@ -1,6 +1,10 @@
 import ArgumentParser
 import Synchronization
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Wormhole
 
 /// `wormhole listen <identifier>...`: prints messages as they arrive.

@@ -1,7 +1,12 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import SystemPackage
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Writes to standard output and standard error without buffering, so that each message
 /// reaches a pipeline the moment it is printed.
@@ -10,7 +15,7 @@ enum Output {
     /// ends the process, as it does for `cat`.
     static func write(_ data: Data) {
         do {
-            try FileHandle.standardOutput.write(contentsOf: data)
+            try FileDescriptor.standardOutput.writeAll(data)
         } catch {
             exit(WormholeExitCode.failure.rawValue)
         }
@@ -23,8 +28,8 @@ enum Output {
 
     /// Writes `wormhole: <text>` as one line to standard error.
     static func error(_ text: String) {
-        let single = text.replacingOccurrences(of: "\n", with: " ")
-        try? FileHandle.standardError.write(contentsOf: Data("wormhole: \(single)\n".utf8))
+        let single = TextFormatting.replacing("\n", with: " ", in: text)
+        _ = try? FileDescriptor.standardError.writeAll(Data("wormhole: \(single)\n".utf8))
     }
 
     /// Whether standard input is a terminal (someone typing) rather than a pipe or file.

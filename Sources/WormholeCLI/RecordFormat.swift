@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Wormhole
 
 /// How `listen` and `read` print a message.
@@ -64,7 +68,7 @@ enum RecordFormat: Sendable {
         var result = ""
         for scalar in json.unicodeScalars {
             if (0x7F...0x9F).contains(scalar.value) {
-                result += String(format: "\\u%04x", scalar.value)
+                result += TextFormatting.jsonEscape(scalar.value)
             } else {
                 result.unicodeScalars.append(scalar)
             }
@@ -123,7 +127,7 @@ enum RecordFormat: Sendable {
             case "\r": result += "\\r"
             case "\t": result += "\\t"
             case _ where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar.value == 0x2028 || scalar.value == 0x2029:
-                result += String(format: "\\u%04x", scalar.value)
+                result += TextFormatting.jsonEscape(scalar.value)
             default:
                 result.unicodeScalars.append(scalar)
             }

@@ -2,7 +2,11 @@ import ArgumentParser
 #if canImport(Glibc)
 import Glibc
 #endif
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Wormhole
 
 /// `wormhole send <identifier> [message]`: passes one message.

@@ -1,7 +1,12 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import SystemPackage
 
 /// The Linux analogue of Darwin notifications: payload-free, named signals between

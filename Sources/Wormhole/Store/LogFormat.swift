@@ -1,4 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Version 2 of the on-disk message log: the byte layout that `Docs/Protocol.md`
 /// specifies. Every integer is little-endian.

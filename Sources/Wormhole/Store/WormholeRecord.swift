@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// How a message's bytes are meant to be read. Stored in each record so that another
 /// program (or the `wormhole` CLI) knows what it holds.

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Storage and wake-ups for a ``Wormhole``: the pluggable layer, as MMWormhole's
 /// `MMWormholeTransiting`.

@@ -1,7 +1,12 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 
 /// One listener of a ``Wormhole``; returned by

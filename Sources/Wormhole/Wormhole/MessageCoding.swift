@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 extension WormholeRecord {
     /// The message as `Message`: `Data` gets the bytes as they are, `String` the UTF-8

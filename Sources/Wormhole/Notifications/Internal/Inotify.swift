@@ -1,7 +1,11 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import SystemPackage
 
 /// One inotify instance: the kernel calls the engine needs, over a descriptor created
@@ -68,9 +72,9 @@ struct Inotify: Sendable {
             defer { try? fd.close() }
             var bytes = [UInt8](repeating: 0, count: 32)
             let count = (try? bytes.withUnsafeMutableBytes { try fd.read(into: $0) }) ?? 0
-            return Int(String(decoding: bytes[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            return Int(String(decoding: bytes[..<count], as: UTF8.self).filter { !$0.isWhitespace })
         }
-        let namespaceName = name.replacingOccurrences(of: "max_user_", with: "max_inotify_")
+        let namespaceName = name.hasPrefix("max_user_") ? "max_inotify_" + name.dropFirst("max_user_".count) : name
         let global = value("/proc/sys/fs/inotify/\(name)")
         let namespace = value("/proc/sys/user/\(namespaceName)")
         if let namespace, global == nil || namespace < global! {

@@ -1,7 +1,11 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import SystemPackage
 import Synchronization
 
@@ -128,9 +132,13 @@ final class InotifyEngine: Sendable {
         state.generation += 1
         let session = Session(inotify: inotify, generation: state.generation)
         state.session = session
-        let thread = Thread { InotifyEngine.shared.run(session) }
-        thread.name = "Wormhole inotify reader"
-        thread.start()
+        let failure = DetachedThread.start { InotifyEngine.shared.run(session) }
+        guard failure == 0 else {
+            state.session = nil
+            session.inotify.close()
+            let errno = Errno(rawValue: failure)
+            throw WormholeError(.systemError, "cannot start the thread that reads inotify events: \(errno) (see 'ulimit -u')", errno: errno)
+        }
         return session
     }
 
