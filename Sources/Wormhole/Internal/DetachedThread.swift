@@ -7,7 +7,7 @@ import Glibc
 /// Foundation's `Thread` is not in `FoundationEssentials`, the part of Foundation this
 /// library needs; and a plain thread needs no file descriptor to start (a process may
 /// have none left when a listener retries). No name is set: glibc's
-/// `pthread_setname_np` is not visible to Swift, and naming opens `/proc`.
+/// `pthread_setname_np` is not visible through Swift's Glibc module.
 enum DetachedThread {
     /// Runs `body` on a new detached thread.
     /// - Returns: 0, or the error number of `pthread_create` when no thread could be
