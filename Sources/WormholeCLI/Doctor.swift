@@ -112,19 +112,20 @@ struct Doctor: ParsableCommand {
     /// this process to receive it; clears it after.
     static func testMessage(_ wormhole: Wormhole) -> Result<String, CommandFailure> {
         let identifier = "wormhole-doctor"
-        let arrived = DispatchSemaphore(value: 0)
-        let sent = Date()
-        let elapsed = Mutex<Double?>(nil)
+        let arrived = MonotonicEvent()
+        let sent = ContinuousClock.now
+        let elapsed = Mutex<Duration?>(nil)
         do {
             let token = try wormhole.listenForRecords(withIdentifier: identifier) { _ in
-                elapsed.withLock { $0 = Date().timeIntervalSince(sent) }
+                elapsed.withLock { $0 = ContinuousClock.now - sent }
                 arrived.signal()
             }
             defer { token.cancel() }
             try wormhole.passMessage("test", identifier: identifier)
-            let waited = arrived.wait(timeout: .now() + 5)
+            let waited = arrived.wait(timeout: 5)
             try? wormhole.clearMessageContents(forIdentifier: identifier)
-            if waited == .success, let seconds = elapsed.withLock({ $0 }) {
+            if waited, let duration = elapsed.withLock({ $0 }) {
+                let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
                 return .success("test: a message passed under '\(identifier)' reached a listener in \(TextFormatting.decimal(seconds * 1000, places: 2)) ms")
             }
             return .failure(CommandFailure("a test message under '\(identifier)' did not reach a listener of this process within 5 s: the container's filesystem may not report changes (NFS, SMB and FUSE are not supported); use a local directory such as /dev/shm"))

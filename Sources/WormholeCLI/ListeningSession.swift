@@ -4,6 +4,7 @@ import Glibc
 import Dispatch
 import ProcessSignals
 import Synchronization
+import Wormhole
 
 /// How long `listen` and `observe` go on: until a count of events, a deadline or a
 /// signal, whichever comes first.
@@ -29,7 +30,7 @@ final class ListeningSession: Sendable {
     private let limit: Int?
     private let state = Mutex(State())
     /// Signalled once, when the session ends.
-    private let ended = DispatchSemaphore(value: 0)
+    private let ended = MonotonicEvent()
 
     /// Starts a session: from here on SIGINT, SIGTERM and SIGHUP end it. Throws when
     /// that cannot be set up, before anything is listened to.
@@ -77,11 +78,8 @@ final class ListeningSession: Sendable {
     /// timer of Dispatch's, so nothing wakes it while nothing arrives (with a task,
     /// Dispatch's pool monitor woke it once a second).
     func wait(timeout: Double?) -> Outcome {
-        if let timeout {
-            if ended.wait(timeout: .now() + timeout) == .timedOut { finish(.timedOut) }
-        } else {
-            ended.wait()
-        }
+        // On the monotonic clock: a step of the wall clock moves no timeout.
+        if !ended.wait(timeout: timeout) { finish(.timedOut) }
         return state.withLock { $0.outcome } ?? .timedOut
     }
 

@@ -52,18 +52,28 @@ struct Status: ParsableCommand {
         let name = status.durableName.map(RecordFormat.quoted) ?? "null"
         let seen = status.lastSeen.map { RecordFormat.quoted(RecordFormat.timestamp($0)) } ?? "null"
         let pid = status.processID.map(String.init) ?? "null"
+        let namespace = status.pidNamespace.map(String.init) ?? "null"
         return "{\"identifier\":\(RecordFormat.quoted(status.identifier)),\"durable\":\(name),\"running\":\(status.isRunning),"
-            + "\"pid\":\(pid),\"position\":\(status.position),\"behind\":\(status.behind),\"lastSeen\":\(seen)}"
+            + "\"pid\":\(pid),\"pidNamespace\":\(namespace),\"samePIDNamespace\":\(status.isInThisPIDNamespace),"
+            + "\"position\":\(status.position),\"behind\":\(status.behind),\"lastSeen\":\(seen)}"
     }
 
     static func table(_ statuses: [WormholeListenerStatus]) -> String {
         let header = ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "POSITION", "BEHIND", "LAST SEEN"]
         let rows = statuses.map { status in
             [status.identifier, status.durableName ?? "-",
-             status.isRunning ? "yes" : "no", status.processID.map(String.init) ?? "-",
+             status.isRunning ? "yes" : "no", pid(status),
              String(status.position), String(status.behind), status.lastSeen.map(RecordFormat.timestamp) ?? "-"]
         }
         return Columns.format([header] + rows)
+    }
+
+    /// The process id as this process can use it: a process of another PID namespace
+    /// (a container sharing the directory) is marked, since its number names another
+    /// process here, or none.
+    static func pid(_ status: WormholeListenerStatus) -> String {
+        guard let pid = status.processID else { return "-" }
+        return status.isInThisPIDNamespace ? String(pid) : "\(pid) (other PID ns)"
     }
 }
 

@@ -134,14 +134,10 @@ final class PostgresReader: WormholeTransitingReader {
         return results
     }
 
-    func acknowledge(_ sequence: UInt64) {
+    func acknowledge(_ sequence: UInt64) throws(WormholeError) {
         guard let durableName, !closed else { return }
-        do throws(WormholeError) {
-            try transiting.session.query(PostgresSchema.storeDurable(container: transiting.container, identifier: identifier, name: durableName, position: sequence),
-                                         "store the position of '\(durableName)' in \(transiting.server)")
-        } catch {
-            transiting.session.logger.warning("\(error)")
-        }
+        try transiting.session.query(PostgresSchema.storeDurable(container: transiting.container, identifier: identifier, name: durableName, position: sequence),
+                                     "store the position of '\(durableName)' in \(transiting.server)")
     }
 
     func close() {

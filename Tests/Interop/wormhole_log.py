@@ -248,7 +248,7 @@ class Container:
             sticky = pst.st_mode & stat.S_ISVTX
             if others_write and not sticky:
                 raise InsecureContainer(f"the parent of '{os.fsdecode(self.path)}' may be written by other users and is not sticky")
-            if pst.st_uid not in (os.geteuid(), 0) and not sticky:
+            if pst.st_uid not in (os.geteuid(), 0):
                 raise InsecureContainer(f"the parent of '{os.fsdecode(self.path)}' belongs to user {pst.st_uid}")
             fd = _open_subdirectory(parent, name, self.path, create=True)
         finally:
@@ -651,12 +651,30 @@ def _process_alive(name):
     return True
 
 
-def lowest_live_claim(container, raw_identifier):
+def _pid_namespace():
+    """The inode number of this process's PID namespace; 0 when /proc does not say."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def read_claim(fd, log_id):
+    """§12.3 Q3: what a held claim keeps of the log `log_id`."""
+    data = os.pread(fd, 24, 0)
+    if len(data) >= 24:
+        delivered, claim_log = struct.unpack_from("<QQ", data)
+        return delivered if claim_log == log_id else 0
+    return _U64.unpack(data[:8])[0] if len(data) >= 8 else 0
+
+
+def lowest_live_claim(container, raw_identifier, log_id):
     """§12.3: the lowest claim of a live listener, deleting the claims of dead ones."""
     directory = _claims_directory(container, raw_identifier, create=False)
     if directory is None:
         return None
     lowest = None
+    nobody_creating = None
     try:
         for name in os.listdir(directory):
             name = os.fsencode(name)
@@ -673,15 +691,21 @@ def lowest_live_claim(container, raw_identifier):
                 except BlockingIOError:
                     if being_created:                                        # Q3
                         continue
-                    data = os.pread(fd, 8, 0)
-                    value = _U64.unpack(data)[0] if len(data) == 8 else 0
+                    value = read_claim(fd, log_id)
                     lowest = value if lowest is None else min(lowest, value)
                     continue
                 except OSError:
                     continue                                                 # Q5
                 fcntl.flock(fd, fcntl.LOCK_UN)
-                if being_created and _process_alive(name[1:]):               # Q4
-                    continue
+                if being_created:                                            # Q4
+                    if nobody_creating is None:
+                        try:
+                            fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                            nobody_creating = True
+                        except OSError:
+                            nobody_creating = False
+                    if not nobody_creating or _process_alive(name[1:]):
+                        continue
                 try:
                     os.unlink(name, dir_fd=directory)
                 except FileNotFoundError:
@@ -702,11 +726,13 @@ class Claim:
         self.directory = _claims_directory(container, raw, create=True)      # P1
         self.name = f"{os.getpid()}-{_random_u64():x}".encode()              # P2
         temporary = b"." + self.name
+        fcntl.flock(self.directory, fcntl.LOCK_SH)                           # P3
         self.fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                           0o600, dir_fd=self.directory)                      # P3
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)                              # P4 (empty reads as 0)
             os.rename(temporary, self.name, src_dir_fd=self.directory, dst_dir_fd=self.directory)  # P5
+            fcntl.flock(self.directory, fcntl.LOCK_UN)
         except BaseException:
             try:
                 os.unlink(temporary, dir_fd=self.directory)
@@ -715,14 +741,17 @@ class Claim:
                 os.close(self.directory)
             raise
         self.written = 0
+        self.written_log = 0
 
-    def update(self, delivered, force=False):
-        """§12.2: written in batches: when it moved by the step, went back, or is forced."""
-        if self.fd is None or delivered == self.written:
+    def update(self, delivered, log_id, force=False):
+        """§12.2: written in batches: when it moved by the step, went back, moved to
+        another log, or is forced; 24 bytes: delivered, logID, PID namespace."""
+        if self.fd is None or (delivered == self.written and log_id == self.written_log):
             return
-        if force or delivered < self.written or delivered - self.written >= self.step:
-            _pwrite_all(self.fd, _U64.pack(delivered), 0)
+        if force or log_id != self.written_log or delivered < self.written or delivered - self.written >= self.step:
+            _pwrite_all(self.fd, struct.pack("<QQQ", delivered, log_id, _pid_namespace()), 0)
             self.written = delivered
+            self.written_log = log_id
 
     def close(self):
         if self.fd is not None:
@@ -904,7 +933,7 @@ def compact(container, raw_identifier, fd, header, tail, clearing, configuration
         if count > 0 and (count >= configuration.retained_count or size + payload > configuration.retained_bytes):
             break
         keep_from, count, size = sequence, count + 1, size + payload
-    claim = lowest_live_claim(container, raw_identifier)                      # C4
+    claim = lowest_live_claim(container, raw_identifier, header.log_id)       # C4
     if claim is not None and claim < 0xFFFFFFFFFFFFFFFF and claim + 1 < keep_from:
         following = claim + 1
         count, size, capped = 0, 0, keep_from
@@ -1142,7 +1171,7 @@ class Listener:
             self.delivered = max(header.cleared_through, header.base_sequence, last - retained if last > retained else 0)
         else:
             self.delivered = max(self.delivered, header.cleared_through)
-        self.claim.update(self.delivered, force=True)                         # S4
+        self.claim.update(self.delivered, self.log_id or 0, force=True)       # S4
 
     def close(self):
         if self.fd is not None:
@@ -1193,7 +1222,7 @@ class Listener:
             if self.invalidated and self._open_current():                     # R3
                 continue
             break
-        self.claim.update(self.delivered)                                     # §12.2
+        self.claim.update(self.delivered, self.log_id or 0)                   # §12.2
         return results
 
     def _report_gap(self, sequence, cleared_through, results):

@@ -34,6 +34,19 @@ struct HostileFileTests {
         #expect(try wormhole.message(withIdentifier: "x", as: String.self) == "fine")
     }
 
+    @Test("a container whose parent another user owns is refused even when the parent is sticky: the sticky bit lets the directory's owner rename any entry",
+          .enabled(if: geteuid() == 0, "giving a directory to another user needs root"))
+    func stickyParentOwnedByAnotherUserIsRefused() throws {
+        let top = TemporaryDirectory()
+        let theirs = top.file("theirs")
+        mkdir(theirs, 0o700)
+        chmod(theirs, 0o1777)
+        chown(theirs, 65534, 65534)
+        let error = #expect(throws: WormholeError.self) { try Wormhole(directory: theirs + "/c") }
+        #expect(error?.code == .containerInsecure)
+        #expect(error?.description.contains("belongs to user 65534") == true, "\(String(describing: error))")
+    }
+
     @Test("'/link/.' and '/link/' do not pass for the directory behind a symbolic link; nothing is written there")
     func dotAndTrailingSlashOnALinkAreRefused() throws {
         let top = TemporaryDirectory()

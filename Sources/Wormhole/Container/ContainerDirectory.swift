@@ -85,23 +85,20 @@ final class ContainerDirectory: Sendable {
     /// O_CLOEXEC`, then `fstat` to refuse anything that is not a regular file. `nil`
     /// when it does not exist (and `create` is false).
     func openFile(_ name: String, _ access: Access, create: Bool = false) throws(WormholeError) -> (FileDescriptor, Stat)? {
-        let directory = current.descriptor
-        var flags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
-        flags |= access == .readOnly ? O_RDONLY : O_RDWR
-        if create { flags |= O_CREAT }
-        let raw = Syscalls.retrying { openat(directory.rawValue, name, flags, mode_t(0o600)) }
+        let mode: Syscalls.OpenMode = create ? .createOrOpen : access == .readOnly ? .read : .readWrite
         let fd: FileDescriptor
-        switch raw {
-        case .success(let value): fd = FileDescriptor(rawValue: value)
+        switch Syscalls.open(name, in: current.descriptor, mode) {
+        case .success(let opened): fd = opened
         case .failure(.noSuchFileOrDirectory) where !create: return nil
         case .failure(let errno): throw fileError(name, errno)
         }
         let status: Stat
-        do throws(Errno) {
-            status = try fd.stat()
-        } catch {
+        switch Syscalls.status(fd) {
+        case .success(let value):
+            status = value
+        case .failure(let errno):
             try? fd.close()
-            throw WormholeError.system("inspect", error, path: filePath(name))
+            throw WormholeError.system("inspect", errno, path: filePath(name))
         }
         guard status.isRegularFile else {
             try? fd.close()
@@ -117,9 +114,9 @@ final class ContainerDirectory: Sendable {
     func createExclusive(_ name: String) throws(WormholeError) -> FileDescriptor {
         let directory = current.descriptor
         for _ in 0..<4 {
-            _ = unlinkat(directory.rawValue, name, 0)
-            switch Syscalls.retrying({ openat(directory.rawValue, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode_t(0o600)) }) {
-            case .success(let value): return FileDescriptor(rawValue: value)
+            Syscalls.remove(name, in: directory)
+            switch Syscalls.open(name, in: directory, .createExclusive) {
+            case .success(let fd): return fd
             case .failure(.fileExists): continue
             case .failure(let errno): throw fileError(name, errno)
             }
@@ -129,24 +126,21 @@ final class ContainerDirectory: Sendable {
 
     /// `renameat` within the container.
     func rename(_ from: String, to: String) -> Result<Void, Errno> {
-        let directory = current.descriptor
-        return Syscalls.retrying { renameat(directory.rawValue, from, directory.rawValue, to) }.map { _ in () }
+        Syscalls.rename(from, to: to, in: current.descriptor)
     }
 
     /// `unlinkat` within the container.
     func remove(_ name: String, directory isDirectory: Bool = false) -> Result<Void, Errno> {
-        let directory = current.descriptor
-        return Syscalls.retrying { unlinkat(directory.rawValue, name, isDirectory ? AT_REMOVEDIR : 0) }.map { _ in () }
+        Syscalls.remove(name, in: current.descriptor, flags: isDirectory ? AT_REMOVEDIR : 0)
     }
 
     /// Creates the sub-directory `name` (0700) if missing and checks it like the
     /// container; returns it opened.
     func subdirectory(_ name: String) throws(WormholeError) -> FileDescriptor {
         let directory = current.descriptor
-        _ = mkdirat(directory.rawValue, name, 0o700)
-        switch Syscalls.retrying({ openat(directory.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
-        case .success(let value):
-            let fd = FileDescriptor(rawValue: value)
+        _ = Syscalls.makeDirectory(name, in: directory)
+        switch Syscalls.open(name, in: directory, .directory) {
+        case .success(let fd):
             do throws(WormholeError) {
                 try Self.checkOwnership(fd, path: filePath(name))
             } catch {
@@ -215,11 +209,10 @@ final class ContainerDirectory: Sendable {
         case .failure(let errno): throw unavailable(path, errno)
         }
         defer { try? parentFD.close() }
-        _ = mkdirat(parentFD.rawValue, name, 0o700)
-        let opened = Syscalls.retrying { openat(parentFD.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        _ = Syscalls.makeDirectory(name, in: parentFD)
         let fd: FileDescriptor
-        switch opened {
-        case .success(let value): fd = FileDescriptor(rawValue: value)
+        switch Syscalls.open(name, in: parentFD, .directory) {
+        case .success(let opened): fd = opened
         case .failure(.tooManySymbolicLinkLevels), .failure(.notDirectory):
             if (try? FilePath(name).stat(relativeTo: parentFD, flags: .symlinkNoFollow))?.isSymbolicLink == true {
                 throw symbolicLinkRefused(path)
@@ -242,7 +235,7 @@ final class ContainerDirectory: Sendable {
     /// no other user may write to it.
     @discardableResult
     static func checkOwnership(_ fd: FileDescriptor, path: String) throws(WormholeError) -> Stat {
-        let status = try Result { () throws(Errno) in try fd.stat() }.orThrow("inspect", path: path)
+        let status = try Syscalls.status(fd).orThrow("inspect", path: path)
         try checkOwnership(status, path: path)
         return status
     }
@@ -275,10 +268,12 @@ final class ContainerDirectory: Sendable {
     }
 
     /// A parent that another user may write to, without the sticky bit, lets that user
-    /// rename the container away and put one of hers in its place. Refused, unless the
-    /// parent is owned by this user or root and only they can write to it.
+    /// rename the container away and put one of hers in its place; so does a parent that
+    /// another user owns, sticky or not (the sticky bit lets a directory's owner rename
+    /// any entry). Refused, unless the parent is owned by this user or root, and others
+    /// may write to it only with the sticky bit (`/tmp`, `/dev/shm`).
     static func checkParent(_ parent: FileDescriptor, parentPath: String, path: String) throws(WormholeError) {
-        let status = try Result { () throws(Errno) in try parent.stat() }.orThrow("inspect", path: parentPath)
+        let status = try Syscalls.status(parent).orThrow("inspect", path: parentPath)
         let sticky = status.permissions.contains(.saveText)
         let othersMayWrite = status.modeBits & 0o022 != 0
         let ownedBySomeoneElse = status.userID.rawValue != Syscalls.effectiveUserID && status.userID.rawValue != 0
@@ -287,7 +282,7 @@ final class ContainerDirectory: Sendable {
                 "the parent of container '\(path)', '\(parentPath)', has mode \(String(status.modeBits, radix: 8)) without the sticky bit: another user could replace the container with one of hers. Run 'chmod +t \(parentPath)' or 'chmod go-w \(parentPath)', or choose another directory",
                 path: parentPath)
         }
-        if ownedBySomeoneElse && !sticky {
+        if ownedBySomeoneElse {
             throw WormholeError(.containerInsecure,
                 "the parent of container '\(path)', '\(parentPath)', belongs to user \(status.userID.rawValue): that user could replace the container. Choose a directory under one of your own",
                 path: parentPath)

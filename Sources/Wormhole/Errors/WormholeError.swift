@@ -54,6 +54,13 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         /// A durable listener's name is in use by a running listener of the identifier
         /// (in this process or another): one listener at a time resumes a durable name.
         public static let durableNameInUse = Code("durableNameInUse")
+        /// A message log was changed by a program that does not follow the protocol:
+        /// emptied (`: > id.wormhole`, logrotate's `copytruncate`), cut, or its header
+        /// overwritten. Reported once by each process that notices it, with what was lost
+        /// when that is known (``WormholeError/missedMessageCount``); the log is repaired
+        /// and numbering goes on after the highest sequence number known to have been
+        /// handed out, so that no number is used twice for different messages.
+        public static let logChangedOutsideWormhole = Code("logChangedOutsideWormhole")
         /// A system call failed; ``WormholeError/errno`` holds the reason.
         public static let systemError = Code("systemError")
         /// A database back end (the PostgreSQL one) could not be reached, refused the

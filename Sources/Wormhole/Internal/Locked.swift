@@ -35,4 +35,13 @@ final class Locked<Value>: @unchecked Sendable {
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
     }
+
+    /// Runs `body` with exclusive access to the value if no other thread holds the lock;
+    /// `nil` without running it otherwise. For work that may be skipped, taken while
+    /// another lock is held (where waiting could deadlock).
+    func withLockIfAvailable<Result>(_ body: (inout Value) -> Result) -> Result? {
+        guard pthread_mutex_trylock(mutex) == 0 else { return nil }
+        defer { pthread_mutex_unlock(mutex) }
+        return body(&value)
+    }
 }

@@ -20,55 +20,40 @@ final class RetryClock: @unchecked Sendable {
         let work: @Sendable () -> Void
     }
 
-    // Guarded by `mutex`; the clock lives as long as the process, so these are never freed.
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    // Guarded by `condition`'s mutex; the clock lives as long as the process.
+    private let condition = MonotonicCondition()
     private var items: [Item] = []
     private var started = false
 
-    private init() {
-        pthread_mutex_init(mutex, nil)
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        pthread_cond_init(condition, &attributes)
-        pthread_condattr_destroy(&attributes)
-    }
+    private init() {}
 
     /// Runs `work` on the clock's thread once `delay` seconds have passed.
     func schedule(after delay: Double, _ work: @escaping @Sendable () -> Void) {
-        pthread_mutex_lock(mutex)
-        items.append(Item(deadline: Self.now() + UInt64(max(0, delay) * 1e9), work: work))
+        condition.lock()
+        items.append(Item(deadline: MonotonicCondition.deadline(after: delay), work: work))
         if !started, DetachedThread.start({ [self] in run() }) == 0 {
             started = true
         }
-        pthread_cond_signal(condition)
-        pthread_mutex_unlock(mutex)
+        condition.signal()
+        condition.unlock()
     }
 
     private func run() {
-        pthread_mutex_lock(mutex)
+        condition.lock()
         while true {
             guard let next = items.indices.min(by: { items[$0].deadline < items[$1].deadline }) else {
-                pthread_cond_wait(condition, mutex)
+                condition.wait()
                 continue
             }
             let deadline = items[next].deadline
-            if deadline > Self.now() {
-                var until = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-                _ = pthread_cond_timedwait(condition, mutex, &until)
+            if deadline > MonotonicCondition.now() {
+                condition.wait(until: deadline)
                 continue
             }
             let item = items.remove(at: next)
-            pthread_mutex_unlock(mutex)
+            condition.unlock()
             item.work()
-            pthread_mutex_lock(mutex)
+            condition.lock()
         }
-    }
-
-    private static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 }

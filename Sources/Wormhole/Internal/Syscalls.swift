@@ -8,11 +8,49 @@ import SystemPackage
 /// Thin EINTR-safe wrappers over the Linux calls that swift-system does not cover.
 /// Each reads `errno` immediately after the failing call.
 enum Syscalls {
-    /// Runs `body` until it does not fail with EINTR; returns its result or the errno.
+    /// Runs `body`, one system call named `name`, until it does not fail with EINTR;
+    /// returns its result or the errno. Every call passes through ``SystemCallFaults``,
+    /// where a test can make it fail or end the process after it.
     @inline(__always)
-    static func retrying<T: BinaryInteger>(_ body: () -> T) -> Result<T, Errno> {
+    static func retrying<T: BinaryInteger>(_ name: StaticString = "call", _ body: () -> T) -> Result<T, Errno> {
         while true {
+            let fault = SystemCallFaults.next(name)
+            if case .fail(let errno) = fault {
+                if errno == .interrupted { continue }
+                return .failure(errno)
+            }
             let result = body()
+            SystemCallFaults.after(fault)
+            if result >= 0 { return .success(result) }
+            let code = Glibc.errno
+            if code == EINTR { continue }
+            return .failure(Errno(rawValue: code))
+        }
+    }
+
+    /// `pwritev` of `vectors`, through ``SystemCallFaults`` (where a short write writes
+    /// half), again after EINTR.
+    private static func writeVectors(_ fd: FileDescriptor, _ vectors: UnsafeMutableBufferPointer<iovec>, count: Int, at offset: Int64) -> Result<Int, Errno> {
+        while true {
+            let fault = SystemCallFaults.next("pwritev")
+            if case .fail(let errno) = fault {
+                if errno == .interrupted { continue }
+                return .failure(errno)
+            }
+            var used = count
+            if fault == .shortWrite {
+                // Keep the first half of the bytes: whole vectors, then part of one.
+                var keep = max(1, (0..<count).reduce(0) { $0 + vectors[$1].iov_len } / 2)
+                used = 0
+                while used < count && keep > 0 {
+                    let length = min(keep, vectors[used].iov_len)
+                    vectors[used].iov_len = length
+                    keep -= length
+                    used += 1
+                }
+            }
+            let result = pwritev(fd.rawValue, vectors.baseAddress, Int32(used), off_t(offset))
+            SystemCallFaults.after(fault)
             if result >= 0 { return .success(result) }
             let code = Glibc.errno
             if code == EINTR { continue }
@@ -24,12 +62,77 @@ enum Syscalls {
     static func lock(_ fd: FileDescriptor, exclusive: Bool = true, wait: Bool = true) -> Result<Void, Errno> {
         var operation = exclusive ? LOCK_EX : LOCK_SH
         if !wait { operation |= LOCK_NB }
-        return retrying { flock(fd.rawValue, operation) }.map { _ in () }
+        return retrying("flock") { flock(fd.rawValue, operation) }.map { _ in () }
     }
 
     /// The corresponding C function is `flock(fd, LOCK_UN)`.
     static func unlock(_ fd: FileDescriptor) {
-        _ = retrying { flock(fd.rawValue, LOCK_UN) }
+        _ = retrying("flock(LOCK_UN)") { flock(fd.rawValue, LOCK_UN) }
+    }
+
+    /// The status of an open file. The corresponding C function is `fstat`.
+    static func status(_ fd: FileDescriptor) -> Result<Stat, Errno> {
+        var status = stat()
+        return retrying("fstat") { fstat(fd.rawValue, &status) }.map { _ in Stat(rawValue: status) }
+    }
+
+    /// How a file in a container is opened. Every mode refuses to follow a symbolic link
+    /// at the name, never blocks on a FIFO or a device, and is closed on `exec`.
+    enum OpenMode {
+        /// A directory, to list or to reach files through.
+        case directory
+        /// A file, to read.
+        case read
+        /// A file, to read and write.
+        case readWrite
+        /// A file, to read and write, created (0600) when missing.
+        case createOrOpen
+        /// A new file (0600); fails when the name exists.
+        case createExclusive
+
+        var flags: Int32 {
+            switch self {
+            case .directory: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+            case .read: O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+            case .readWrite: O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+            case .createOrOpen: O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+            case .createExclusive: O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+            }
+        }
+    }
+
+    /// Opens `name` relative to the directory `directory`. The corresponding C function
+    /// is `openat`.
+    static func open(_ name: String, in directory: FileDescriptor, _ mode: OpenMode) -> Result<FileDescriptor, Errno> {
+        retrying("openat") { openat(directory.rawValue, name, mode.flags, mode_t(0o600)) }.map(FileDescriptor.init(rawValue:))
+    }
+
+    /// Makes the directory `name` (0700) in `directory`; one that exists is fine. The
+    /// corresponding C function is `mkdirat`.
+    static func makeDirectory(_ name: String, in directory: FileDescriptor) -> Result<Void, Errno> {
+        switch retrying("mkdirat", { mkdirat(directory.rawValue, name, 0o700) }) {
+        case .success, .failure(.fileExists): .success(())
+        case .failure(let errno): .failure(errno)
+        }
+    }
+
+    /// Renames `from` to `to`, both in `directory`. The corresponding C function is
+    /// `renameat`.
+    static func rename(_ from: String, to: String, in directory: FileDescriptor) -> Result<Void, Errno> {
+        retrying("renameat") { renameat(directory.rawValue, from, directory.rawValue, to) }.map { _ in () }
+    }
+
+    /// Gives the file `from` a second name `to`, both in `directory`; fails with EEXIST
+    /// when `to` exists. The corresponding C function is `linkat`.
+    static func link(_ from: String, to: String, in directory: FileDescriptor) -> Result<Void, Errno> {
+        retrying("linkat") { linkat(directory.rawValue, from, directory.rawValue, to, 0) }.map { _ in () }
+    }
+
+    /// Removes `name` from the directory `directory`. The corresponding C function is
+    /// `unlinkat`.
+    @discardableResult
+    static func remove(_ name: String, in directory: FileDescriptor, flags: Int32 = 0) -> Result<Void, Errno> {
+        retrying("unlinkat") { unlinkat(directory.rawValue, name, flags) }.map { _ in () }
     }
 
     /// The status of the path itself, not of what a symbolic link there points to
@@ -52,7 +155,7 @@ enum Syscalls {
 
     /// The corresponding C function is `ftruncate`.
     static func truncate(_ fd: FileDescriptor, to size: Int64) -> Result<Void, Errno> {
-        retrying { ftruncate(fd.rawValue, off_t(size)) }.map { _ in () }
+        retrying("ftruncate") { ftruncate(fd.rawValue, off_t(size)) }.map { _ in () }
     }
 
     /// The corresponding C function is `rename`.
@@ -106,7 +209,7 @@ enum Syscalls {
     static func read(_ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Result<Int, Errno> {
         var filled = 0
         while filled < buffer.count {
-            let result = retrying { pread(fd.rawValue, buffer.baseAddress! + filled, buffer.count - filled, off_t(offset) + off_t(filled)) }
+            let result = retrying("pread") { pread(fd.rawValue, buffer.baseAddress! + filled, buffer.count - filled, off_t(offset) + off_t(filled)) }
             switch result {
             case .success(0): return .success(filled)
             case .success(let count): filled += count
@@ -128,11 +231,14 @@ enum Syscalls {
                 result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
                     vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress! + done), iov_len: first.count - done)
                     vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count)
-                    return retrying { pwritev(fd.rawValue, vectors.baseAddress, second.isEmpty ? 1 : 2, off_t(offset) + off_t(done)) }
+                    return writeVectors(fd, vectors, count: second.isEmpty ? 1 : 2, at: offset + Int64(done))
                 }
             } else {
                 let skip = done - first.count
-                result = retrying { pwrite(fd.rawValue, second.baseAddress! + skip, second.count - skip, off_t(offset) + off_t(done)) }
+                result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: 1) { vectors in
+                    vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress! + skip), iov_len: second.count - skip)
+                    return writeVectors(fd, vectors, count: 1, at: offset + Int64(done))
+                }
             }
             switch result {
             case .success(let count):
@@ -152,13 +258,11 @@ enum Syscalls {
     static func write(_ fd: FileDescriptor, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer,
                       trailer: UnsafeRawBufferPointer, at offset: Int64) -> Result<Void, Errno> {
         let total = header.count + payload.count + trailer.count
-        let first = retrying { () -> Int in
-            withUnsafeTemporaryAllocation(of: iovec.self, capacity: 3) { vectors in
-                vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress), iov_len: header.count)
-                vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count)
-                vectors[2] = iovec(iov_base: UnsafeMutableRawPointer(mutating: trailer.baseAddress), iov_len: trailer.count)
-                return pwritev(fd.rawValue, vectors.baseAddress, 3, off_t(offset))
-            }
+        let first = withUnsafeTemporaryAllocation(of: iovec.self, capacity: 3) { vectors in
+            vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress), iov_len: header.count)
+            vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count)
+            vectors[2] = iovec(iov_base: UnsafeMutableRawPointer(mutating: trailer.baseAddress), iov_len: trailer.count)
+            return writeVectors(fd, vectors, count: 3, at: offset)
         }
         switch first {
         case .failure(let errno): return .failure(errno)
@@ -183,6 +287,16 @@ enum Syscalls {
     /// This process's id, read once: records carry it for information only, and glibc
     /// no longer caches `getpid`, so asking for every message would cost a system call.
     static let cachedProcessID: Int32 = getpid()
+
+    /// The identity of this process's PID namespace (the inode number of
+    /// `/proc/self/ns/pid`), read once; 0 when `/proc` does not say. Process ids are
+    /// shown, and compared, only beside it: the same number means another process in
+    /// another namespace (a container and its sidecar sharing a volume).
+    static let pidNamespace: UInt64 = {
+        var status = stat()
+        guard stat("/proc/self/ns/pid", &status) == 0 else { return 0 }
+        return UInt64(status.st_ino)
+    }()
 
     /// Wall-clock time in nanoseconds since 1970. The corresponding C function is
     /// `clock_gettime(CLOCK_REALTIME)`.

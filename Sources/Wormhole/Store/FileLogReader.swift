@@ -34,6 +34,14 @@ final class FileLogReader: WormholeTransitingReader {
     private var invalidated = false
     /// Damage already reported, so that a damaged record is reported once.
     private var reportedDamage: Int = -1
+    /// A durable name that resumed: it gets every message after its position, cleared or
+    /// not, as a listener that never stopped would (a clear hides messages from readers
+    /// that start later, not from those that were listening). Its gaps are reported
+    /// whatever the clears.
+    private var seesClearedMessages = false
+    /// The offset at which this reader last found its file cut or rewritten, so that a
+    /// rescan happens once per finding.
+    private var rescannedAt = -1
     private var cursor: ListenerCursor?
     /// A durable listener's stored position, written as each message is handled.
     private var durable: DurablePosition?
@@ -69,11 +77,17 @@ final class FileLogReader: WormholeTransitingReader {
                 // log was removed and made again) resumes at the start of this one.
                 start = .after(sequence: stored.position)
                 logID = stored.logID == 0 ? nil : stored.logID
+                seesClearedMessages = true
             }
         }
-        defer {
-            if let durable { durable.store(delivered, logID: logID ?? 0) }
-        }
+        try locate(start: start, retained: retained)
+        // Where it starts, stored at once: a name used for the first time keeps what it
+        // starts from.
+        try durable?.store(delivered, logID: logID ?? 0)
+    }
+
+    private func locate(start: WormholeStartingPoint, retained: UInt64) throws(WormholeError) {
+        var start = start
         if case .after(let sequence) = start { delivered = sequence }
         guard let log = try LogFile.open(identifier, in: container, access: .readOnly, create: false) else {
             if logID != nil { delivered = 0; logID = nil }
@@ -105,15 +119,12 @@ final class FileLogReader: WormholeTransitingReader {
             let tail = try log.findTail(size: Int(try log.status().size), header: header, maximumPayload: maximumPayload, buffer: buffer)
             delivered = max(header.clearedThrough, header.baseSequence, tail.lastSequence > retained ? tail.lastSequence - retained : 0)
         case .after(let sequence):
-            delivered = max(sequence, header.clearedThrough)
-            if delivered < header.baseSequence, header.baseSequence > header.clearedThrough {
-                // Older than what is kept: the first read reports the gap.
-                delivered = max(sequence, header.clearedThrough)
-            }
+            // Older than what is kept: the first read reports the gap.
+            delivered = seesClearedMessages ? sequence : max(sequence, header.clearedThrough)
         }
         buffer.shrink()
         state = .following(log, offset: offset)
-        cursor?.update(delivered, force: true)
+        cursor?.update(delivered, logID: logID ?? 0, force: true)
     }
 
     deinit { close() }
@@ -129,12 +140,19 @@ final class FileLogReader: WormholeTransitingReader {
 
     /// A durable listener handled the message `sequence` of the log being read: its
     /// position moves there. (A batch never spans two logs, so the log is this one.)
-    func acknowledge(_ sequence: UInt64) {
-        durable?.store(sequence, logID: logID ?? 0)
+    func acknowledge(_ sequence: UInt64) throws(WormholeError) {
+        try durable?.store(sequence, logID: logID ?? 0)
     }
 
     func invalidate() {
         invalidated = true
+    }
+
+    /// A read stopped at the end of a replaced file with records already in hand (a
+    /// durable reader's batch never spans two logs): the next read moves on.
+    var mayHaveMore: Bool {
+        if case .following = state { return invalidated }
+        return false
     }
 
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
@@ -169,7 +187,15 @@ final class FileLogReader: WormholeTransitingReader {
                 // A damaged record hides its sequence number: the gap after it is that
                 // record, already reported as damage, not a loss.
                 var afterDamage = false
+                // Where this reader stands a record must start: damage there means the file
+                // was cut or rewritten under it.
+                var rewrittenUnderfoot = false
+                let found = results.count
                 let newOffset = try log.walk(from: offset, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
+                    if case .corrupt(_, let at) = item, at == offset, offset > LogFormat.headerSize, rescannedAt != offset {
+                        rewrittenUnderfoot = true
+                        return false
+                    }
                     switch item {
                     case .record(let frame, let bytes, let local, _, _):
                         guard frame.sequence > delivered else { return true }
@@ -199,6 +225,13 @@ final class FileLogReader: WormholeTransitingReader {
                 }
                 state = .following(log, offset: newOffset)
                 if buffer.capacity > ReadBuffer.standardCapacity { buffer.shrink() }
+                // Nothing new: one `fstat` says whether the file is now shorter than where
+                // this reader stands (emptied or cut by another program).
+                if rewrittenUnderfoot || (newOffset == offset && results.count == found && offset > LogFormat.headerSize
+                                          && rescannedAt != offset && (try? log.status().size).map({ Int($0) < offset }) == true) {
+                    rescan(log, from: offset, into: &results)
+                    continue
+                }
                 if !reachedEnd { return finish(results) }
                 // At the end of the held file: if it may have been replaced, move on (a
                 // durable reader first returns what it read here: one batch, one log).
@@ -209,8 +242,33 @@ final class FileLogReader: WormholeTransitingReader {
         return finish(results)
     }
 
+    /// The held file was cut or rewritten below `offset` by a program that does not follow
+    /// the protocol: reports it once and reads the file again from its first record,
+    /// skipping what was delivered. A writer that repairs the log numbers new messages
+    /// above every listener's position (``LogRepair``), so nothing new is skipped, and a
+    /// gap report says how many of the messages this listener had not read are gone.
+    /// This reader's claim is written at once, so that a writer sees its exact position.
+    private func rescan(_ log: LogFile, from offset: Int, into results: inout [Result<WormholeRecord, WormholeError>]) {
+        rescannedAt = offset
+        var log = log
+        let size = (try? log.status().size).map(Int.init) ?? 0
+        let header = try? log.readHeader()
+        log.header = header
+        state = .following(log, offset: LogFormat.headerSize)
+        let what: String
+        if let header, header.logID == logID {
+            what = "cut by another program (\(size) bytes where this listener had read \(offset)); it goes on after message \(delivered), and is told of any message it had not read that is gone"
+        } else if header != nil {
+            what = "emptied by another program and started again as a new log; messages this listener had not read before that are gone, how many is not known"
+        } else {
+            what = "emptied or overwritten by another program (\(size) bytes where this listener had read \(offset)); messages this listener had not read before that may be gone"
+        }
+        results.append(.failure(WormholeError(.logChangedOutsideWormhole, "'\(log.path)' was \(what)", path: log.path)))
+        cursor?.update(delivered, logID: logID ?? 0, force: true)
+    }
+
     private func finish(_ results: [Result<WormholeRecord, WormholeError>]) -> [Result<WormholeRecord, WormholeError>] {
-        cursor?.update(delivered)
+        cursor?.update(delivered, logID: logID ?? 0)
         return results
     }
 
@@ -219,7 +277,7 @@ final class FileLogReader: WormholeTransitingReader {
     /// they were cleared.
     private func reportGap(before sequence: UInt64, clearedThrough: inout UInt64,
                            into results: inout [Result<WormholeRecord, WormholeError>]) {
-        let from = max(delivered, clearedThrough)
+        let from = seesClearedMessages ? delivered : max(delivered, clearedThrough)
         guard sequence > from + 1 else { return }
         let missed = sequence - from - 1
         results.append(.failure(WormholeError(.messagesLost,

@@ -36,13 +36,27 @@ public final class FileTransiting: WormholeTransiting {
 
     /// A pass to a log that is not cached costs an `open` and the `close` of another:
     /// about as much again as the pass itself. The limit is an eighth of the process's
-    /// descriptor limit, between 16 and 1,024.
+    /// descriptor limit, at most 1,024 and at least 2 (2 under `ulimit -n 16`), so that the
+    /// cache never takes the descriptors the program needs; a pass that finds none left
+    /// (EMFILE) closes the idle cached logs and tries once more.
     static let cachedLogLimit: Int = {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 64 }
         let soft = Int(clamping: limit.rlim_cur)
-        return min(1024, max(16, soft / 8))
+        return min(1024, max(2, soft / 8))
     }()
+
+    /// Closes the cached logs that no other thread is using, except `identifier`'s:
+    /// when the process has run out of descriptors. Returns how many were closed.
+    @discardableResult
+    func releaseIdleLogs(except identifier: String) -> Int {
+        let candidates = logs.withLock { logs in logs.filter { $0.key != identifier } }
+        let released = candidates.filter { $0.value.retireIfIdle() }
+        logs.withLock { logs in
+            for (key, handle) in released where logs[key] === handle { logs[key] = nil }
+        }
+        return released.count
+    }
 
     /// Uses `directory` (created 0700 when missing, refused when unsafe).
     public init(directory: String, configuration: WormholeConfiguration = .init()) throws(WormholeError) {
@@ -111,6 +125,9 @@ public final class FileTransiting: WormholeTransiting {
         let nanoseconds = Syscalls.wallClockNanoseconds()
         let processID = Syscalls.cachedProcessID
         var sequence: UInt64?
+        // Set when the append itself failed (its error says all); other failures for
+        // want of space come from creating or extending the log, and are said again below.
+        var appendFailed = false
         do throws(WormholeError) {
             for _ in 0..<4 {
                 let handle = handle(for: identifier)
@@ -127,6 +144,7 @@ public final class FileTransiting: WormholeTransiting {
                         }
                     }
                     if case .failure(let errno) = written {
+                        appendFailed = true
                         // Whatever part was written is cut: earlier messages stay whole.
                         _ = Syscalls.truncate(log.fd, to: Int64(tail.end))
                         if errno == .noSpace {
@@ -141,7 +159,7 @@ public final class FileTransiting: WormholeTransiting {
                 }
                 if sequence != nil { break }
             }
-        } catch where (error.errno == .noSpace || error.errno == .diskQuotaExceeded) && !error.message.contains("was not passed") {
+        } catch where (error.errno == .noSpace || error.errno == .diskQuotaExceeded) && !appendFailed {
             // Out of inodes or quota when the log is created or extended.
             throw WormholeError(error.code,
                 "\(error.message): the filesystem is full (no space or no inodes left: see 'df' and 'df -i'); the message for '\(identifier)' was not passed, earlier messages are intact",
@@ -344,12 +362,20 @@ public final class FileTransiting: WormholeTransiting {
         init(identifier: String) { self.identifier = identifier }
 
         func retire() {
-            state.withLock { state in
-                state.retired = true
-                state.log?.close()
-                state.log = nil
-                state.tail = nil
-            }
+            state.withLock { Self.retire(&$0) }
+        }
+
+        /// Retires the handle unless another thread is inside ``withLockedLog``; returns
+        /// whether it did. Never waits: the caller may hold another handle's lock.
+        func retireIfIdle() -> Bool {
+            state.withLockIfAvailable { Self.retire(&$0) } != nil
+        }
+
+        private static func retire(_ state: inout State) {
+            state.retired = true
+            state.log?.close()
+            state.log = nil
+            state.tail = nil
         }
 
         /// Runs `body` with the log locked against every other writer, its header and
@@ -387,6 +413,9 @@ public final class FileTransiting: WormholeTransiting {
                         var openedIn = generation
                         do throws(WormholeError) {
                             opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
+                        } catch where error.errno == .tooManyOpenFiles && transiting.releaseIdleLogs(except: identifier) > 0 {
+                            // Out of descriptors, some held by this cache: freed, tried once more.
+                            opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
                         } catch where error.code == .containerUnavailable && create {
                             // The container was deleted (or moved away): make it again, as
                             // the listeners expect, and open the log in the new one.
@@ -412,8 +441,16 @@ public final class FileTransiting: WormholeTransiting {
                         }
                         let size = Int(status.size)
                         let header: LogFormat.Header
-                        if let known = log.header {
+                        if let known = log.header, size >= state.tail?.end ?? LogFormat.headerSize {
                             header = known
+                        } else if let known = log.header {
+                            // Shorter than this process left it: emptied or cut by a
+                            // program that does not follow the protocol.
+                            let repair = LogRepair(log: log, identifier: identifier, container: transiting.container,
+                                                   maximumPayload: configuration.maximumMessageSize, buffer: buffer)
+                            let repaired = try repair.repairShrunk(known: known, knownTail: state.tail, size: size)
+                            header = repaired.header
+                            state.tail = repaired.tail
                         } else if size == 0 {
                             header = Self.newHeader(configuration)
                             try header.encoded().withUnsafeBytes { Syscalls.write(log.fd, $0, at: 0) }.orThrow("write the header of", path: log.path)
@@ -424,8 +461,17 @@ public final class FileTransiting: WormholeTransiting {
                         }
                         log.header = header
                         state.log = log
+                        let cold = state.tail == nil
                         var tail = try Self.currentTail(log, header: header, size: max(size, LogFormat.headerSize), known: state.tail,
                                                         maximumPayload: configuration.maximumMessageSize, buffer: buffer)
+                        if cold {
+                            // This process does not know what was handed out: the listeners'
+                            // positions in this log say at least that much. Above the file's
+                            // last record, the log was cut behind everyone's back.
+                            let repair = LogRepair(log: log, identifier: identifier, container: transiting.container,
+                                                   maximumPayload: configuration.maximumMessageSize, buffer: buffer)
+                            repair.noticeCut(header: header, tail: &tail)
+                        }
                         if tail.end < size {
                             // A record torn by a writer that was killed: cut it.
                             try Syscalls.truncate(log.fd, to: Int64(tail.end)).orThrow("cut the torn end of", path: log.path)

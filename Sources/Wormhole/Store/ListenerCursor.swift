@@ -8,26 +8,39 @@ import Foundation
 #endif
 import SystemPackage
 
-/// A live listener's claim on a log: "keep every record after sequence N until I have
-/// read it". One file per listener in `.listeners/<identifier>/`, holding N as 8 bytes
-/// little-endian, locked with `flock(LOCK_EX)` for as long as the listener lives.
+/// A live listener's claim on a log: "keep every record after sequence N of the log
+/// `logID` until I have read it". One file per listener in `.listeners/<identifier>/`,
+/// named `<pid>-<hex>`, holding N, the log's identity and the PID namespace of the
+/// listener's process (3 × 8 bytes little-endian), locked with `flock(LOCK_EX)` for as
+/// long as the listener lives.
 ///
 /// Compaction keeps records above the lowest claim of a live listener, up to the backlog
 /// cap, so a listener that stalls (or whose process is stopped) loses nothing within it.
-/// A claim whose file is not locked belongs to a process that died; compaction deletes
-/// it. The claim is written in batches (see ``update(_:)``): a claim that lags only makes
-/// compaction keep a little more.
+/// A claim on another log (the log was removed and made again while the listener was
+/// stopped) keeps all of the new one: that listener reads it from its start. A claim whose
+/// file is not locked belongs to a process that died; compaction deletes it. The claim is
+/// written in batches (see ``update(_:logID:)``): a claim that lags only makes compaction
+/// keep a little more.
+///
+/// Liveness is by locks alone, never by process ids, which mean nothing across PID
+/// namespaces: a claim is created under a temporary name while its creator holds a shared
+/// lock on the claims directory, and a compactor removes an unlocked temporary claim only
+/// when it can take that directory's lock exclusively (nobody is creating one).
 final class ListenerCursor {
     private let fd: FileDescriptor
     private let container: ContainerDirectory
     private let identifier: String
     private let name: String
     private var written: UInt64 = 0
+    private var writtenLog: UInt64 = 0
     private var closed = false
     /// The claim is written when it has moved at least this far.
     private let step: UInt64
 
     static let claimsDirectory = ".listeners"
+    /// The size of a claim written by this version; claims of 8 bytes (the sequence
+    /// alone, from earlier versions) count for any log.
+    static let claimSize = 24
 
     /// Opens (creating, 0700, checked like the container) `.listeners/<identifier>/`.
     static func openDirectory(in container: ContainerDirectory, identifier: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
@@ -35,16 +48,15 @@ final class ListenerCursor {
         if create {
             top = try container.subdirectory(claimsDirectory)
         } else {
-            switch Syscalls.retrying({ openat(container.current.descriptor.rawValue, claimsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
-            case .success(let value): top = FileDescriptor(rawValue: value)
+            switch Syscalls.open(claimsDirectory, in: container.current.descriptor, .directory) {
+            case .success(let opened): top = opened
             case .failure: return nil
             }
         }
         defer { try? top.close() }
-        if create { _ = mkdirat(top.rawValue, identifier, 0o700) }
-        switch Syscalls.retrying({ openat(top.rawValue, identifier, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
-        case .success(let value):
-            let fd = FileDescriptor(rawValue: value)
+        if create { _ = Syscalls.makeDirectory(identifier, in: top) }
+        switch Syscalls.open(identifier, in: top, .directory) {
+        case .success(let fd):
             do throws(WormholeError) {
                 try ContainerDirectory.checkOwnership(fd, path: container.filePath(claimsDirectory + "/" + identifier))
             } catch {
@@ -58,38 +70,32 @@ final class ListenerCursor {
         }
     }
 
-    /// Creates the claim, initially empty, which reads as 0 (keep everything), already locked when it appears
-    /// under its final name. Its temporary name starts with `.` and holds this process's
-    /// id: a compactor leaves it alone while this process lives.
+    /// Creates the claim, initially empty, which reads as 0 (keep everything), already
+    /// locked when it appears under its final name. Its temporary name starts with `.`;
+    /// while it has it, this process holds a shared lock on the claims directory, so that
+    /// no compactor takes it for a dead listener's.
     init(container: ContainerDirectory, identifier: String, step: UInt64) throws(WormholeError) {
         guard let directory = try Self.openDirectory(in: container, identifier: identifier, create: true) else {
             throw WormholeError(.containerUnavailable, "cannot create the listener claims of '\(identifier)'", path: container.path)
         }
+        // The directory is not kept open: a listener costs its claim's descriptor and its
+        // log's, no more. Closing it releases its lock.
+        defer { try? directory.close() }
         let name = "\(Syscalls.processID)-\(String(UInt64.random(in: 1...UInt64.max), radix: 16))"
         let temporary = "." + name
         let where_ = container.filePath(Self.claimsDirectory + "/" + identifier + "/" + name)
-        let opened = Syscalls.retrying { openat(directory.rawValue, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode_t(0o600)) }
-        guard case .success(let raw) = opened else {
-            try? directory.close()
-            if case .failure(let errno) = opened { throw WormholeError.system("create listener claim", errno, path: where_) }
-            throw WormholeError.system("create listener claim", .ioError, path: where_)
-        }
-        let fd = FileDescriptor(rawValue: raw)
+        try Syscalls.lock(directory, exclusive: false).orThrow("lock the listener claims of", path: container.filePath(Self.claimsDirectory + "/" + identifier))
+        let fd = try Syscalls.open(temporary, in: directory, .createExclusive).orThrow("create listener claim", path: where_)
         do throws(WormholeError) {
             // Left empty: an empty claim reads as 0 (keep everything), so a full disk does
             // not stop a listener from claiming.
             try Syscalls.lock(fd).orThrow("lock listener claim", path: where_)
-            try Syscalls.retrying({ renameat(directory.rawValue, temporary, directory.rawValue, name) })
-                .map { _ in () }.orThrow("publish listener claim", path: where_)
+            try Syscalls.rename(temporary, to: name, in: directory).orThrow("publish listener claim", path: where_)
         } catch {
-            _ = unlinkat(directory.rawValue, temporary, 0)
+            Syscalls.remove(temporary, in: directory)
             try? fd.close()
-            try? directory.close()
             throw error
         }
-        // The directory is not kept open: a listener costs its claim's descriptor and its
-        // log's, no more.
-        try? directory.close()
         self.fd = fd
         self.container = container
         self.identifier = identifier
@@ -97,12 +103,17 @@ final class ListenerCursor {
         self.step = max(1, step)
     }
 
-    /// Records that everything up to `sequence` has been read: written when it moved at
-    /// least the step since the last write, or when `force` is set.
-    func update(_ sequence: UInt64, force: Bool = false) {
-        guard !closed, sequence != written, force || sequence &- written >= step || sequence < written else { return }
-        try? Self.write(sequence, to: fd, path: name)
-        written = sequence
+    /// Records that everything up to `sequence` of the log `logID` has been read: written
+    /// when it moved at least the step since the last write, went back, moved to another
+    /// log, or when `force` is set. A claim that cannot be written (a full disk) keeps
+    /// its older, lower value: compaction keeps more, never less.
+    func update(_ sequence: UInt64, logID: UInt64, force: Bool = false) {
+        guard !closed, sequence != written || logID != writtenLog else { return }
+        guard force || logID != writtenLog || sequence &- written >= step || sequence < written else { return }
+        if (try? Self.write(sequence, logID: logID, to: fd, path: name)) != nil {
+            written = sequence
+            writtenLog = logID
+        }
     }
 
     /// Withdraws the claim. A claim that cannot be removed (its container was moved, or
@@ -112,7 +123,7 @@ final class ListenerCursor {
         guard !closed else { return }
         closed = true
         if let directory = try? Self.openDirectory(in: container, identifier: identifier, create: false) {
-            _ = unlinkat(directory.rawValue, name, 0)
+            Syscalls.remove(name, in: directory)
             try? directory.close()
         }
         try? fd.close()
@@ -120,10 +131,42 @@ final class ListenerCursor {
 
     deinit { close() }
 
-    private static func write(_ sequence: UInt64, to fd: FileDescriptor, path: String) throws(WormholeError) {
-        var value = sequence.littleEndian
-        let result = withUnsafeBytes(of: &value) { Syscalls.write(fd, $0, at: 0) }
+    private static func write(_ sequence: UInt64, logID: UInt64, to fd: FileDescriptor, path: String) throws(WormholeError) {
+        var bytes = (sequence.littleEndian, logID.littleEndian, Syscalls.pidNamespace.littleEndian)
+        let result = withUnsafeBytes(of: &bytes) { Syscalls.write(fd, $0, at: 0) }
         try result.orThrow("write listener claim", path: path)
+    }
+
+    /// What a live listener's claim file holds.
+    struct Claim {
+        /// The last sequence number read; 0 (keep everything) for an empty claim.
+        var sequence: UInt64 = 0
+        /// The log it belongs to; `nil` for a claim of an earlier version, or empty.
+        var logID: UInt64?
+        /// The PID namespace of its process; `nil` when not known.
+        var pidNamespace: UInt64?
+
+        /// What the claim asks a compaction of the log `logID` to keep: everything after
+        /// its sequence, or all of it for a claim on another log.
+        func keeps(afterIn logID: UInt64) -> UInt64 {
+            self.logID == nil || self.logID == logID ? sequence : 0
+        }
+    }
+
+    /// Reads an open claim: 24 bytes, or 8 from an earlier version, or fewer (being
+    /// written for the first time: keep everything).
+    static func readClaim(_ fd: FileDescriptor) -> Claim {
+        var bytes: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        let count = (try? withUnsafeMutableBytes(of: &bytes) { Syscalls.read(fd, into: $0, at: 0) }.get()) ?? 0
+        switch count {
+        case claimSize...:
+            return Claim(sequence: UInt64(littleEndian: bytes.0), logID: UInt64(littleEndian: bytes.1),
+                         pidNamespace: UInt64(littleEndian: bytes.2) == 0 ? nil : UInt64(littleEndian: bytes.2))
+        case 8..<claimSize:
+            return Claim(sequence: UInt64(littleEndian: bytes.0))
+        default:
+            return Claim()
+        }
     }
 
     /// The lowest claim among live listeners of `identifier` and the durable positions
@@ -134,17 +177,20 @@ final class ListenerCursor {
         defer { try? directory.close() }
         guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return nil }
         var lowest: UInt64?
+        /// Whether nobody is creating a claim now: the directory's lock, taken once, held
+        /// until the directory is closed.
+        var nobodyCreating: Bool?
         for name in names {
-            let opened = Syscalls.retrying { openat(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-            guard case .success(let raw) = opened else { continue }
-            let fd = FileDescriptor(rawValue: raw)
+            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
             defer { try? fd.close() }
-            guard (try? fd.stat())?.isRegularFile == true else { continue }
+            guard (try? Syscalls.status(fd).get())?.isRegularFile == true else { continue }
             if name.hasPrefix(DurablePosition.prefix) {
                 // Kept whether its listener runs or not, until it is forgotten; a position
-                // in an older log (or a damaged file) keeps nothing.
-                if let value = DurablePosition.read(fd), value.logID == 0 || value.logID == logID {
-                    lowest = min(lowest ?? value.position, value.position)
+                // in another log keeps all of this one (it resumes at its start); a damaged
+                // file keeps nothing.
+                if let value = DurablePosition.read(fd) {
+                    let claim = value.logID == 0 || value.logID == logID ? value.position : 0
+                    lowest = min(lowest ?? claim, claim)
                 }
                 continue
             }
@@ -152,15 +198,20 @@ final class ListenerCursor {
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
             case .success:
                 Syscalls.unlock(fd)
-                // Nobody holds it. A claim being created is unlocked for a moment between
-                // its creation and its lock: it is removed only once its process is gone.
-                if being, processIsAlive(name.dropFirst()) { continue }
-                _ = unlinkat(directory.rawValue, name, 0)
+                if being {
+                    // A claim being created is unlocked for a moment between its creation
+                    // and its lock, while its creator holds the directory's shared lock.
+                    // An earlier version's creator takes no such lock: its claim is also
+                    // left alone while a process of its id lives here.
+                    if nobodyCreating == nil {
+                        nobodyCreating = (try? Syscalls.lock(directory, exclusive: true, wait: false).get()) != nil
+                    }
+                    if nobodyCreating != true || processMayBeAlive(name.dropFirst()) { continue }
+                }
+                Syscalls.remove(name, in: directory)
             case .failure(.wouldBlock):
                 if being { continue }
-                var value: UInt64 = 0
-                let count = withUnsafeMutableBytes(of: &value) { Syscalls.read(fd, into: $0, at: 0) }
-                let claim = (try? count.get()) == 8 ? UInt64(littleEndian: value) : 0
+                let claim = readClaim(fd).keeps(afterIn: logID)
                 lowest = min(lowest ?? claim, claim)
             case .failure:
                 continue
@@ -169,8 +220,34 @@ final class ListenerCursor {
         return lowest
     }
 
-    /// Whether the process whose id starts `name` (`<pid>-<hex>`) exists.
-    private static func processIsAlive(_ name: Substring) -> Bool {
+    /// The highest position in the log `logID` among live listeners' claims and durable
+    /// positions: messages up to it were handed out, whatever the file says now. `nil`
+    /// when none is in that log. Claims lag (they are written in batches), so this is a
+    /// lower bound.
+    static func highestPosition(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
+        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return nil }
+        defer { try? directory.close() }
+        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return nil }
+        var highest: UInt64?
+        for name in names where !name.hasPrefix(".") {
+            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
+            defer { try? fd.close() }
+            guard (try? Syscalls.status(fd).get())?.isRegularFile == true else { continue }
+            let position: UInt64?
+            if name.hasPrefix(DurablePosition.prefix) {
+                position = DurablePosition.read(fd).flatMap { $0.logID == logID ? $0.position : nil }
+            } else {
+                let claim = readClaim(fd)
+                position = claim.logID == logID ? claim.sequence : nil
+            }
+            if let position { highest = max(highest ?? position, position) }
+        }
+        return highest
+    }
+
+    /// Whether a process whose id starts `name` (`<pid>-<hex>`) may exist in this PID
+    /// namespace: a hint for claims of earlier versions only, never proof of death.
+    private static func processMayBeAlive(_ name: Substring) -> Bool {
         guard let dash = name.firstIndex(of: "-"), let pid = Int32(name[..<dash]), pid > 0 else { return false }
         return kill(pid, 0) == 0 || Glibc.errno != ESRCH
     }
@@ -180,8 +257,8 @@ final class ListenerCursor {
     /// The identifiers that have a claims directory (live listeners or durable names).
     static func identifiersWithListeners(container: ContainerDirectory) throws(WormholeError) -> [String] {
         let top: FileDescriptor
-        switch Syscalls.retrying({ openat(container.current.descriptor.rawValue, claimsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) {
-        case .success(let value): top = FileDescriptor(rawValue: value)
+        switch Syscalls.open(claimsDirectory, in: container.current.descriptor, .directory) {
+        case .success(let opened): top = opened
         case .failure(.noSuchFileOrDirectory): return []
         case .failure(let errno): throw WormholeError.system("open", errno, path: container.filePath(claimsDirectory))
         }
@@ -198,11 +275,9 @@ final class ListenerCursor {
         guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return [] }
         var result: [WormholeListenerStatus] = []
         for name in names.sorted() where !name.hasPrefix(".") {
-            let opened = Syscalls.retrying { openat(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-            guard case .success(let raw) = opened else { continue }
-            let fd = FileDescriptor(rawValue: raw)
+            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
             defer { try? fd.close() }
-            guard let status = try? fd.stat(), status.isRegularFile else { continue }
+            guard let status = try? Syscalls.status(fd).get(), status.isRegularFile else { continue }
             let running: Bool
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
             case .success:
@@ -219,15 +294,16 @@ final class ListenerCursor {
                     identifier: identifier, durableName: String(name.dropFirst(DurablePosition.prefix.count)),
                     processID: value.map { Int32(bitPattern: $0.processID) }, isRunning: running,
                     position: position, behind: lastSequence > position ? lastSequence - position : 0,
-                    lastSeen: Date(timeIntervalSince1970: Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9)))
+                    lastSeen: Date(timeIntervalSince1970: Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9),
+                    pidNamespace: value.flatMap { $0.pidNamespace == 0 ? nil : $0.pidNamespace }))
             } else if running {
-                var value: UInt64 = 0
-                let count = withUnsafeMutableBytes(of: &value) { Syscalls.read(fd, into: $0, at: 0) }
-                let position = (try? count.get()) == 8 ? UInt64(littleEndian: value) : 0
+                let claim = readClaim(fd)
+                let position = claim.keeps(afterIn: logID)
                 let pid = name.split(separator: "-").first.flatMap { Int32($0) }
                 result.append(WormholeListenerStatus(
                     identifier: identifier, durableName: nil, processID: pid, isRunning: true,
-                    position: position, behind: lastSequence > position ? lastSequence - position : 0, lastSeen: nil))
+                    position: position, behind: lastSequence > position ? lastSequence - position : 0, lastSeen: nil,
+                    pidNamespace: claim.pidNamespace))
             }
         }
         return result
@@ -240,15 +316,13 @@ final class ListenerCursor {
         defer { try? directory.close() }
         let file = DurablePosition.prefix + name
         let path = container.filePath(claimsDirectory + "/" + identifier + "/" + file)
-        let opened = Syscalls.retrying { openat(directory.rawValue, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-        guard case .success(let raw) = opened else { return false }
-        let fd = FileDescriptor(rawValue: raw)
+        guard case .success(let fd) = Syscalls.open(file, in: directory, .read) else { return false }
         defer { try? fd.close() }
         switch Syscalls.lock(fd, exclusive: true, wait: false) {
         case .success:
             // Removed while locked, so that a listener starting now either finds it
             // gone (and makes a new one) or waits for nothing.
-            _ = unlinkat(directory.rawValue, file, 0)
+            Syscalls.remove(file, in: directory)
             Syscalls.unlock(fd)
             return true
         case .failure:

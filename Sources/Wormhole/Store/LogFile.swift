@@ -57,11 +57,7 @@ struct LogFile {
 
     /// The file's size and link count.
     func status() throws(WormholeError) -> Stat {
-        do throws(Errno) {
-            return try fd.stat()
-        } catch {
-            throw WormholeError.system("inspect", error, path: path)
-        }
+        try Syscalls.status(fd).orThrow("inspect", path: path)
     }
 
     // MARK: - The tail
@@ -253,7 +249,7 @@ final class ReadBuffer {
     func read(_ fd: FileDescriptor, from offset: Int, count: Int, path: String) throws(WormholeError) -> UnsafeRawBufferPointer {
         reserve(count)
         let target = UnsafeMutableRawBufferPointer(start: storage, count: count)
-        let result = Syscalls.retrying { pread(fd.rawValue, target.baseAddress!, count, off_t(offset)) }
+        let result = Syscalls.retrying("pread") { pread(fd.rawValue, target.baseAddress!, count, off_t(offset)) }
         switch result {
         case .success(let got): return UnsafeRawBufferPointer(start: storage, count: got)
         case .failure(let errno): throw WormholeError.system("read", errno, path: path)

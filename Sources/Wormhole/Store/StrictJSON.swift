@@ -4,30 +4,30 @@
 /// Foundation's parser is lenient (a trailing comma, a byte order mark) and names no
 /// position; documents built from what it accepts can be rejected by `jq`. This one says
 /// where and what is wrong.
-public struct StrictJSON {
+package struct StrictJSON {
     /// What is wrong, and where: a byte offset, and a line and column for people.
-    public struct Problem: Error, CustomStringConvertible, Sendable {
+    package struct Problem: Error, CustomStringConvertible, Sendable {
         /// What is wrong, such as "a comma before '}'".
-        public let reason: String
+        package let reason: String
         /// The byte offset of the problem, from 0.
-        public let offset: Int
+        package let offset: Int
         /// Its line, from 1.
-        public let line: Int
+        package let line: Int
         /// Its column, from 1.
-        public let column: Int
-        public var description: String { "\(reason) at line \(line), column \(column) (byte \(offset))" }
+        package let column: Int
+        package var description: String { "\(reason) at line \(line), column \(column) (byte \(offset))" }
     }
 
     private let bytes: [UInt8]
     private var position = 0
     /// Nesting deeper than this is refused rather than recursed into.
-    public static let maximumDepth = 512
+    package static let maximumDepth = 512
 
     private init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// `nil` when `bytes` are one JSON value (any type, surrounded by whitespace at most),
     /// else the first problem.
-    public static func problem(in bytes: some Collection<UInt8>) -> Problem? {
+    package static func problem(in bytes: some Collection<UInt8>) -> Problem? {
         var checker = StrictJSON(Array(bytes))
         do {
             if checker.bytes.starts(with: [0xEF, 0xBB, 0xBF]) { throw checker.fail("a byte order mark (U+FEFF) before the value") }

@@ -81,8 +81,14 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     public let identifier: String
     /// The durable listener's name; `nil` for a listener without one.
     public let durableName: String?
-    /// The process of a running listener (for a durable name, of the last one that ran).
+    /// The process of a running listener (for a durable name, of the last one that ran),
+    /// as numbered in the PID namespace ``pidNamespace``.
     public let processID: Int32?
+    /// The PID namespace of ``processID`` (the inode number of the process's
+    /// `/proc/self/ns/pid`); `nil` when unknown (written by an older version, or by the
+    /// PostgreSQL back end, which has no such notion). A process id means a process of
+    /// the caller's only when ``isInThisPIDNamespace``.
+    public let pidNamespace: UInt64?
     /// Whether a listener runs now (a durable name's listener may not).
     public let isRunning: Bool
     /// The sequence number of the last message it read (a durable one: handled).
@@ -92,11 +98,18 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     /// When a durable listener last handled a message (or was started).
     public let lastSeen: Date?
 
+    /// Whether ``processID`` numbers a process of the caller's PID namespace (or the
+    /// namespace is not known).
+    public var isInThisPIDNamespace: Bool {
+        pidNamespace == nil || pidNamespace == 0 || Syscalls.pidNamespace == 0 || pidNamespace == Syscalls.pidNamespace
+    }
+
     public init(identifier: String, durableName: String?, processID: Int32?, isRunning: Bool,
-                position: UInt64, behind: UInt64, lastSeen: Date?) {
+                position: UInt64, behind: UInt64, lastSeen: Date?, pidNamespace: UInt64? = nil) {
         self.identifier = identifier
         self.durableName = durableName
         self.processID = processID
+        self.pidNamespace = pidNamespace
         self.isRunning = isRunning
         self.position = position
         self.behind = behind

@@ -129,7 +129,17 @@ public protocol WormholeTransitingReader: AnyObject {
 
     /// The consumer has handled the record `sequence` (the latest one read): a durable
     /// reader moves its stored position there. Others ignore it.
-    func acknowledge(_ sequence: UInt64)
+    ///
+    /// - Throws: when the position could not be stored (a full disk, a lost connection):
+    ///   the position stays where it was, so the record comes again when the name
+    ///   resumes; nothing is skipped.
+    func acknowledge(_ sequence: UInt64) throws(WormholeError)
+
+    /// Whether records may be waiting although the last read returned fewer than it was
+    /// asked for: a reader that stopped at the end of a replaced file (so that one batch
+    /// never spans two logs) moves to the new one at the next read, and nothing else
+    /// will wake its consumer for it. A consumer reads again while this is `true`.
+    var mayHaveMore: Bool { get }
 
     /// The file (or table) behind the position may have been replaced: the next read,
     /// once it has read what it holds to the end, looks at what is there now.
@@ -138,7 +148,8 @@ public protocol WormholeTransitingReader: AnyObject {
 
 extension WormholeTransitingReader {
     public func invalidate() {}
-    public func acknowledge(_ sequence: UInt64) {}
+    public func acknowledge(_ sequence: UInt64) throws(WormholeError) {}
+    public var mayHaveMore: Bool { false }
 }
 
 /// What an observation reports.

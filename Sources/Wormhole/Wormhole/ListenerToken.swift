@@ -152,14 +152,32 @@ public final class ListenerToken: Sendable, Hashable {
                         listener(record)
                         // Cancelled from inside the call: not counted as handled. (A cancel
                         // from elsewhere waits for this call, acknowledgement included.)
-                        if isDurable && !declined.load(ordering: .acquiring) { reader.withLock { $0?.acknowledge(record.sequence) } }
+                        if isDurable && !declined.load(ordering: .acquiring) { acknowledge(record.sequence) }
                     case .failure(let error): onError(error)
                     }
                 }
-                if batch.count < maximumCount { return }
+                // A short batch is the end, unless the reader stopped at the end of a
+                // replaced log: then the rest is in the new one, and no event will come
+                // for it.
+                if batch.count < maximumCount && !reader.withLock({ $0?.mayHaveMore ?? false }) { return }
             }
         }
     }
+
+    /// Moves a durable listener's position past `sequence`. A position that cannot be
+    /// stored is reported (the message comes again when the name resumes: repeated,
+    /// never skipped), once per streak of failures.
+    private func acknowledge(_ sequence: UInt64) {
+        do throws(WormholeError) {
+            try reader.withLock { (reader) throws(WormholeError) in try reader?.acknowledge(sequence) }
+            acknowledgementFailing = false
+        } catch {
+            if !acknowledgementFailing { onError(error) }
+            acknowledgementFailing = true
+        }
+    }
+    /// Only touched inside a drain (under the delivery lock).
+    private nonisolated(unsafe) var acknowledgementFailing = false
 
     /// While a read fails for want of a descriptor or memory: how long until the next
     /// try. Only touched inside a drain (under the delivery lock).

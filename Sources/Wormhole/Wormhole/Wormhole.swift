@@ -368,7 +368,7 @@ public final class Wormhole: Sendable {
     /// control character (C0, DEL, C1) or a bidirectional formatting character. No
     /// identifier contains one; the `wormhole` command escapes them in messages it prints
     /// to a terminal.
-    public static func isUnsafeToDisplay(_ scalar: Unicode.Scalar) -> Bool {
+    package static func isUnsafeToDisplay(_ scalar: Unicode.Scalar) -> Bool {
         scalar.value < 0x20 || scalar.value == 0x7F || Identifier.isC1Control(scalar) || Identifier.isBidiFormatting(scalar)
     }
 

@@ -36,8 +36,14 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
                 source = try Source(sequence)
             }
             guard let source else { return nil }
-            // Asking for the next element says the previous one was handled.
-            source.acknowledgeDelivered()
+            // Asking for the next element says the previous one was handled. A position
+            // that cannot be stored goes to onError: the element comes again when the
+            // name resumes (repeated, never skipped).
+            do throws(WormholeError) {
+                try source.acknowledgeDelivered()
+            } catch {
+                sequence.onError(error)
+            }
             while true {
                 if Task.isCancelled {
                     source.close()
@@ -111,10 +117,10 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
         /// The last element handed out, not yet acknowledged.
         var delivered: UInt64?
 
-        func acknowledgeDelivered() {
+        func acknowledgeDelivered() throws(WormholeError) {
             guard let sequence = delivered else { return }
             delivered = nil
-            reader?.acknowledge(sequence)
+            try reader?.acknowledge(sequence)
         }
 
         func nextBuffered() throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {
