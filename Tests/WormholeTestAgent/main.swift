@@ -43,6 +43,14 @@
 //                                                      pass COUNT messages over 40 identifiers,
 //                                                      then open /dev/null; print "passed N
 //                                                      failed M spare ok|<errno>"
+//   WormholeTestAgent fault DIR SCENARIO N KIND         one operation on the identifier "walk" with
+//                                                      the Nth system call faulted (KIND: enospc,
+//                                                      eio, emfile, eintr, short, exit; N 0: none):
+//                                                      SCENARIO pass, clear, listen, drain or
+//                                                      durable (drain and durable wait for READY's
+//                                                      3 messages). Prints "calls C", then "ok ...",
+//                                                      "error <code>" or, for listeners,
+//                                                      "received R errors E"
 //   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
 //                                                      (no memory kept per message); write
 //                                                      "received duplicates disorder" to OUT
@@ -73,6 +81,15 @@ Thread {
     while getppid() == parent && Date() < deadline { usleep(100_000) }
     _exit(3)
 }.start()
+
+/// Strings appended from any thread.
+final class Tally: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [String] = []
+    func append(_ item: String) { lock.withLock { items.append(item) } }
+    var all: [String] { lock.withLock { items } }
+    var count: Int { lock.withLock { items.count } }
+}
 
 let arguments = CommandLine.arguments.dropFirst().map { $0 }
 guard let command = arguments.first else { fail("no command") }
@@ -304,6 +321,84 @@ do {
         let deadline = Date().addingTimeInterval(5)
         while descriptors() > before && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         print("\(before) \(descriptors())")
+
+    case "fault":
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 2
+        let wormhole = try Wormhole(directory: argument(1), configuration: configuration)
+        let scenario = argument(2)
+        let at = Int(argument(3)) ?? 0
+        let fault: SystemCallFaults.Fault
+        switch argument(4) {
+        case "enospc": fault = .fail(.noSpace)
+        case "eio": fault = .fail(.ioError)
+        case "emfile": fault = .fail(.tooManyOpenFiles)
+        case "eintr": fault = .fail(.interrupted)
+        case "short": fault = .shortWrite
+        case "exit": fault = .exitAfter
+        default: fail("unknown fault \(argument(4))")
+        }
+        let plan = at > 0 ? SystemCallFaults.Plan(at: at, fault: fault) : nil
+        // Whatever happens, one line says how it ended; "calls" first, for the walk.
+        func finish(_ outcome: String) {
+            let calls = SystemCallFaults.disarm()
+            FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
+            print("calls \(calls)")
+            print(outcome)
+        }
+        switch scenario {
+        case "pass", "clear":
+            SystemCallFaults.arm(plan)
+            do throws(WormholeError) {
+                if scenario == "pass" {
+                    let sequence = try wormhole.passMessage("f", identifier: "walk")
+                    finish("ok \(sequence)")
+                } else {
+                    try wormhole.clearMessageContents(forIdentifier: "walk")
+                    finish("ok")
+                }
+            } catch {
+                finish("error \(error.code) \(error)")
+            }
+        case "listen", "drain", "durable":
+            let received = Tally()
+            let errors = Tally()
+            let expected = scenario == "listen" ? 4 : 3
+            if scenario == "listen" { SystemCallFaults.arm(plan) }
+            let token: ListenerToken
+            do throws(WormholeError) {
+                let onError: @Sendable (WormholeError) -> Void = { errors.append("\($0.code)") }
+                // Each message handled is written at once (one write): a process ended by
+                // the fault leaves whole lines of what it handled.
+                let handle: @Sendable (String) -> Void = { message in
+                    received.append(message)
+                    let line = Array("got \(message)\n".utf8)
+                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+                }
+                if scenario == "durable" {
+                    token = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, durableName: "agent",
+                                                         onError: onError, listener: handle)
+                } else {
+                    token = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self,
+                                                         startingFrom: scenario == "listen" ? .history : .now,
+                                                         onError: onError, listener: handle)
+                }
+            } catch {
+                finish("error \(error.code) \(error)")
+                break
+            }
+            if scenario != "listen" {
+                SystemCallFaults.arm(plan)
+                _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
+            }
+            // Every message, or a report: either ends the wait (3 s at most).
+            let deadline = Date().addingTimeInterval(3)
+            while received.count < expected && errors.count == 0 && Date() < deadline { usleep(2_000) }
+            token.cancel()
+            finish("errors \(errors.count) \(errors.all.joined(separator: ","))")
+        default:
+            fail("unknown scenario \(scenario)")
+        }
 
     case "tight":
         // The limit first: the library sizes its cache of open logs from it.

@@ -1,0 +1,183 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Every system call of an operation, made to fail in turn, as SQLite's I/O-error and
+/// crash tests do: the test agent runs one operation (a pass, which compacts; a clear; a
+/// listener's start, first drain and cancel with its claim; a listener's wake-up and
+/// drain; a durable listener's drains and acknowledgements) with its Nth system call
+/// failing (ENOSPC, EIO, EMFILE, EINTR), writing half (a short write), or followed by the
+/// end of the process (as `kill -9` right after it). N walks over every call the operation
+/// makes. After each run the test checks the invariants, with a listener that was
+/// listening throughout and a durable name that was not running:
+/// - a pass that returned success reached both, once, in order; one that failed reached
+///   neither; sequence numbers only grow;
+/// - a listener in the faulted process got every message, or was told (`onError`);
+/// - a durable name resumes with nothing skipped (at most the message in hand repeated);
+/// - a message passed after the run reaches everyone (nothing hangs), and the log reads.
+@Suite("Fault walk")
+struct FaultWalkTests {
+    static let kinds = ["enospc", "eio", "emfile", "eintr", "short", "exit"]
+
+    /// The container of one run: a log with u1...u4, a listener of it since the start,
+    /// and the durable name "d" stopped after u4.
+    struct Setting {
+        let directory = TemporaryDirectory()
+        let wormhole: Wormhole
+        let received = Collector<WormholeRecord>()
+        let errors = Collector<WormholeError>()
+        let token: ListenerToken
+
+        init() async throws {
+            var configuration = Wormhole.Configuration()
+            // The agent's pass (the 5th) compacts the log.
+            configuration.retainedMessageCount = 2
+            wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+            let received = self.received, errors = self.errors
+            token = try wormhole.listenForRecords(withIdentifier: "walk", startingFrom: .after(sequence: 0),
+                                                  onError: { errors.append($0) }) { received.append($0) }
+            for index in 1...4 { try await wormhole.passMessage("u\(index)", identifier: "walk") }
+            let durable = Collector<String>()
+            let stopped = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, durableName: "d",
+                                                        startingFrom: .history) { durable.append($0) }
+            guard await durable.wait(for: 2).count == 2, await received.wait(for: 4).count == 4 else {
+                throw WormholeError(.systemError, "the setting did not come up")
+            }
+            stopped.cancel()
+        }
+
+        /// The durable name "d" resumed until it has handled `sentinel`.
+        func resumeDurable(until sentinel: String) async throws -> [String] {
+            let got = Collector<String>()
+            let token = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, durableName: "d") { got.append($0) }
+            defer { token.cancel() }
+            _ = await eventually(seconds: 10) { got.all.contains(sentinel) }
+            return got.all
+        }
+    }
+
+    /// What the agent printed.
+    struct Outcome {
+        var calls = 0
+        var line = ""
+        var handled: [String] = []
+        var exitStatus: Int32 = 0
+        var ok: Bool { line.hasPrefix("ok") }
+        var failed: Bool { line.hasPrefix("error ") }
+        var reportedErrors: Int { line.hasPrefix("errors ") ? Int(line.split(separator: " ")[1]) ?? 0 : 0 }
+        var died: Bool { exitStatus == 9 }
+    }
+
+    static func runAgent(_ directory: String, _ scenario: String, _ at: Int, _ kind: String,
+                         passing messages: [String] = [], with wormhole: Wormhole? = nil) async throws -> Outcome {
+        let pipe = Pipe()
+        let process = try Agent.start(["fault", directory, scenario, String(at), kind], output: pipe.fileHandleForWriting)
+        try? pipe.fileHandleForWriting.close()
+        if !messages.isEmpty, let wormhole {
+            // The agent listens, armed, once READY exists.
+            if await waitForFile(directory + "/READY", seconds: 10) {
+                for message in messages { try await wormhole.passMessage(message, identifier: "walk") }
+            }
+        }
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        let status = await waitForExit(process, seconds: 30)
+        var outcome = Outcome(exitStatus: status ?? -1)
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            if line.hasPrefix("calls ") { outcome.calls = Int(line.dropFirst(6)) ?? 0 }
+            else if line.hasPrefix("got ") { outcome.handled.append(String(line.dropFirst(4))) }
+            else { outcome.line = String(line) }
+        }
+        return outcome
+    }
+
+    @Test("each system call of an operation failing in turn, or the process ending after it: no message lost or repeated in silence, no number reused, nothing hangs",
+          .timeLimit(.minutes(10)), arguments: ["pass", "clear", "listen", "drain", "durable"])
+    func walk(scenario: String) async throws {
+        let extra = scenario == "drain" || scenario == "durable" ? ["m1", "m2", "m3"] : []
+        // A dry run counts the calls.
+        let dry = try await Setting()
+        let total = try await Self.runAgent(dry.directory.path, scenario, 0, "eio", passing: extra, with: dry.wormhole).calls
+        dry.token.cancel()
+        try #require(total > 0)
+        var runs = 0, checks = 0, faulted = [String: Int]()
+        var violations: [String] = []
+        // WORMHOLE_FAULT_WALK=scenario:kind:N runs that one case alone (to look into it).
+        let only = ProcessInfo.processInfo.environment["WORMHOLE_FAULT_WALK"]?.split(separator: ":").map(String.init)
+        if let only, only.first != scenario { return }
+        for kind in Self.kinds where only.map({ $0[1] == kind }) ?? true {
+            for at in 1...total where only.map({ Int($0[2]) == at }) ?? true {
+                let setting = try await Setting()
+                let outcome = try await Self.runAgent(setting.directory.path, scenario, at, kind, passing: extra, with: setting.wormhole)
+                runs += 1
+                if outcome.failed || outcome.died || outcome.reportedErrors > 0 { faulted[kind, default: 0] += 1 }
+                var problems: [String] = []
+                func check(_ condition: Bool, _ what: @autoclosure () -> String) {
+                    checks += 1
+                    if !condition { problems.append(what()) }
+                }
+                check(outcome.died || !outcome.line.isEmpty, "the agent ended without saying how (status \(outcome.exitStatus))")
+
+                // After the run: a message reaches the listener that was listening all along.
+                try await setting.wormhole.passMessage("s", identifier: "walk")
+                let records = await setting.received.wait(for: 4 + extra.count + 1, seconds: 10)
+                let payloads = records.map { String(decoding: $0.payload, as: UTF8.self) }
+                check(payloads.last == "s" || payloads.contains("s"), "the message passed after the run did not arrive: \(payloads)")
+                let sequences = records.map(\.sequence)
+                check(zip(sequences, sequences.dropFirst()).allSatisfy { $0 < $1 }, "sequence numbers did not only grow: \(sequences)")
+                let lost = setting.errors.all.compactMap(\.missedMessageCount).reduce(0, +)
+                let gaps = zip(sequences, sequences.dropFirst()).reduce(UInt64(0)) { $0 + ($1.1 > $1.0 ? $1.1 - $1.0 - 1 : 0) }
+                check(gaps == lost, "\(gaps) numbers missing, \(lost) reported lost")
+                check(setting.errors.all.allSatisfy { $0.code == .messagesLost }, "the unfaulted listener reported: \(setting.errors.all)")
+                let before = ["u1", "u2", "u3", "u4"]
+                switch scenario {
+                case "pass":
+                    let expected = outcome.ok ? before + ["f", "s"] : outcome.failed ? before + ["s"] : nil
+                    if let expected { check(payloads == expected, "\(outcome.line): the listener got \(payloads)") }
+                    else { check(payloads == before + ["s"] || payloads == before + ["f", "s"], "killed: the listener got \(payloads)") }
+                case "clear", "listen":
+                    check(payloads == before + ["s"], "the listener got \(payloads)")
+                default:
+                    check(payloads == before + extra + ["s"], "the listener got \(payloads)")
+                }
+                // The durable name that was not running: nothing skipped, nothing twice.
+                let resumed = try await setting.resumeDurable(until: "s")
+                check(resumed == Array(payloads.dropFirst(4)), "the durable name resumed with \(resumed), after \(payloads)")
+                // The faulted process's own listener: every message, or told.
+                switch scenario {
+                case "listen":
+                    check(outcome.died || outcome.failed || outcome.handled == before || outcome.reportedErrors > 0 && before.starts(with: outcome.handled),
+                          "the agent's listener got \(outcome.handled) and reported nothing (\(outcome.line))")
+                case "drain":
+                    check(outcome.died || outcome.handled == extra || outcome.reportedErrors > 0 && extra.starts(with: outcome.handled),
+                          "the agent's listener got \(outcome.handled) and reported nothing (\(outcome.line))")
+                case "durable":
+                    // Resumed here: what the agent handled, then the rest, at most one repeated.
+                    let again = try await resumeAgentDurable(setting)
+                    let joined = outcome.handled + again
+                    let deduplicated = outcome.handled + (again.first.map { $0 == outcome.handled.last } == true ? Array(again.dropFirst()) : again)
+                    check(deduplicated == extra + ["s"] || joined == extra + ["s"],
+                          "the durable name handled \(outcome.handled) in the agent, then \(again) (\(outcome.line))")
+                default:
+                    break
+                }
+                await #expect(try setting.wormhole.message(withIdentifier: "walk", as: String.self) == "s")
+                setting.token.cancel()
+                if !problems.isEmpty {
+                    violations.append("\(scenario) \(kind) at call \(at) of \(total): " + problems.joined(separator: "; "))
+                    print("fault walk violation: \(violations.last!)")
+                }
+            }
+        }
+        print("fault walk (\(scenario)): \(total) calls x \(Self.kinds.count) kinds = \(runs) runs; faults that showed (an error, a report or a death) by kind: \(faulted.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")); \(checks) invariant checks, \(violations.count) violations")
+        #expect(violations.isEmpty, "\(violations.prefix(10).joined(separator: "\n"))")
+    }
+
+    /// The agent's durable name "agent", resumed here until it has handled "s".
+    private func resumeAgentDurable(_ setting: Setting) async throws -> [String] {
+        let got = Collector<String>()
+        let token = try setting.wormhole.listenForMessage(withIdentifier: "walk", as: String.self, durableName: "agent") { got.append($0) }
+        defer { token.cancel() }
+        _ = await eventually(seconds: 10) { got.all.contains("s") }
+        return got.all
+    }
+}
