@@ -6,6 +6,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import Dispatch
 import SystemPackage
 import Synchronization
 
@@ -53,15 +54,22 @@ final class EngineSubscription: WormholeTransitingObservation, Sendable {
 /// The process's single inotify instance and its reader thread, shared by every
 /// notification center, observer and wormhole listener in the process.
 ///
-/// The kernel allows 128 inotify instances per user, so one per listener would run out;
-/// one per process, fanned out in user space, does not. The reader thread blocks in
-/// `read` on the inotify descriptor (one system call per wake-up): it never polls on a
-/// timer. The instance and the thread exist only while something is subscribed; the last
-/// unsubscribe adds and removes a watch whose IN_IGNORED wakes the thread, which closes
-/// the descriptor and exits.
+/// The kernel allows 128 inotify instances per user (every process of the user shares
+/// them), so one per listener would run out; one per process, fanned out in user space,
+/// does not. The reader thread blocks in `poll` on the inotify descriptor and on a
+/// ``WakeChannel``, without a timeout: an idle process makes no system call. The instance
+/// and the thread exist only while something is subscribed. When the last subscriber
+/// goes, the channel wakes the thread, which closes the instance and exits at once; a
+/// subscription made before it looked is kept, on the same instance.
+///
+/// There is never more than one instance: a subscription that comes while the reader
+/// thread is closing the last one waits until it has. The reader thread itself never
+/// waits: it decides to close only in its own loop, never while it calls handlers, and
+/// a handler that cancels the last subscription and subscribes again (a listener that
+/// replaces itself) finds the instance still open and keeps it.
 ///
 /// What is watched and who hears what is a ``WatchTable``, a plain value; the engine
-/// owns the descriptor, the thread and the lock around the table.
+/// owns the descriptors, the thread and the lock around the table.
 ///
 /// Handlers are chosen under the lock and called after it is released, on the reader
 /// thread: a listener without a queue runs right there (no hop); others schedule work.
@@ -70,15 +78,25 @@ final class InotifyEngine: Sendable {
 
     typealias Handler = @Sendable (DirectoryEvent) -> Void
 
-    private struct Session {
+    private final class Session: Sendable {
         let inotify: Inotify
-        let generation: UInt64
+        let channel: WakeChannel
+        /// Signalled once the reader thread has closed both.
+        let closed = DispatchSemaphore(value: 0)
+        init(inotify: Inotify, channel: WakeChannel) {
+            self.inotify = inotify
+            self.channel = channel
+        }
     }
 
     private struct State {
+        /// The instance and its reader thread, from the first subscription until the
+        /// thread has closed the instance.
         var session: Session?
+        /// The reader thread found nothing subscribed and is closing the instance: a new
+        /// subscription waits for it.
+        var closing = false
         var table = WatchTable<Handler>()
-        var generation: UInt64 = 0
     }
 
     private let state = Locked(State())
@@ -96,31 +114,48 @@ final class InotifyEngine: Sendable {
         EngineSubscription(id: try subscriptionNumber(directory: directory, names: names, kind: kind, handler: handler))
     }
 
+    private enum Attempt {
+        case subscribed(UInt64)
+        case failed(WormholeError)
+        /// The previous instance is being closed: try again once it is.
+        case wait(Session)
+    }
+
     private func subscriptionNumber(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
-        let result: Result<UInt64, WormholeError> = state.withLock { state in
-            do throws(WormholeError) {
-                let session = try Self.startSessionIfNeeded(&state)
+        while true {
+            let attempt: Attempt = state.withLock { state in
+                if state.closing, let closing = state.session { return .wait(closing) }
                 do throws(WormholeError) {
-                    return .success(try state.table.subscribe(directory: directory, names: names, kind: kind, handler: handler,
-                                                              kernel: session.inotify))
+                    let session = try Self.startSessionIfNeeded(&state)
+                    let id = try state.table.subscribe(directory: directory, names: names, kind: kind, handler: handler,
+                                                       kernel: session.inotify)
+                    return .subscribed(id)
                 } catch {
-                    if state.table.isEmpty { Self.stopSession(&state) }
-                    throw error
+                    if state.table.isEmpty { state.session?.channel.wake() }
+                    return .failed(error)
                 }
-            } catch {
-                return .failure(error)
+            }
+            switch attempt {
+            case .subscribed(let id):
+                return id
+            case .failed(let error):
+                throw error
+            case .wait(let session):
+                // Every waiter passes the signal on.
+                session.closed.wait()
+                session.closed.signal()
             }
         }
-        return try result.get()
     }
 
     /// Stops delivering to a subscription (``EngineSubscription/cancel()`` calls it). A
-    /// handler already chosen for an event may still run once after this returns.
+    /// handler already chosen for an event may still run once after this returns. The
+    /// last one wakes the reader thread, which closes the instance.
     fileprivate func unsubscribe(_ id: UInt64) {
         state.withLock { state in
-            guard let session = state.session else { return }
+            guard let session = state.session, !state.closing else { return }
             state.table.unsubscribe(id, kernel: session.inotify)
-            if state.table.isEmpty { Self.stopSession(&state) }
+            if state.table.isEmpty { session.channel.wake() }
         }
     }
 
@@ -129,51 +164,55 @@ final class InotifyEngine: Sendable {
     private static func startSessionIfNeeded(_ state: inout State) throws(WormholeError) -> Session {
         if let session = state.session { return session }
         let inotify = try Inotify()
-        state.generation += 1
-        let session = Session(inotify: inotify, generation: state.generation)
-        state.session = session
+        let channel: WakeChannel
+        do throws(WormholeError) {
+            channel = try WakeChannel()
+        } catch {
+            inotify.close()
+            throw error
+        }
+        let session = Session(inotify: inotify, channel: channel)
         let failure = DetachedThread.start { InotifyEngine.shared.run(session) }
         guard failure == 0 else {
-            state.session = nil
-            session.inotify.close()
+            inotify.close()
+            channel.close()
             let errno = Errno(rawValue: failure)
             throw WormholeError(.systemError, "cannot start the thread that reads inotify events: \(errno) (see 'ulimit -u')", errno: errno)
         }
+        state.session = session
         return session
-    }
-
-    /// Tells the reader thread to close its descriptor and exit; a later subscription
-    /// starts a new session. The thread blocks in `read`: removing a watch queues
-    /// IN_IGNORED, which wakes it. Every watch is gone by now, so a watch on `/` is added
-    /// and removed for that purpose alone.
-    private static func stopSession(_ state: inout State) {
-        guard let session = state.session else { return }
-        state.session = nil
-        // The table is empty by now, and is kept: its subscription numbers go on rising,
-        // so a number is never reused and a late second unsubscribe cannot hit another.
-        if let sentinel = try? session.inotify.addWatch("/", mask: UInt32(IN_DELETE_SELF | IN_ONLYDIR)) {
-            session.inotify.removeWatch(sentinel)
-        }
     }
 
     // MARK: - Reader thread
 
-    /// The reader thread: blocks in `read` on the inotify descriptor (one system call
-    /// per wake-up) and hands each batch of events to the subscribers, on this thread.
+    /// The reader thread: waits for events or a wake-up, hands each batch of events to
+    /// the subscribers on this thread, and closes the instance once nothing is
+    /// subscribed. Two system calls per wake-up: `poll`, then `read`.
     private func run(_ session: Session) {
         let capacity = 64 * 1024
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 8)
-        defer {
-            buffer.deallocate()
-            session.inotify.close()
-        }
-        while true {
+        while state.withLock({ state in
+            // The table is kept when the instance closes: its subscription numbers go
+            // on rising, so a number is never reused and a late second unsubscribe
+            // cannot hit another subscription.
+            state.closing = state.table.isEmpty
+            return !state.closing
+        }) {
+            guard case .success(let ready) = session.channel.wait(alongside: session.inotify.descriptor) else { break }
+            if ready.woken { session.channel.drain() }
+            guard ready.events else { continue }
             let count = session.inotify.read(into: buffer, capacity: capacity)
-            if count < 0 { return }
-            let current = state.withLock { $0.session?.generation == session.generation }
-            guard current else { return }
-            if count > 0 { handle(Self.parse(buffer, count: count), generation: session.generation) }
+            if count < 0 { break }
+            if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
         }
+        buffer.deallocate()
+        session.inotify.close()
+        session.channel.close()
+        state.withLock { state in
+            state.session = nil
+            state.closing = false
+        }
+        session.closed.signal()
     }
 
     private static func parse(_ buffer: UnsafeMutableRawPointer, count: Int) -> [RawEvent] {
@@ -198,12 +237,9 @@ final class InotifyEngine: Sendable {
     }
 
     /// Decides under the lock who hears what; calls the handlers after releasing it.
-    private func handle(_ events: [RawEvent], generation: UInt64) {
+    private func handle(_ events: [RawEvent], session: Session) {
         let deliveries = state.withLock { state -> [(Handler, DirectoryEvent)] in
-            guard let session = state.session, session.generation == generation else { return [] }
-            let deliveries = state.table.handle(events, kernel: session.inotify)
-            if state.table.isEmpty { Self.stopSession(&state) }
-            return deliveries
+            state.table.handle(events, kernel: session.inotify)
         }
         for (handler, event) in deliveries { handler(event) }
     }
