@@ -230,10 +230,10 @@ struct HostileFileTests {
     // MARK: - Moved containers
 
     @Test("a container moved away and made again: listeners (and the writer that opened it before) go on in the new one",
-          .timeLimit(.minutes(1)))
-    func movedAwayContainerIsFollowed() async throws {
+          .timeLimit(.minutes(1)), arguments: ContainerParent.allCases)
+    func movedAwayContainerIsFollowed(in kind: ContainerParent) async throws {
         let top = TemporaryDirectory()
-        let path = top.file("c")
+        let path = kind.directory(in: top) + "/c"
         let writer = try Wormhole(directory: path)
         let listener = try Wormhole(directory: path)
         try await writer.passMessage("before", identifier: "x")
@@ -241,7 +241,7 @@ struct HostileFileTests {
         let token = try listener.listenForMessage(withIdentifier: "x", as: String.self) { received.append($0) }
         try await writer.passMessage("one", identifier: "x")
         #expect(await received.wait(for: 1) == ["one"])
-        #expect(rename(path, top.file("c.old")) == 0)
+        #expect(rename(path, path + ".old") == 0)
         await settle(300)
         let newcomer = try Wormhole(directory: path)
         try await newcomer.passMessage("two", identifier: "x")

@@ -34,6 +34,9 @@ struct WatchTableTests {
             watches = watches.filter { $0.value != watch }
         }
         func isDirectory(_ path: String) -> Bool { directories.contains(path) }
+        /// Directories where other users create and delete files (`/tmp`).
+        var shared: Set<String> = []
+        func isShared(_ path: String) -> Bool { shared.contains(path) }
     }
 
     private func kinds(_ deliveries: [(String, DirectoryEvent)]) -> [String] {
@@ -133,6 +136,69 @@ struct WatchTableTests {
         #expect(kinds(append) == ["log:appended", "observer:posted"])
         // The old watch's IN_IGNORED, arriving late, means nothing now.
         #expect(table.handle([RawEvent(watch: container, mask: UInt32(IN_IGNORED), name: nil)], kernel: kernel).isEmpty)
+    }
+
+    @Test("a container in a shared parent (as /tmp): the parent is watched only while the container is missing, or from the deletion of an entry until the next creation")
+    func sharedParentIsWatchedOnlyWhileItMatters() throws {
+        let kernel = FakeKernel()
+        kernel.directories = ["/tmp", "/tmp/c"]
+        kernel.shared = ["/tmp"]
+        var table = WatchTable<String>()
+        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        #expect(Array(kernel.watches.keys) == ["/tmp/c"], "the container alone")
+        let container = try #require(kernel.watches["/tmp/c"])
+        // An append, and a compaction's rename within the container: still alone.
+        _ = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole"),
+                          RawEvent(watch: container, mask: UInt32(IN_MOVED_FROM), name: ".x.wormhole.compacting"),
+                          RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole")], kernel: kernel)
+        #expect(kernel.watches["/tmp"] == nil)
+        // An entry deleted (rm -r starts so): the parent is watched, and tells of the rmdir.
+        let deleted = table.handle([RawEvent(watch: container, mask: UInt32(IN_DELETE), name: "x.wormhole")], kernel: kernel)
+        #expect(kinds(deleted) == ["log:replaced"])
+        let parent = try #require(kernel.watches["/tmp"])
+        kernel.directories.remove("/tmp/c")
+        let removed = table.handle([RawEvent(watch: parent, mask: UInt32(IN_DELETE | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(kinds(removed) == ["log:rescan"])
+        #expect(kernel.watches["/tmp"] == parent, "watched while the container is missing")
+        // Made again: watched again, and the parent no longer.
+        kernel.directories.insert("/tmp/c")
+        let made = table.handle([RawEvent(watch: parent, mask: UInt32(IN_CREATE | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(kinds(made) == ["log:rescan"])
+        #expect(Array(kernel.watches.keys) == ["/tmp/c"])
+        // An entry deleted, then one created: the container lives, the parent goes again.
+        let again = try #require(kernel.watches["/tmp/c"])
+        _ = table.handle([RawEvent(watch: again, mask: UInt32(IN_DELETE), name: "x.wormhole")], kernel: kernel)
+        #expect(kernel.watches["/tmp"] != nil)
+        _ = table.handle([RawEvent(watch: again, mask: UInt32(IN_CREATE), name: "x.wormhole")], kernel: kernel)
+        #expect(kernel.watches["/tmp"] == nil)
+    }
+
+    @Test("a container in a shared parent removed before the parent's watch was in place, or moved away: noticed all the same")
+    func sharedParentLooksOnceWhenWatched() throws {
+        let kernel = FakeKernel()
+        kernel.directories = ["/tmp", "/tmp/c"]
+        kernel.shared = ["/tmp"]
+        var table = WatchTable<String>()
+        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        let container = try #require(kernel.watches["/tmp/c"])
+        // The last entry and the directory went in one batch: the parent saw nothing.
+        kernel.directories.remove("/tmp/c")
+        let gone = table.handle([RawEvent(watch: container, mask: UInt32(IN_DELETE | IN_ISDIR), name: ".listeners")], kernel: kernel)
+        #expect(kinds(gone) == ["log:rescan"])
+        #expect(kernel.removed == [container])
+        #expect(kernel.watches["/tmp"] != nil, "watched until the container is back")
+        // Made again before the parent's event is read: the batch that reports it rewatches.
+        kernel.directories.insert("/tmp/c")
+        let parent = try #require(kernel.watches["/tmp"])
+        _ = table.handle([RawEvent(watch: parent, mask: UInt32(IN_CREATE | IN_ISDIR), name: "c")], kernel: kernel)
+        let moved = try #require(kernel.watches["/tmp/c"])
+        #expect(kernel.watches["/tmp"] == nil)
+        // Moved away (the container's own watch says so at once) and made again meanwhile.
+        kernel.watches["/tmp/c"] = nil
+        let movedAway = table.handle([RawEvent(watch: moved, mask: UInt32(IN_MOVE_SELF), name: nil)], kernel: kernel)
+        #expect(kinds(movedAway) == ["log:rescan"])
+        #expect(kernel.watches["/tmp/c"] != nil && kernel.watches["/tmp/c"] != moved, "the directory there now is watched")
+        #expect(kernel.watches["/tmp"] == nil)
     }
 
     @Test("an overflow tells every subscriber of every directory to look again")

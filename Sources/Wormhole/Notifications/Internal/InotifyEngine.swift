@@ -250,4 +250,9 @@ extension Inotify: WatchKernel {
         guard case .success(let status) = Syscalls.linkStatus(path) else { return false }
         return status.isDirectory
     }
+
+    func isShared(_ path: String) -> Bool {
+        guard case .success(let status) = Result(catching: { () throws(Errno) in try Stat(FilePath(path), followTargetSymlink: true) }) else { return false }
+        return status.mode.rawValue & 0o022 != 0
+    }
 }
