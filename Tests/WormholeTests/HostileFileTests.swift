@@ -252,6 +252,25 @@ struct HostileFileTests {
         token.cancel()
     }
 
+    @Test("a long-lived writer notices that its container was moved away, from its first pass on: each next pass goes to the directory at the path (Protocol §4.1)",
+          .timeLimit(.minutes(1)), arguments: ContainerParent.allCases)
+    func writerFollowsItsContainerFromTheFirstPass(in kind: ContainerParent) async throws {
+        let top = TemporaryDirectory()
+        let path = kind.directory(in: top) + "/c"
+        let writer = try Wormhole(directory: path)
+        // After one pass the writer watches nothing yet: its second pass looks at the path.
+        try await writer.passMessage("one", identifier: "x")
+        #expect(rename(path, path + ".first") == 0)
+        try await writer.passMessage("two", identifier: "x")
+        // From then on the container's watch says when it moved.
+        #expect(rename(path, path + ".second") == 0)
+        await settle(300)
+        try await writer.passMessage("three", identifier: "x")
+        for (directory, latest) in [(path + ".first", "one"), (path + ".second", "two"), (path, "three")] {
+            await #expect(try Wormhole(directory: directory).message(withIdentifier: "x", as: String.self) == latest, "in \(directory)")
+        }
+    }
+
     // MARK: - Limits
 
     @Test("a stalled listener holds at most the backlog cap; when it goes on it is told how many it lost, then gets the rest in order",

@@ -76,7 +76,8 @@ public final class FileTransiting: WormholeTransiting {
     /// then opens the one there now. Costs one atomic load when nothing happened.
     ///
     /// The first pass looks at the path instead (one `lstat`), and the watch is made at
-    /// the second, checked by one more look: a process that passes one message and ends
+    /// the second, between two more looks (the directory must exist to be watched, and
+    /// may move before the watch is in place): a process that passes one message and ends
     /// (the CLI's `send`) starts no inotify instance and no thread, and its exit does not
     /// wait for the kernel to tear a watch down (milliseconds at times).
     func noticeContainerMoves() {
@@ -86,6 +87,9 @@ public final class FileTransiting: WormholeTransiting {
                 return
             }
             if containerWatchStage.compareExchange(expected: 1, desired: 2, ordering: .acquiringAndReleasing).exchanged {
+                // A container moved away since the first pass has no directory at the path
+                // to watch: make it first.
+                _ = try? container.refresh(create: true)
                 let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], kind: .container) { [weak self] event in
                     switch event {
                     case .rescan, .failed: self?.containerMayHaveMoved.store(true, ordering: .releasing)
@@ -93,7 +97,7 @@ public final class FileTransiting: WormholeTransiting {
                     }
                 }
                 containerWatch.withLock { $0 = watch }
-                // A move between the first pass and the watch.
+                // A move between that look and the watch.
                 _ = try? container.refresh(create: true)
                 return
             }
