@@ -39,14 +39,25 @@ struct WatchTableTests {
         func isShared(_ path: String) -> Bool { shared.contains(path) }
     }
 
+    /// The deliveries as each subscriber reads them, with the rules of the client it
+    /// stands for: "log" (and other names) a listener's (``FileTransiting``), "observer"
+    /// an observer's of the name "x" (``DarwinNotificationCenter``); changes a client
+    /// ignores are left out.
     private func kinds(_ deliveries: [(String, DirectoryEvent)]) -> [String] {
-        deliveries.map { handler, event in
+        deliveries.compactMap { handler, event -> String? in
             switch event {
-            case .appended: "\(handler):appended"
-            case .replaced: "\(handler):replaced"
-            case .posted: "\(handler):posted"
-            case .rescan: "\(handler):rescan"
-            case .failed: "\(handler):failed"
+            case .rescan: return "\(handler):rescan"
+            case .failed: return "\(handler):failed"
+            case .changed:
+                if handler == "writer" { return "writer:changed" }
+                if handler == "observer" {
+                    return DarwinNotificationCenter.notice(for: event, notificationFile: "x.notification").map { _ in "observer:posted" }
+                }
+                switch FileTransiting.transitingEvent(for: event) {
+                case .wake: return "\(handler):appended"
+                case .replaced: return "\(handler):replaced"
+                case .failed: return "\(handler):failed"
+                }
             }
         }.sorted()
     }
@@ -55,9 +66,9 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
-        _ = try table.subscribe(directory: "/run/c", names: ["x.notification", "x.wormhole"], kind: .notification, handler: "observer", kernel: kernel)
-        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: ["x.notification", "x.wormhole"], changes: DarwinNotificationCenter.observedChanges, handler: "observer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [], handler: "writer", kernel: kernel)
         return (table, kernel, kernel.watches["/run/c"]!, kernel.watches["/run"]!)
     }
 
@@ -72,9 +83,9 @@ struct WatchTableTests {
         let post = table.handle([RawEvent(watch: container, mask: UInt32(IN_ATTRIB), name: "x.notification")], kernel: kernel)
         #expect(kinds(post) == ["observer:posted"])
         let state = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.notification")], kernel: kernel)
-        #expect(state.isEmpty)
+        #expect(kinds(state).isEmpty)
         let other = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "y.wormhole")], kernel: kernel)
-        #expect(other.isEmpty)
+        #expect(other.isEmpty, "nobody subscribed to that name hears of it")
         let replaced = table.handle([RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole")], kernel: kernel)
         #expect(kinds(replaced) == ["log:replaced"])
     }
@@ -86,14 +97,14 @@ struct WatchTableTests {
         kernel.limit = 1
         var table = WatchTable<String>()
         #expect(throws: WormholeError.self) {
-            _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+            _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         }
         #expect(kernel.watches.isEmpty, "the container's watch was taken back")
         #expect(table.isEmpty)
         // An unreadable parent is not a reason to refuse: the container alone is watched.
         kernel.limit = .max
         kernel.unreadable = ["/run"]
-        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         #expect(Array(kernel.watches.keys) == ["/run/c"])
     }
 
@@ -111,6 +122,20 @@ struct WatchTableTests {
             if case .failed(let error) = event { return error.message } else { return nil }
         }.first
         #expect(message?.contains("'/run/c' was recreated but cannot be watched again") == true, "\(message ?? "")")
+    }
+
+    @Test("the table hands each subscriber the raw changes of its own names, merged over a batch, and only those it asked for; a subscriber of the whole directory hears every name")
+    func deliversRawChangesPerName() throws {
+        var (table, kernel, container, _) = try setUp()
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [.attributes], handler: "all", kernel: kernel)
+        let batch = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole"),
+                                  RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole"),
+                                  RawEvent(watch: container, mask: UInt32(IN_ATTRIB), name: "y.notification")], kernel: kernel)
+        #expect(batch.count == 3, "one delivery per subscriber and name")
+        let heard = Dictionary(batch.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
+        #expect(heard == ["log": .changed(name: "x.wormhole", [.written, .entry]),
+                          "observer": .changed(name: "x.wormhole", .written),
+                          "all": .changed(name: "y.notification", .attributes)])
     }
 
     @Test("a batch of a thousand appends reaches each subscriber once")
@@ -144,7 +169,7 @@ struct WatchTableTests {
         kernel.directories = ["/tmp", "/tmp/c"]
         kernel.shared = ["/tmp"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         #expect(Array(kernel.watches.keys) == ["/tmp/c"], "the container alone")
         let container = try #require(kernel.watches["/tmp/c"])
         // An append, and a compaction's rename within the container: still alone.
@@ -179,7 +204,7 @@ struct WatchTableTests {
         kernel.directories = ["/tmp", "/tmp/c"]
         kernel.shared = ["/tmp"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         let container = try #require(kernel.watches["/tmp/c"])
         // The last entry and the directory went in one batch: the parent saw nothing.
         kernel.directories.remove("/tmp/c")
@@ -206,7 +231,7 @@ struct WatchTableTests {
         var (table, kernel, _, _) = try setUp()
         kernel.directories.insert("/srv/d")
         kernel.directories.insert("/srv")
-        _ = try table.subscribe(directory: "/srv/d", names: ["y.wormhole"], kind: .log, handler: "other", kernel: kernel)
+        _ = try table.subscribe(directory: "/srv/d", names: ["y.wormhole"], changes: FileTransiting.logChanges, handler: "other", kernel: kernel)
         let overflow = table.handle([RawEvent(watch: -1, mask: UInt32(IN_Q_OVERFLOW), name: nil)], kernel: kernel)
         #expect(kinds(overflow) == ["log:rescan", "observer:rescan", "other:rescan", "writer:rescan"])
     }
@@ -225,9 +250,9 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [], handler: "writer", kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE) } == 0)
-        let listener = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        let listener = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == UInt32(IN_MODIFY))
         table.unsubscribe(listener, kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == 0)
@@ -239,8 +264,8 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c", "/run/c/inner"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
-        _ = try table.subscribe(directory: "/run/c/inner", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [], handler: "writer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c/inner", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_CREATE | IN_MOVED_FROM) } == UInt32(IN_CREATE | IN_MOVED_FROM))
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == 0)
     }
@@ -250,10 +275,10 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c"]
         var table = WatchTable<String>()
-        let old = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "old", kernel: kernel)
+        let old = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "old", kernel: kernel)
         table.unsubscribe(old, kernel: kernel)
         #expect(table.isEmpty)
-        let new = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "new", kernel: kernel)
+        let new = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "new", kernel: kernel)
         #expect(new != old)
         table.unsubscribe(old, kernel: kernel)
         let watch = try #require(kernel.watches["/run/c"])
@@ -265,8 +290,8 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/a", "/run/b"]
         var table = WatchTable<String>()
-        let a = try table.subscribe(directory: "/run/a", names: ["x.wormhole"], kind: .log, handler: "a", kernel: kernel)
-        let b = try table.subscribe(directory: "/run/b", names: ["x.wormhole"], kind: .log, handler: "b", kernel: kernel)
+        let a = try table.subscribe(directory: "/run/a", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "a", kernel: kernel)
+        let b = try table.subscribe(directory: "/run/b", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "b", kernel: kernel)
         #expect(table.watchCount == 3, "two containers, one shared parent")
         table.unsubscribe(a, kernel: kernel)
         #expect(table.watchCount == 2)
@@ -275,7 +300,7 @@ struct WatchTableTests {
         #expect(table.isEmpty)
         #expect(kernel.watches.isEmpty)
         #expect(throws: WormholeError.self) {
-            _ = try table.subscribe(directory: "/nowhere", names: [], kind: .log, handler: "x", kernel: kernel)
+            _ = try table.subscribe(directory: "/nowhere", names: [], changes: FileTransiting.logChanges, handler: "x", kernel: kernel)
         }
         #expect(table.isEmpty)
     }

@@ -90,11 +90,10 @@ public final class FileTransiting: WormholeTransiting {
                 // A container moved away since the first pass has no directory at the path
                 // to watch: make it first.
                 _ = try? container.refresh(create: true)
-                let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], kind: .container) { [weak self] event in
-                    switch event {
-                    case .rescan, .failed: self?.containerMayHaveMoved.store(true, ordering: .releasing)
-                    case .appended, .replaced, .posted: break
-                    }
+                // No file's changes: only that the directory went away or came back.
+                let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], changes: []) { [weak self] event in
+                    if case .changed = event { return }
+                    self?.containerMayHaveMoved.store(true, ordering: .releasing)
                 }
                 containerWatch.withLock { $0 = watch }
                 // A move between that look and the watch.
@@ -300,13 +299,23 @@ public final class FileTransiting: WormholeTransiting {
 
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Identifier.validate(identifier)
-        return try InotifyEngine.shared.subscribe(directory: directory, name: LogFile.name(identifier), kind: .log) { event in
-            switch event {
-            case .appended: handler(.wake)
-            case .replaced, .rescan: handler(.replaced)
-            case .posted: break
-            case .failed(let error): handler(.failed(error))
-            }
+        return try InotifyEngine.shared.subscribe(directory: directory, names: [LogFile.name(identifier)], changes: Self.logChanges) { event in
+            handler(Self.transitingEvent(for: event))
+        }
+    }
+
+    /// What a listener hears of its log: writes (appends, and the cut of a torn tail) and
+    /// the file at the name coming and going (created, replaced by compaction, deleted).
+    static let logChanges: FileChanges = [.written, .entry]
+
+    /// What an engine event about a log means to its listener (Protocol §11.3): a write is
+    /// a wake-up; a file created, replaced or deleted at the name, or a rescan, means the
+    /// file there may be another one now.
+    static func transitingEvent(for event: DirectoryEvent) -> WormholeTransitingEvent {
+        switch event {
+        case .changed(_, let changes): changes.contains(.entry) ? .replaced : .wake
+        case .rescan: .replaced
+        case .failed(let error): .failed(error)
         }
     }
 

@@ -10,33 +10,44 @@ import Dispatch
 import SystemPackage
 import Synchronization
 
-/// What the engine tells a directory subscriber.
-enum DirectoryEvent: Sendable {
-    /// The subscriber's log file was written to (IN_MODIFY): records may have been added.
-    case appended
-    /// The subscriber's log file was created, replaced, moved or deleted: the file at
-    /// its name may be another one now.
-    case replaced
-    /// The subscriber's notification file was posted to (IN_ATTRIB).
-    case posted
-    /// Events may have been lost (queue overflow) or the directory was recreated:
-    /// anything may have changed, so look again.
+/// What the engine tells a directory subscriber: which of its files changed and how, as
+/// inotify said, with no idea of what the files are. What a change means (an append, a
+/// replaced log, a post) is the subscriber's business.
+enum DirectoryEvent: Sendable, Equatable {
+    /// The file `name` changed (one of the names subscribed to, or any name for a
+    /// subscriber of the whole directory), in the ways it asked to hear of: everything
+    /// inotify reported of that name in one read, merged.
+    case changed(name: String, FileChanges)
+    /// Events may have been lost (queue overflow), or the directory went away or came
+    /// back: anything may have changed, so look again.
     case rescan
-    /// The watched directory is gone and could not be recreated; the subscription ended.
+    /// Nothing can tell of this directory any more (it was recreated but cannot be
+    /// watched, or its parent went away): no more events will come.
     case failed(WormholeError)
 }
 
-/// What a subscriber's file is, which decides which events it hears.
-enum SubscriberKind: Sendable {
-    /// A message log: writes wake it, replacements make it look at the file again.
-    case log
-    /// A notification name: posts (IN_ATTRIB on its notification file) wake it, and so do
-    /// passes to the identifier of the same name (IN_MODIFY on its log), as
-    /// `passMessage` posts the identifier's Darwin notification in MMWormhole. Writing a
-    /// notification file's state (IN_MODIFY on it) does not.
-    case notification
-    /// The directory itself: hears only that it went away or came back (rescan).
-    case container
+/// How a file of a watched directory changed, in inotify's terms.
+struct FileChanges: OptionSet, Sendable, Hashable {
+    let rawValue: UInt8
+
+    /// Its contents were written (IN_MODIFY).
+    static let written = FileChanges(rawValue: 1 << 0)
+    /// Its attributes or times were set (IN_ATTRIB).
+    static let attributes = FileChanges(rawValue: 1 << 1)
+    /// A file was created at the name, deleted from it, or moved to or from it (IN_CREATE,
+    /// IN_DELETE, IN_MOVED_TO, IN_MOVED_FROM): the name may stand for another file now.
+    static let entry = FileChanges(rawValue: 1 << 2)
+
+    /// The changes an event's mask reports.
+    init(inotifyMask mask: UInt32) {
+        var changes: FileChanges = []
+        if mask & UInt32(IN_MODIFY) != 0 { changes.insert(.written) }
+        if mask & UInt32(IN_ATTRIB) != 0 { changes.insert(.attributes) }
+        if mask & UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) != 0 { changes.insert(.entry) }
+        self = changes
+    }
+
+    init(rawValue: UInt8) { self.rawValue = rawValue }
 }
 
 /// A subscription to the engine; cancelling it (or dropping it) unsubscribes.
@@ -101,17 +112,13 @@ final class InotifyEngine: Sendable {
 
     private let state = Locked(State())
 
-    /// Starts delivering events for the file `name` of `directory` to `handler`; the
-    /// watch is in place when this returns.
-    func subscribe(directory: String, name: String, kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
-        try subscribe(directory: directory, names: [name], kind: kind, handler: handler)
-    }
-
-    /// Starts delivering events for `directory` (only those for the files `names`, unless
-    /// empty) to `handler`. The watch is in place when this returns; dropping or
-    /// cancelling the subscription ends it.
-    func subscribe(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
-        EngineSubscription(id: try subscriptionNumber(directory: directory, names: names, kind: kind, handler: handler))
+    /// Starts telling `handler` of the `changes` of the files `names` of `directory` (of
+    /// every file, when empty), and always when the directory went away or came back
+    /// (``DirectoryEvent/rescan``). A subscriber that asks for no changes hears of the
+    /// directory alone. The watch is in place when this returns; dropping or cancelling
+    /// the subscription ends it.
+    func subscribe(directory: String, names: [String], changes: FileChanges, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
+        EngineSubscription(id: try subscriptionNumber(directory: directory, names: names, changes: changes, handler: handler))
     }
 
     private enum Attempt {
@@ -121,13 +128,13 @@ final class InotifyEngine: Sendable {
         case wait(Session)
     }
 
-    private func subscriptionNumber(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
+    private func subscriptionNumber(directory: String, names: [String], changes: FileChanges, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
         while true {
             let attempt: Attempt = state.withLock { state in
                 if state.closing, let closing = state.session { return .wait(closing) }
                 do throws(WormholeError) {
                     let session = try Self.startSessionIfNeeded(&state)
-                    let id = try state.table.subscribe(directory: directory, names: names, kind: kind, handler: handler,
+                    let id = try state.table.subscribe(directory: directory, names: names, changes: changes, handler: handler,
                                                        kernel: session.inotify)
                     return .subscribed(id)
                 } catch {

@@ -46,8 +46,9 @@ struct RawEvent: Equatable {
 /// A deleted directory is watched again as soon as it exists again, and its subscribers
 /// are told to look again then.
 struct WatchTable<Handler> {
-    /// What a container with listeners or observers needs: IN_MODIFY is an append,
-    /// IN_ATTRIB a post, entry events say a log was replaced.
+    /// What a container needs when a subscriber wants to hear of its files' changes
+    /// (``FileChanges``). Entry events are always part of it: the deletion of an entry is
+    /// what says that a container in a shared parent may be on its way out.
     static var activeMask: UInt32 { UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) }
     /// What every watched container needs: that the directory itself went away.
     static var selfMask: UInt32 { UInt32(IN_DELETE_SELF | IN_MOVE_SELF) }
@@ -55,15 +56,15 @@ struct WatchTable<Handler> {
     /// other files in a shared parent (`/dev/shm`, say) do not wake the reader thread.
     static var parentMask: UInt32 { UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF) }
 
-    /// The mask the watch of `path` needs for every role it has: a container whose only
-    /// subscribers are writers watching for a move (``SubscriberKind/container``) is not
-    /// woken by its own appends; a directory that is also another container's parent
-    /// keeps what that role needs.
+    /// The mask the watch of `path` needs for every role it has: a container whose
+    /// subscribers want to hear of no file (writers watching for a move) is not woken by
+    /// its own appends; a directory that is also another container's parent keeps what
+    /// that role needs.
     func mask(for path: String) -> UInt32 {
         var mask = UInt32(IN_ONLYDIR)
         if let container = containers[path] {
             mask |= Self.selfMask
-            if container.subscribers.values.contains(where: { $0.kind != .container }) { mask |= Self.activeMask }
+            if container.subscribers.values.contains(where: { !$0.changes.isEmpty }) { mask |= Self.activeMask }
         }
         if childrenOfParent[path]?.isEmpty == false { mask |= Self.parentMask }
         return mask
@@ -88,7 +89,8 @@ struct WatchTable<Handler> {
     private struct Subscriber {
         /// The file names it hears about; empty for every name in the directory.
         let names: [String]
-        let kind: SubscriberKind
+        /// The changes it hears about.
+        let changes: FileChanges
         let handler: Handler
     }
 
@@ -151,14 +153,15 @@ struct WatchTable<Handler> {
 
     // MARK: - Subscribing
 
-    /// Adds a subscriber of `names` in `directory` (every name when empty), watching the
-    /// directory and its parent first when they are not watched yet.
-    mutating func subscribe(directory: String, names: [String], kind: SubscriberKind, handler: Handler,
+    /// Adds a subscriber of the `changes` of `names` in `directory` (every name when
+    /// empty), watching the directory (and its parent, as needed) first when it is not
+    /// watched yet.
+    mutating func subscribe(directory: String, names: [String], changes: FileChanges, handler: Handler,
                             kernel: some WatchKernel) throws(WormholeError) -> UInt64 {
         if containers[directory] == nil { try addContainer(directory, kernel: kernel) }
         let id = nextSubscription
         nextSubscription += 1
-        containers[directory]?.add(id, Subscriber(names: names, kind: kind, handler: handler))
+        containers[directory]?.add(id, Subscriber(names: names, changes: changes, handler: handler))
         containerOfSubscription[id] = directory
         updateMask(directory, kernel: kernel)
         return id
@@ -280,29 +283,42 @@ struct WatchTable<Handler> {
 
     // MARK: - Events
 
-    /// One delivery of one kind of event to one subscriber, so that events read
-    /// together reach each subscriber once.
+    /// One delivery to one subscriber: of the changes of one file name, of a rescan or of
+    /// a failure, so that events read together reach each subscriber once each.
     private struct DeliveryKey: Hashable {
         let subscription: UInt64
-        let kind: UInt8
+        /// The file name; nil for a rescan or a failure.
+        let name: String?
+        let failed: Bool
     }
 
-    /// What `events` mean to each subscriber: each subscriber hears each kind of event at
-    /// most once per batch. Directories that went away stop being watched; those that
-    /// came back are watched again.
+    /// Who hears what of `events`: each subscriber hears of each of its file names once
+    /// per batch, with the changes of that name merged, and of a rescan or a failure at
+    /// most once. Directories that went away stop being watched; those that came back
+    /// are watched again.
     mutating func handle(_ events: [RawEvent], kernel: some WatchKernel) -> [(Handler, DirectoryEvent)] {
         var deliveries: [(Handler, DirectoryEvent)] = []
-        var seen = Set<DeliveryKey>()
+        var position: [DeliveryKey: Int] = [:]
         func deliver(_ id: UInt64, _ subscriber: Subscriber, _ event: DirectoryEvent) {
-            let kind: UInt8
+            let key: DeliveryKey
             switch event {
-            case .appended: kind = 0
-            case .replaced: kind = 1
-            case .posted: kind = 2
-            case .rescan: kind = 3
-            case .failed: kind = 4
+            case .changed(let name, _): key = DeliveryKey(subscription: id, name: name, failed: false)
+            case .rescan: key = DeliveryKey(subscription: id, name: nil, failed: false)
+            case .failed: key = DeliveryKey(subscription: id, name: nil, failed: true)
             }
-            if seen.insert(DeliveryKey(subscription: id, kind: kind)).inserted { deliveries.append((subscriber.handler, event)) }
+            guard let index = position[key] else {
+                position[key] = deliveries.count
+                deliveries.append((subscriber.handler, event))
+                return
+            }
+            if case .changed(let name, let earlier) = deliveries[index].1, case .changed(_, let changes) = event {
+                deliveries[index].1 = .changed(name: name, earlier.union(changes))
+            }
+        }
+        /// The changes of `name` that `subscriber` asked for, if any.
+        func tell(_ id: UInt64, _ subscriber: Subscriber, _ name: String, _ changes: FileChanges) {
+            let heard = changes.intersection(subscriber.changes)
+            if !heard.isEmpty { deliver(id, subscriber, .changed(name: name, heard)) }
         }
         func rescan(_ path: String) {
             for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .rescan) }
@@ -335,15 +351,12 @@ struct WatchTable<Handler> {
                     }
                 }
                 if let name = event.name {
+                    let changes = FileChanges(inotifyMask: event.mask)
                     for id in container.subscribersOfName[name] ?? [] {
-                        guard let subscriber = container.subscribers[id],
-                              let routed = Self.route(event.mask, on: name, to: subscriber.kind) else { continue }
-                        deliver(id, subscriber, routed)
+                        if let subscriber = container.subscribers[id] { tell(id, subscriber, name, changes) }
                     }
-                    if event.mask & UInt32(IN_ATTRIB) != 0 {
-                        for id in container.wildcardSubscribers {
-                            if let subscriber = container.subscribers[id], subscriber.kind != .container { deliver(id, subscriber, .posted) }
-                        }
+                    for id in container.wildcardSubscribers {
+                        if let subscriber = container.subscribers[id] { tell(id, subscriber, name, changes) }
                     }
                 }
                 if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
@@ -393,22 +406,6 @@ struct WatchTable<Handler> {
             }
         }
         return deliveries
-    }
-
-    /// What an event on a subscriber's own file means to it, if anything.
-    static func route(_ mask: UInt32, on name: String, to kind: SubscriberKind) -> DirectoryEvent? {
-        switch kind {
-        case .log:
-            if mask & UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) != 0 { return .replaced }
-            if mask & UInt32(IN_MODIFY) != 0 { return .appended }
-            return nil
-        case .container:
-            return nil
-        case .notification:
-            if mask & UInt32(IN_ATTRIB) != 0 { return .posted }
-            if mask & UInt32(IN_MODIFY) != 0, name.hasSuffix(LogFormat.fileSuffix) { return .posted }
-            return nil
-        }
     }
 
     /// The container at `path` is gone (deleted or moved away): stop watching the old
