@@ -163,15 +163,20 @@ struct WatchTableTests {
         #expect(table.handle([RawEvent(watch: container, mask: UInt32(IN_IGNORED), name: nil)], kernel: kernel).isEmpty)
     }
 
-    @Test("a container in a shared parent (as /tmp): the parent is watched only while the container is missing, or from the deletion of an entry until the next creation")
-    func sharedParentIsWatchedOnlyWhileItMatters() throws {
+    /// A listener of /tmp/c, where /tmp is shared; the container's watch.
+    private func setUpInSharedParent() throws -> (WatchTable<String>, FakeKernel, container: Int32) {
         let kernel = FakeKernel()
         kernel.directories = ["/tmp", "/tmp/c"]
         kernel.shared = ["/tmp"]
         var table = WatchTable<String>()
         _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
+        return (table, kernel, try #require(kernel.watches["/tmp/c"]))
+    }
+
+    @Test("a container in a shared parent (as /tmp): the parent is watched only while the container is missing, or from the deletion of an entry until the next creation")
+    func sharedParentIsWatchedOnlyWhileItMatters() throws {
+        var (table, kernel, container) = try setUpInSharedParent()
         #expect(Array(kernel.watches.keys) == ["/tmp/c"], "the container alone")
-        let container = try #require(kernel.watches["/tmp/c"])
         // An append, and a compaction's rename within the container: still alone.
         _ = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole"),
                           RawEvent(watch: container, mask: UInt32(IN_MOVED_FROM), name: ".x.wormhole.compacting"),
@@ -200,12 +205,7 @@ struct WatchTableTests {
 
     @Test("a container in a shared parent removed before the parent's watch was in place, or moved away: noticed all the same")
     func sharedParentLooksOnceWhenWatched() throws {
-        let kernel = FakeKernel()
-        kernel.directories = ["/tmp", "/tmp/c"]
-        kernel.shared = ["/tmp"]
-        var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
-        let container = try #require(kernel.watches["/tmp/c"])
+        var (table, kernel, container) = try setUpInSharedParent()
         // The last entry and the directory went in one batch: the parent saw nothing.
         kernel.directories.remove("/tmp/c")
         let gone = table.handle([RawEvent(watch: container, mask: UInt32(IN_DELETE | IN_ISDIR), name: ".listeners")], kernel: kernel)
