@@ -104,9 +104,11 @@ struct NotificationCenterTests {
         let note = try center.addObserver(forName: "note") { heard.append($0) }
         let other = try center.addObserver(forName: "other") { heard.append($0) }
         try await Wormhole(directory: directory.path).passMessage("hello", identifier: "note")
-        #expect(await heard.wait(for: 1) == ["note"])
+        #expect(await heard.wait(for: 1).first == "note")
         await settle()
-        #expect(heard.all == ["note"], "the observer of another name heard nothing")
+        // A pass that creates the log writes its header, then the record: one or two
+        // wake-ups, as posts coalesce or not.
+        #expect(heard.all.allSatisfy { $0 == "note" }, "the observer of another name heard nothing: \(heard.all)")
         #expect(!FileManager.default.fileExists(atPath: directory.file("note.notification")))
         note.cancel()
         other.cancel()

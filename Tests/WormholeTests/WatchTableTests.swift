@@ -270,6 +270,18 @@ struct WatchTableTests {
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == 0)
     }
 
+    @Test("an instance that cannot be read any more: every subscriber is handed back to be told, the table is empty, and numbers go on rising")
+    func removeAllHandsBackEverySubscriber() throws {
+        var (table, kernel, _, _) = try setUp()
+        let last = try table.subscribe(directory: "/run/c", names: ["y.wormhole"], changes: FileTransiting.logChanges, handler: "other", kernel: kernel)
+        let watches = kernel.watches
+        #expect(table.removeAll().sorted() == ["log", "observer", "other", "writer"])
+        #expect(table.isEmpty && table.watchCount == 0)
+        #expect(kernel.watches == watches && kernel.removed.isEmpty, "closing the instance removes its watches, not the table")
+        let next = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "new", kernel: kernel)
+        #expect(next > last)
+    }
+
     @Test("a subscription number is never reused: a late second unsubscribe of an old one leaves a new one alone")
     func numbersAreNotReused() throws {
         let kernel = FakeKernel()

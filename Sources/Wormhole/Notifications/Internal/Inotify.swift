@@ -53,14 +53,9 @@ struct Inotify: Sendable {
     }
 
     /// Reads the events that arrived into `buffer` (blocking until some do); the byte
-    /// count, or -1 when the descriptor is unusable. The corresponding C function is `read`.
-    func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Int {
-        while true {
-            let count = Glibc.read(descriptor.rawValue, buffer, capacity)
-            if count >= 0 { return count }
-            if Glibc.errno == EINTR || Glibc.errno == EAGAIN { continue }
-            return -1
-        }
+    /// count. The corresponding C function is `read`.
+    func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Result<Int, Errno> {
+        Syscalls.retrying { Glibc.read(descriptor.rawValue, buffer, capacity) }
     }
 
     func close() { try? descriptor.close() }

@@ -205,12 +205,22 @@ final class InotifyEngine: Sendable {
             state.closing = state.table.isEmpty
             return !state.closing
         }) {
-            guard case .success(let ready) = session.channel.wait(alongside: session.inotify.descriptor) else { break }
+            let ready: WakeChannel.Readiness
+            switch session.channel.wait(alongside: session.inotify.descriptor) {
+            case .success(let readiness):
+                ready = readiness
+            case .failure(let errno):
+                abandon(WormholeError.system("wait for inotify events", errno))
+                continue
+            }
             if ready.woken { session.channel.drain() }
             guard ready.events else { continue }
-            let count = session.inotify.read(into: buffer, capacity: capacity)
-            if count < 0 { break }
-            if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
+            switch session.inotify.read(into: buffer, capacity: capacity) {
+            case .success(let count):
+                if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
+            case .failure(let errno):
+                abandon(WormholeError.system("read inotify events", errno))
+            }
         }
         buffer.deallocate()
         session.inotify.close()
@@ -241,6 +251,15 @@ final class InotifyEngine: Sendable {
             offset += headerSize + length
         }
         return events
+    }
+
+    /// The instance cannot be waited on or read any more (which the kernel does not do
+    /// to a valid descriptor and a buffer of 64 KiB): every subscriber is told that no
+    /// more events will come, rather than left waiting, and the instance is closed; a
+    /// later subscription starts a new one.
+    private func abandon(_ error: WormholeError) {
+        let handlers = state.withLock { $0.table.removeAll() }
+        for handler in handlers { handler(.failed(error)) }
     }
 
     /// Decides under the lock who hears what; calls the handlers after releasing it.

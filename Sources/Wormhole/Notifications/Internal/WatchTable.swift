@@ -141,6 +141,12 @@ struct WatchTable<Handler> {
     private var containerOfSubscription: [UInt64: String] = [:]
     private var nextSubscription: UInt64 = 1
 
+    init() {}
+
+    private init(nextSubscription: UInt64) {
+        self.nextSubscription = nextSubscription
+    }
+
     /// Whether nothing is subscribed (and nothing watched).
     var isEmpty: Bool { containers.isEmpty }
 
@@ -165,6 +171,15 @@ struct WatchTable<Handler> {
         containerOfSubscription[id] = directory
         updateMask(directory, kernel: kernel)
         return id
+    }
+
+    /// Forgets every subscriber and watch, without a kernel call (the instance is being
+    /// closed, which removes its watches); the subscription numbers go on rising.
+    /// - Returns: The handlers of the subscribers that were there.
+    mutating func removeAll() -> [Handler] {
+        let handlers = containers.values.flatMap { $0.subscribers.values.map(\.handler) }
+        self = WatchTable(nextSubscription: nextSubscription)
+        return handlers
     }
 
     /// Removes a subscriber; the last one of a directory releases its watches.
