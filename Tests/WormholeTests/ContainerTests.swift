@@ -199,8 +199,9 @@ struct ContainerTests {
         }
         await settle(300)
         let woken = switches() - before
-        // Before the parent was watched only when needed: 5,000 to 11,000 for 10,000 files.
-        #expect(woken < 100, "the listener switched \(woken) times while \(files) other files were created and deleted")
+        // Measured: 6 to 41 (the latter with the whole suite running); before the parent
+        // was watched only when needed, 1,971 for these 5,000 files, 11,000 for 10,000.
+        #expect(woken < 250, "the listener switched \(woken) times while \(files) other files were created and deleted")
         try await Wormhole(directory: path).passMessage("end", identifier: "x")
         #expect(await waitForExit(listener) == 0)
         #expect(try listenerLines(output).map(\.payload) == ["end"], "the listener still hears its own container")
