@@ -184,14 +184,16 @@ struct FaultTests {
         token.cancel()
     }
 
-    /// Runs the agent's probe in a user namespace whose inotify limit is `value`.
-    private func probe(limit: String, value: Int) throws -> String {
+    /// Runs the agent's probe in a user namespace whose inotify limit is `value`, on a
+    /// container in a parent of the given kind.
+    private func probe(limit: String, value: Int, in kind: ContainerParent = .private) throws -> String {
         let directory = TemporaryDirectory()
+        let container = kind.directory(in: directory) + "/c"
         let process = Process()
         let pipe = Pipe()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
         process.arguments = ["--user", "--map-root-user", "/bin/sh", "-c",
-                             "echo \(value) > /proc/sys/user/\(limit) && exec \"$0\" probe \"$1\"", Agent.path, directory.path]
+                             "echo \(value) > /proc/sys/user/\(limit) && exec \"$0\" probe \"$1\"", Agent.path, container]
         process.standardOutput = pipe
         try process.run()
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
@@ -215,8 +217,11 @@ struct FaultTests {
         let output = try probe(limit: "max_inotify_watches", value: 0)
         #expect(output.hasPrefix("error notificationLimitReached:"), "\(output)")
         #expect(output.contains("inotify watches"))
-        // One watch: the container's is granted, its parent's is not. Without the parent's
-        // watch a recreated container would go unnoticed, so that fails too.
+        // One watch: the container's is granted, its private parent's is not. Without the
+        // parent's watch a recreated container would go unnoticed, so that fails too. A
+        // shared parent (as /tmp) is watched only while the container is missing or being
+        // emptied: one watch is enough to start.
+        #expect(try probe(limit: "max_inotify_watches", value: 1, in: .shared) == "ok\n")
         let parentRefused = try probe(limit: "max_inotify_watches", value: 1)
         #expect(parentRefused.hasPrefix("error notificationLimitReached:"), "\(parentRefused)")
         #expect(parentRefused.contains("user.max_inotify_watches = 1; raise it with 'sysctl -w user.max_inotify_watches=N'"), "\(parentRefused)")

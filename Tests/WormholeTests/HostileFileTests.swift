@@ -243,10 +243,10 @@ struct HostileFileTests {
     // MARK: - Moved containers
 
     @Test("a container moved away and made again: listeners (and the writer that opened it before) go on in the new one",
-          .timeLimit(.minutes(1)))
-    func movedAwayContainerIsFollowed() async throws {
+          .timeLimit(.minutes(1)), arguments: ContainerParent.allCases)
+    func movedAwayContainerIsFollowed(in kind: ContainerParent) async throws {
         let top = TemporaryDirectory()
-        let path = top.file("c")
+        let path = kind.directory(in: top) + "/c"
         let writer = try Wormhole(directory: path)
         let listener = try Wormhole(directory: path)
         try await writer.passMessage("before", identifier: "x")
@@ -254,7 +254,7 @@ struct HostileFileTests {
         let token = try listener.listenForMessage(withIdentifier: "x", as: String.self) { received.append($0) }
         try await writer.passMessage("one", identifier: "x")
         #expect(await received.wait(for: 1) == ["one"])
-        #expect(rename(path, top.file("c.old")) == 0)
+        #expect(rename(path, path + ".old") == 0)
         await settle(300)
         let newcomer = try Wormhole(directory: path)
         try await newcomer.passMessage("two", identifier: "x")
@@ -263,6 +263,25 @@ struct HostileFileTests {
         #expect(await received.wait(for: 3) == ["one", "two", "three"])
         await #expect(try newcomer.message(withIdentifier: "x", as: String.self) == "three")
         token.cancel()
+    }
+
+    @Test("a long-lived writer notices that its container was moved away, from its first pass on: each next pass goes to the directory at the path (Protocol §4.1)",
+          .timeLimit(.minutes(1)), arguments: ContainerParent.allCases)
+    func writerFollowsItsContainerFromTheFirstPass(in kind: ContainerParent) async throws {
+        let top = TemporaryDirectory()
+        let path = kind.directory(in: top) + "/c"
+        let writer = try Wormhole(directory: path)
+        // After one pass the writer watches nothing yet: its second pass looks at the path.
+        try await writer.passMessage("one", identifier: "x")
+        #expect(rename(path, path + ".first") == 0)
+        try await writer.passMessage("two", identifier: "x")
+        // From then on the container's watch says when it moved.
+        #expect(rename(path, path + ".second") == 0)
+        await settle(300)
+        try await writer.passMessage("three", identifier: "x")
+        for (directory, latest) in [(path + ".first", "one"), (path + ".second", "two"), (path, "three")] {
+            await #expect(try Wormhole(directory: directory).message(withIdentifier: "x", as: String.self) == latest, "in \(directory)")
+        }
     }
 
     // MARK: - Limits

@@ -48,4 +48,20 @@ struct LifecycleTests {
         }
         #expect(late == 0, "\(late) calls started after cancel() returned")
     }
+
+    @Test("2,000 listen/cancel cycles, then 200 listeners each cancelled and replaced from its own handler: never more than one inotify instance, and none soon after the last cancel",
+          .timeLimit(.minutes(2)))
+    func listenCancelCyclesHoldOneInotifyInstanceAtMost() throws {
+        // In a process of its own, whose only inotify instance is the engine's: this one
+        // runs other suites, and libinotifytools, meanwhile.
+        let directory = TemporaryDirectory()
+        let (status, output) = try Agent.run(["instances", directory.path, "\(scaled(2_000))", "200"])
+        #expect(status == 0)
+        let numbers = output.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+        try #require(numbers.count == 4, "\(output)")
+        #expect(numbers[0] == 1, "at most \(numbers[0]) inotify instances open at once")
+        #expect(numbers[2] == 0, "\(numbers[2]) inotify instances left 5 s after the last cancel")
+        #expect(numbers[3] < 1_000_000, "the last instance closed \(numbers[3]) µs after the last cancel")
+        print("instances: most \(numbers[0]) at once; \(numbers[1]) when the last cancel returned, \(numbers[2]) after \(numbers[3]) µs")
+    }
 }

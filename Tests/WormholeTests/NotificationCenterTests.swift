@@ -95,6 +95,25 @@ struct NotificationCenterTests {
         #expect(ended != nil, "cancelling the task ends the loop without an error")
     }
 
+    @Test("a message passed to an identifier is a post of that name to its observers (Protocol §13), and of no other; no notification file is made",
+          .timeLimit(.minutes(1)))
+    func passingAMessagePostsTheIdentifiersName() async throws {
+        let directory = TemporaryDirectory()
+        let center = try DarwinNotificationCenter(directory: directory.path)
+        let heard = Collector<String>()
+        let note = try center.addObserver(forName: "note") { heard.append($0) }
+        let other = try center.addObserver(forName: "other") { heard.append($0) }
+        try await Wormhole(directory: directory.path).passMessage("hello", identifier: "note")
+        #expect(await heard.wait(for: 1).first == "note")
+        await settle()
+        // A pass that creates the log writes its header, then the record: one or two
+        // wake-ups, as posts coalesce or not.
+        #expect(heard.all.allSatisfy { $0 == "note" }, "the observer of another name heard nothing: \(heard.all)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("note.notification")))
+        note.cancel()
+        other.cancel()
+    }
+
     @Test func postToAHostileNameFails() throws {
         let directory = TemporaryDirectory()
         let center = try DarwinNotificationCenter(directory: directory.path)

@@ -34,16 +34,30 @@ struct WatchTableTests {
             watches = watches.filter { $0.value != watch }
         }
         func isDirectory(_ path: String) -> Bool { directories.contains(path) }
+        /// Directories where other users create and delete files (`/tmp`).
+        var shared: Set<String> = []
+        func isShared(_ path: String) -> Bool { shared.contains(path) }
     }
 
+    /// The deliveries as each subscriber reads them, with the rules of the client it
+    /// stands for: "log" (and other names) a listener's (``FileTransiting``), "observer"
+    /// an observer's of the name "x" (``DarwinNotificationCenter``); changes a client
+    /// ignores are left out.
     private func kinds(_ deliveries: [(String, DirectoryEvent)]) -> [String] {
-        deliveries.map { handler, event in
+        deliveries.compactMap { handler, event -> String? in
             switch event {
-            case .appended: "\(handler):appended"
-            case .replaced: "\(handler):replaced"
-            case .posted: "\(handler):posted"
-            case .rescan: "\(handler):rescan"
-            case .failed: "\(handler):failed"
+            case .rescan: return "\(handler):rescan"
+            case .failed: return "\(handler):failed"
+            case .changed:
+                if handler == "writer" { return "writer:changed" }
+                if handler == "observer" {
+                    return DarwinNotificationCenter.notice(for: event, notificationFile: "x.notification").map { _ in "observer:posted" }
+                }
+                switch FileTransiting.transitingEvent(for: event) {
+                case .wake: return "\(handler):appended"
+                case .replaced: return "\(handler):replaced"
+                case .failed: return "\(handler):failed"
+                }
             }
         }.sorted()
     }
@@ -52,9 +66,9 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
-        _ = try table.subscribe(directory: "/run/c", names: ["x.notification", "x.wormhole"], kind: .notification, handler: "observer", kernel: kernel)
-        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: ["x.notification", "x.wormhole"], changes: DarwinNotificationCenter.observedChanges, handler: "observer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [], handler: "writer", kernel: kernel)
         return (table, kernel, kernel.watches["/run/c"]!, kernel.watches["/run"]!)
     }
 
@@ -69,9 +83,9 @@ struct WatchTableTests {
         let post = table.handle([RawEvent(watch: container, mask: UInt32(IN_ATTRIB), name: "x.notification")], kernel: kernel)
         #expect(kinds(post) == ["observer:posted"])
         let state = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.notification")], kernel: kernel)
-        #expect(state.isEmpty)
+        #expect(kinds(state).isEmpty)
         let other = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "y.wormhole")], kernel: kernel)
-        #expect(other.isEmpty)
+        #expect(other.isEmpty, "nobody subscribed to that name hears of it")
         let replaced = table.handle([RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole")], kernel: kernel)
         #expect(kinds(replaced) == ["log:replaced"])
     }
@@ -83,14 +97,14 @@ struct WatchTableTests {
         kernel.limit = 1
         var table = WatchTable<String>()
         #expect(throws: WormholeError.self) {
-            _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+            _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         }
         #expect(kernel.watches.isEmpty, "the container's watch was taken back")
         #expect(table.isEmpty)
         // An unreadable parent is not a reason to refuse: the container alone is watched.
         kernel.limit = .max
         kernel.unreadable = ["/run"]
-        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         #expect(Array(kernel.watches.keys) == ["/run/c"])
     }
 
@@ -108,6 +122,20 @@ struct WatchTableTests {
             if case .failed(let error) = event { return error.message } else { return nil }
         }.first
         #expect(message?.contains("'/run/c' was recreated but cannot be watched again") == true, "\(message ?? "")")
+    }
+
+    @Test("the table hands each subscriber the raw changes of its own names, merged over a batch, and only those it asked for; a subscriber of the whole directory hears every name")
+    func deliversRawChangesPerName() throws {
+        var (table, kernel, container, _) = try setUp()
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [.attributes], handler: "all", kernel: kernel)
+        let batch = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole"),
+                                  RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole"),
+                                  RawEvent(watch: container, mask: UInt32(IN_ATTRIB), name: "y.notification")], kernel: kernel)
+        #expect(batch.count == 3, "one delivery per subscriber and name")
+        let heard = Dictionary(batch.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
+        #expect(heard == ["log": .changed(name: "x.wormhole", [.written, .entry]),
+                          "observer": .changed(name: "x.wormhole", .written),
+                          "all": .changed(name: "y.notification", .attributes)])
     }
 
     @Test("a batch of a thousand appends reaches each subscriber once")
@@ -135,12 +163,75 @@ struct WatchTableTests {
         #expect(table.handle([RawEvent(watch: container, mask: UInt32(IN_IGNORED), name: nil)], kernel: kernel).isEmpty)
     }
 
+    /// A listener of /tmp/c, where /tmp is shared; the container's watch.
+    private func setUpInSharedParent() throws -> (WatchTable<String>, FakeKernel, container: Int32) {
+        let kernel = FakeKernel()
+        kernel.directories = ["/tmp", "/tmp/c"]
+        kernel.shared = ["/tmp"]
+        var table = WatchTable<String>()
+        _ = try table.subscribe(directory: "/tmp/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
+        return (table, kernel, try #require(kernel.watches["/tmp/c"]))
+    }
+
+    @Test("a container in a shared parent (as /tmp): the parent is watched only while the container is missing, or from the deletion of an entry until the next creation")
+    func sharedParentIsWatchedOnlyWhileItMatters() throws {
+        var (table, kernel, container) = try setUpInSharedParent()
+        #expect(Array(kernel.watches.keys) == ["/tmp/c"], "the container alone")
+        // An append, and a compaction's rename within the container: still alone.
+        _ = table.handle([RawEvent(watch: container, mask: UInt32(IN_MODIFY), name: "x.wormhole"),
+                          RawEvent(watch: container, mask: UInt32(IN_MOVED_FROM), name: ".x.wormhole.compacting"),
+                          RawEvent(watch: container, mask: UInt32(IN_MOVED_TO), name: "x.wormhole")], kernel: kernel)
+        #expect(kernel.watches["/tmp"] == nil)
+        // An entry deleted (rm -r starts so): the parent is watched, and tells of the rmdir.
+        let deleted = table.handle([RawEvent(watch: container, mask: UInt32(IN_DELETE), name: "x.wormhole")], kernel: kernel)
+        #expect(kinds(deleted) == ["log:replaced"])
+        let parent = try #require(kernel.watches["/tmp"])
+        kernel.directories.remove("/tmp/c")
+        let removed = table.handle([RawEvent(watch: parent, mask: UInt32(IN_DELETE | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(kinds(removed) == ["log:rescan"])
+        #expect(kernel.watches["/tmp"] == parent, "watched while the container is missing")
+        // Made again: watched again, and the parent no longer.
+        kernel.directories.insert("/tmp/c")
+        let made = table.handle([RawEvent(watch: parent, mask: UInt32(IN_CREATE | IN_ISDIR), name: "c")], kernel: kernel)
+        #expect(kinds(made) == ["log:rescan"])
+        #expect(Array(kernel.watches.keys) == ["/tmp/c"])
+        // An entry deleted, then one created: the container lives, the parent goes again.
+        let again = try #require(kernel.watches["/tmp/c"])
+        _ = table.handle([RawEvent(watch: again, mask: UInt32(IN_DELETE), name: "x.wormhole")], kernel: kernel)
+        #expect(kernel.watches["/tmp"] != nil)
+        _ = table.handle([RawEvent(watch: again, mask: UInt32(IN_CREATE), name: "x.wormhole")], kernel: kernel)
+        #expect(kernel.watches["/tmp"] == nil)
+    }
+
+    @Test("a container in a shared parent removed before the parent's watch was in place, or moved away: noticed all the same")
+    func sharedParentLooksOnceWhenWatched() throws {
+        var (table, kernel, container) = try setUpInSharedParent()
+        // The last entry and the directory went in one batch: the parent saw nothing.
+        kernel.directories.remove("/tmp/c")
+        let gone = table.handle([RawEvent(watch: container, mask: UInt32(IN_DELETE | IN_ISDIR), name: ".listeners")], kernel: kernel)
+        #expect(kinds(gone) == ["log:rescan"])
+        #expect(kernel.removed == [container])
+        #expect(kernel.watches["/tmp"] != nil, "watched until the container is back")
+        // Made again before the parent's event is read: the batch that reports it rewatches.
+        kernel.directories.insert("/tmp/c")
+        let parent = try #require(kernel.watches["/tmp"])
+        _ = table.handle([RawEvent(watch: parent, mask: UInt32(IN_CREATE | IN_ISDIR), name: "c")], kernel: kernel)
+        let moved = try #require(kernel.watches["/tmp/c"])
+        #expect(kernel.watches["/tmp"] == nil)
+        // Moved away (the container's own watch says so at once) and made again meanwhile.
+        kernel.watches["/tmp/c"] = nil
+        let movedAway = table.handle([RawEvent(watch: moved, mask: UInt32(IN_MOVE_SELF), name: nil)], kernel: kernel)
+        #expect(kinds(movedAway) == ["log:rescan"])
+        #expect(kernel.watches["/tmp/c"] != nil && kernel.watches["/tmp/c"] != moved, "the directory there now is watched")
+        #expect(kernel.watches["/tmp"] == nil)
+    }
+
     @Test("an overflow tells every subscriber of every directory to look again")
     func overflowRescansAll() throws {
         var (table, kernel, _, _) = try setUp()
         kernel.directories.insert("/srv/d")
         kernel.directories.insert("/srv")
-        _ = try table.subscribe(directory: "/srv/d", names: ["y.wormhole"], kind: .log, handler: "other", kernel: kernel)
+        _ = try table.subscribe(directory: "/srv/d", names: ["y.wormhole"], changes: FileTransiting.logChanges, handler: "other", kernel: kernel)
         let overflow = table.handle([RawEvent(watch: -1, mask: UInt32(IN_Q_OVERFLOW), name: nil)], kernel: kernel)
         #expect(kinds(overflow) == ["log:rescan", "observer:rescan", "other:rescan", "writer:rescan"])
     }
@@ -159,9 +250,9 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [], handler: "writer", kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY | IN_ATTRIB | IN_CREATE) } == 0)
-        let listener = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        let listener = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == UInt32(IN_MODIFY))
         table.unsubscribe(listener, kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == 0)
@@ -173,10 +264,22 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c", "/run/c/inner"]
         var table = WatchTable<String>()
-        _ = try table.subscribe(directory: "/run/c", names: [], kind: .container, handler: "writer", kernel: kernel)
-        _ = try table.subscribe(directory: "/run/c/inner", names: ["x.wormhole"], kind: .log, handler: "log", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c", names: [], changes: [], handler: "writer", kernel: kernel)
+        _ = try table.subscribe(directory: "/run/c/inner", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "log", kernel: kernel)
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_CREATE | IN_MOVED_FROM) } == UInt32(IN_CREATE | IN_MOVED_FROM))
         #expect(kernel.masks["/run/c"].map { $0 & UInt32(IN_MODIFY) } == 0)
+    }
+
+    @Test("an instance that cannot be read any more: every subscriber is handed back to be told, the table is empty, and numbers go on rising")
+    func removeAllHandsBackEverySubscriber() throws {
+        var (table, kernel, _, _) = try setUp()
+        let last = try table.subscribe(directory: "/run/c", names: ["y.wormhole"], changes: FileTransiting.logChanges, handler: "other", kernel: kernel)
+        let watches = kernel.watches
+        #expect(table.removeAll().sorted() == ["log", "observer", "other", "writer"])
+        #expect(table.isEmpty && table.watchCount == 0)
+        #expect(kernel.watches == watches && kernel.removed.isEmpty, "closing the instance removes its watches, not the table")
+        let next = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "new", kernel: kernel)
+        #expect(next > last)
     }
 
     @Test("a subscription number is never reused: a late second unsubscribe of an old one leaves a new one alone")
@@ -184,10 +287,10 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/c"]
         var table = WatchTable<String>()
-        let old = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "old", kernel: kernel)
+        let old = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "old", kernel: kernel)
         table.unsubscribe(old, kernel: kernel)
         #expect(table.isEmpty)
-        let new = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], kind: .log, handler: "new", kernel: kernel)
+        let new = try table.subscribe(directory: "/run/c", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "new", kernel: kernel)
         #expect(new != old)
         table.unsubscribe(old, kernel: kernel)
         let watch = try #require(kernel.watches["/run/c"])
@@ -199,8 +302,8 @@ struct WatchTableTests {
         let kernel = FakeKernel()
         kernel.directories = ["/run", "/run/a", "/run/b"]
         var table = WatchTable<String>()
-        let a = try table.subscribe(directory: "/run/a", names: ["x.wormhole"], kind: .log, handler: "a", kernel: kernel)
-        let b = try table.subscribe(directory: "/run/b", names: ["x.wormhole"], kind: .log, handler: "b", kernel: kernel)
+        let a = try table.subscribe(directory: "/run/a", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "a", kernel: kernel)
+        let b = try table.subscribe(directory: "/run/b", names: ["x.wormhole"], changes: FileTransiting.logChanges, handler: "b", kernel: kernel)
         #expect(table.watchCount == 3, "two containers, one shared parent")
         table.unsubscribe(a, kernel: kernel)
         #expect(table.watchCount == 2)
@@ -209,7 +312,7 @@ struct WatchTableTests {
         #expect(table.isEmpty)
         #expect(kernel.watches.isEmpty)
         #expect(throws: WormholeError.self) {
-            _ = try table.subscribe(directory: "/nowhere", names: [], kind: .log, handler: "x", kernel: kernel)
+            _ = try table.subscribe(directory: "/nowhere", names: [], changes: FileTransiting.logChanges, handler: "x", kernel: kernel)
         }
         #expect(table.isEmpty)
     }

@@ -168,8 +168,8 @@ public final class DarwinNotificationCenter: Sendable {
     ) throws(WormholeError) -> NotificationObservation {
         try Identifier.validate(name, kind: "notification name")
         let observation = NotificationObservation(name: name, queue: queue, onError: onError, block: block)
-        observation.start(try subscribe(name) { [weak observation] event in
-            observation?.receive(event)
+        observation.start(try subscribe(name) { [weak observation] notice in
+            observation?.receive(notice)
         })
         return observation
     }
@@ -184,11 +184,41 @@ public final class DarwinNotificationCenter: Sendable {
         DarwinNotifications(center: self, name: name)
     }
 
+    /// What an observer of a name hears.
+    enum Notice: Sendable {
+        /// The name was posted, or may have been (the directory came back, events were
+        /// lost): look again.
+        case posted
+        /// Nothing can wake the observer any more.
+        case failed(WormholeError)
+    }
+
     /// Subscribes to the engine for the posts of `name`: its notification file, and the
     /// log of the identifier of the same name (a pass posts the identifier's name).
-    func subscribe(_ name: String, handler: @escaping @Sendable (DirectoryEvent) -> Void) throws(WormholeError) -> EngineSubscription {
-        try InotifyEngine.shared.subscribe(directory: directory, names: [name + Self.fileSuffix, LogFile.name(name)],
-                                           kind: .notification, handler: handler)
+    func subscribe(_ name: String, handler: @escaping @Sendable (Notice) -> Void) throws(WormholeError) -> EngineSubscription {
+        let file = name + Self.fileSuffix
+        return try InotifyEngine.shared.subscribe(directory: directory, names: [file, LogFile.name(name)],
+                                                  changes: Self.observedChanges) { event in
+            if let notice = Self.notice(for: event, notificationFile: file) { handler(notice) }
+        }
+    }
+
+    /// What an observer hears of the files of its name: their times set (a post to the
+    /// notification file) and writes (a pass to the log).
+    static let observedChanges: FileChanges = [.attributes, .written]
+
+    /// What an engine event about the files of a name means to its observers (Protocol
+    /// §13.2): times set on the notification file (`utimensat`, `touch`) are a post, and so
+    /// is a write to the log of the identifier of the same name (a pass, as `passMessage`
+    /// posts the identifier's Darwin notification in MMWormhole). A write to the
+    /// notification file sets its state and is not a post.
+    static func notice(for event: DirectoryEvent, notificationFile: String) -> Notice? {
+        switch event {
+        case .changed(let file, let changes):
+            (file == notificationFile ? changes.contains(.attributes) : changes.contains(.written)) ? .posted : nil
+        case .rescan: .posted
+        case .failed(let error): .failed(error)
+        }
     }
 
     private func open(_ file: String, _ access: ContainerDirectory.Access, create: Bool) throws(WormholeError) -> FileDescriptor {

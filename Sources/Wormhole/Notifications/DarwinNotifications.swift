@@ -29,10 +29,9 @@ public struct DarwinNotifications: AsyncSequence, Sendable {
             if subscription == nil {
                 try Identifier.validate(name, kind: "notification name")
                 let signal = WakeSignal()
-                let engineSubscription = try center.subscribe(name) { event in
-                    switch event {
-                    case .posted, .rescan: signal.signal()
-                    case .appended, .replaced: break
+                let engineSubscription = try center.subscribe(name) { notice in
+                    switch notice {
+                    case .posted: signal.signal()
                     case .failed(let error): signal.finish(throwing: error)
                     }
                 }

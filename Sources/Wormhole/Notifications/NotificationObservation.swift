@@ -33,17 +33,15 @@ public final class NotificationObservation: Sendable {
         if cancelled.load(ordering: .acquiring) { cancel() }
     }
 
-    func receive(_ event: DirectoryEvent) {
-        switch event {
-        case .posted, .rescan:
+    func receive(_ notice: DarwinNotificationCenter.Notice) {
+        switch notice {
+        case .posted:
             // Posts that arrive before the block has run again collapse into one call.
             guard !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
             queue.async { [self] in
                 scheduled.store(false, ordering: .releasing)
                 if !cancelled.load(ordering: .acquiring) { block(name) }
             }
-        case .appended, .replaced:
-            break
         case .failed(let error):
             cancel()
             if let onError {

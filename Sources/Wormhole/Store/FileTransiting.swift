@@ -90,7 +90,8 @@ public final class FileTransiting: WormholeTransiting {
     /// then opens the one there now. Costs one atomic load when nothing happened.
     ///
     /// The first pass looks at the path instead (one `lstat`), and the watch is made at
-    /// the second, checked by one more look: a process that passes one message and ends
+    /// the second, between two more looks (the directory must exist to be watched, and
+    /// may move before the watch is in place): a process that passes one message and ends
     /// (the CLI's `send`) starts no inotify instance and no thread, and its exit does not
     /// wait for the kernel to tear a watch down (milliseconds at times).
     func noticeContainerMoves() {
@@ -100,14 +101,16 @@ public final class FileTransiting: WormholeTransiting {
                 return
             }
             if containerWatchStage.compareExchange(expected: 1, desired: 2, ordering: .acquiringAndReleasing).exchanged {
-                let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], kind: .container) { [weak self] event in
-                    switch event {
-                    case .rescan, .failed: self?.containerMayHaveMoved.store(true, ordering: .releasing)
-                    case .appended, .replaced, .posted: break
-                    }
+                // A container moved away since the first pass has no directory at the path
+                // to watch: make it first.
+                _ = try? container.refresh(create: true)
+                // No file's changes: only that the directory went away or came back.
+                let watch = try? InotifyEngine.shared.subscribe(directory: directory, names: [], changes: []) { [weak self] event in
+                    if case .changed = event { return }
+                    self?.containerMayHaveMoved.store(true, ordering: .releasing)
                 }
                 containerWatch.withLock { $0 = watch }
-                // A move between the first pass and the watch.
+                // A move between that look and the watch.
                 _ = try? container.refresh(create: true)
                 return
             }
@@ -314,13 +317,23 @@ public final class FileTransiting: WormholeTransiting {
 
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Identifier.validate(identifier)
-        return try InotifyEngine.shared.subscribe(directory: directory, name: LogFile.name(identifier), kind: .log) { event in
-            switch event {
-            case .appended: handler(.wake)
-            case .replaced, .rescan: handler(.replaced)
-            case .posted: break
-            case .failed(let error): handler(.failed(error))
-            }
+        return try InotifyEngine.shared.subscribe(directory: directory, names: [LogFile.name(identifier)], changes: Self.logChanges) { event in
+            handler(Self.transitingEvent(for: event))
+        }
+    }
+
+    /// What a listener hears of its log: writes (appends, and the cut of a torn tail) and
+    /// the file at the name coming and going (created, replaced by compaction, deleted).
+    static let logChanges: FileChanges = [.written, .entry]
+
+    /// What an engine event about a log means to its listener (Protocol §11.3): a write is
+    /// a wake-up; a file created, replaced or deleted at the name, or a rescan, means the
+    /// file there may be another one now.
+    static func transitingEvent(for event: DirectoryEvent) -> WormholeTransitingEvent {
+        switch event {
+        case .changed(_, let changes): changes.contains(.entry) ? .replaced : .wake
+        case .rescan: .replaced
+        case .failed(let error): .failed(error)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 @testable import Wormhole
 
 /// A fresh directory under /tmp, removed when the test ends.
@@ -154,4 +155,23 @@ func listenerLines(_ path: String) throws -> [(sequence: UInt64, payload: String
 func scaled(_ count: Int) -> Int {
     let scale = Double(ProcessInfo.processInfo.environment["WORMHOLE_TEST_SCALE"] ?? "") ?? 1
     return max(1, Int((Double(count) * scale).rounded()))
+}
+
+/// Where a test's container lives: in a directory only its owner may change, or in one
+/// where everyone may create files, with the sticky bit, as `/tmp` and `/dev/shm`
+/// (the engine watches the two kinds of parent differently).
+enum ContainerParent: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case `private`
+    case shared
+
+    var testDescription: String { "in a \(rawValue) directory" }
+
+    /// A directory of this kind in `directory`, for containers to be made in.
+    func directory(in directory: TemporaryDirectory) -> String {
+        guard self == .shared else { return directory.path }
+        let path = directory.file("shared")
+        mkdir(path, 0o700)
+        chmod(path, 0o1777)
+        return path
+    }
 }

@@ -9,7 +9,8 @@ import Foundation
 import SystemPackage
 
 /// One inotify instance: the kernel calls the engine needs, over a descriptor created
-/// close-on-exec and blocking (its reader thread waits in `read`).
+/// close-on-exec. Its reader thread waits in `poll` (on this descriptor and on a
+/// ``WakeChannel``), then reads what is there.
 struct Inotify: Sendable {
     let descriptor: FileDescriptor
 
@@ -51,15 +52,10 @@ struct Inotify: Sendable {
         _ = inotify_rm_watch(descriptor.rawValue, watch)
     }
 
-    /// Blocks until events arrive and reads them into `buffer`; the byte count, or -1
-    /// when the descriptor is unusable. The corresponding C function is `read`.
-    func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Int {
-        while true {
-            let count = Glibc.read(descriptor.rawValue, buffer, capacity)
-            if count >= 0 { return count }
-            if Glibc.errno == EINTR || Glibc.errno == EAGAIN { continue }
-            return -1
-        }
+    /// Reads the events that arrived into `buffer` (blocking until some do); the byte
+    /// count. The corresponding C function is `read`.
+    func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Result<Int, Errno> {
+        Syscalls.retrying { Glibc.read(descriptor.rawValue, buffer, capacity) }
     }
 
     func close() { try? descriptor.close() }

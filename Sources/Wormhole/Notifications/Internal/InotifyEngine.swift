@@ -6,36 +6,48 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import Dispatch
 import SystemPackage
 import Synchronization
 
-/// What the engine tells a directory subscriber.
-enum DirectoryEvent: Sendable {
-    /// The subscriber's log file was written to (IN_MODIFY): records may have been added.
-    case appended
-    /// The subscriber's log file was created, replaced, moved or deleted: the file at
-    /// its name may be another one now.
-    case replaced
-    /// The subscriber's notification file was posted to (IN_ATTRIB).
-    case posted
-    /// Events may have been lost (queue overflow) or the directory was recreated:
-    /// anything may have changed, so look again.
+/// What the engine tells a directory subscriber: which of its files changed and how, as
+/// inotify said, with no idea of what the files are. What a change means (an append, a
+/// replaced log, a post) is the subscriber's business.
+enum DirectoryEvent: Sendable, Equatable {
+    /// The file `name` changed (one of the names subscribed to, or any name for a
+    /// subscriber of the whole directory), in the ways it asked to hear of: everything
+    /// inotify reported of that name in one read, merged.
+    case changed(name: String, FileChanges)
+    /// Events may have been lost (queue overflow), or the directory went away or came
+    /// back: anything may have changed, so look again.
     case rescan
-    /// The watched directory is gone and could not be recreated; the subscription ended.
+    /// Nothing can tell of this directory any more (it was recreated but cannot be
+    /// watched, or its parent went away): no more events will come.
     case failed(WormholeError)
 }
 
-/// What a subscriber's file is, which decides which events it hears.
-enum SubscriberKind: Sendable {
-    /// A message log: writes wake it, replacements make it look at the file again.
-    case log
-    /// A notification name: posts (IN_ATTRIB on its notification file) wake it, and so do
-    /// passes to the identifier of the same name (IN_MODIFY on its log), as
-    /// `passMessage` posts the identifier's Darwin notification in MMWormhole. Writing a
-    /// notification file's state (IN_MODIFY on it) does not.
-    case notification
-    /// The directory itself: hears only that it went away or came back (rescan).
-    case container
+/// How a file of a watched directory changed, in inotify's terms.
+struct FileChanges: OptionSet, Sendable, Hashable {
+    let rawValue: UInt8
+
+    /// Its contents were written (IN_MODIFY).
+    static let written = FileChanges(rawValue: 1 << 0)
+    /// Its attributes or times were set (IN_ATTRIB).
+    static let attributes = FileChanges(rawValue: 1 << 1)
+    /// A file was created at the name, deleted from it, or moved to or from it (IN_CREATE,
+    /// IN_DELETE, IN_MOVED_TO, IN_MOVED_FROM): the name may stand for another file now.
+    static let entry = FileChanges(rawValue: 1 << 2)
+
+    /// The changes an event's mask reports.
+    init(inotifyMask mask: UInt32) {
+        var changes: FileChanges = []
+        if mask & UInt32(IN_MODIFY) != 0 { changes.insert(.written) }
+        if mask & UInt32(IN_ATTRIB) != 0 { changes.insert(.attributes) }
+        if mask & UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) != 0 { changes.insert(.entry) }
+        self = changes
+    }
+
+    init(rawValue: UInt8) { self.rawValue = rawValue }
 }
 
 /// A subscription to the engine; cancelling it (or dropping it) unsubscribes.
@@ -53,15 +65,22 @@ final class EngineSubscription: WormholeTransitingObservation, Sendable {
 /// The process's single inotify instance and its reader thread, shared by every
 /// notification center, observer and wormhole listener in the process.
 ///
-/// The kernel allows 128 inotify instances per user, so one per listener would run out;
-/// one per process, fanned out in user space, does not. The reader thread blocks in
-/// `read` on the inotify descriptor (one system call per wake-up): it never polls on a
-/// timer. The instance and the thread exist only while something is subscribed; the last
-/// unsubscribe adds and removes a watch whose IN_IGNORED wakes the thread, which closes
-/// the descriptor and exits.
+/// The kernel allows 128 inotify instances per user (every process of the user shares
+/// them), so one per listener would run out; one per process, fanned out in user space,
+/// does not. The reader thread blocks in `poll` on the inotify descriptor and on a
+/// ``WakeChannel``, without a timeout: an idle process makes no system call. The instance
+/// and the thread exist only while something is subscribed. When the last subscriber
+/// goes, the channel wakes the thread, which closes the instance and exits at once; a
+/// subscription made before it looked is kept, on the same instance.
+///
+/// There is never more than one instance: a subscription that comes while the reader
+/// thread is closing the last one waits until it has. The reader thread itself never
+/// waits: it decides to close only in its own loop, never while it calls handlers, and
+/// a handler that cancels the last subscription and subscribes again (a listener that
+/// replaces itself) finds the instance still open and keeps it.
 ///
 /// What is watched and who hears what is a ``WatchTable``, a plain value; the engine
-/// owns the descriptor, the thread and the lock around the table.
+/// owns the descriptors, the thread and the lock around the table.
 ///
 /// Handlers are chosen under the lock and called after it is released, on the reader
 /// thread: a listener without a queue runs right there (no hop); others schedule work.
@@ -70,57 +89,80 @@ final class InotifyEngine: Sendable {
 
     typealias Handler = @Sendable (DirectoryEvent) -> Void
 
-    private struct Session {
+    private final class Session: Sendable {
         let inotify: Inotify
-        let generation: UInt64
+        let channel: WakeChannel
+        /// Signalled once the reader thread has closed both.
+        let closed = DispatchSemaphore(value: 0)
+        init(inotify: Inotify, channel: WakeChannel) {
+            self.inotify = inotify
+            self.channel = channel
+        }
     }
 
     private struct State {
+        /// The instance and its reader thread, from the first subscription until the
+        /// thread has closed the instance.
         var session: Session?
+        /// The reader thread found nothing subscribed and is closing the instance: a new
+        /// subscription waits for it.
+        var closing = false
         var table = WatchTable<Handler>()
-        var generation: UInt64 = 0
     }
 
     private let state = Locked(State())
 
-    /// Starts delivering events for the file `name` of `directory` to `handler`; the
-    /// watch is in place when this returns.
-    func subscribe(directory: String, name: String, kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
-        try subscribe(directory: directory, names: [name], kind: kind, handler: handler)
+    /// Starts telling `handler` of the `changes` of the files `names` of `directory` (of
+    /// every file, when empty), and always when the directory went away or came back
+    /// (``DirectoryEvent/rescan``). A subscriber that asks for no changes hears of the
+    /// directory alone. The watch is in place when this returns; dropping or cancelling
+    /// the subscription ends it.
+    func subscribe(directory: String, names: [String], changes: FileChanges, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
+        EngineSubscription(id: try subscriptionNumber(directory: directory, names: names, changes: changes, handler: handler))
     }
 
-    /// Starts delivering events for `directory` (only those for the files `names`, unless
-    /// empty) to `handler`. The watch is in place when this returns; dropping or
-    /// cancelling the subscription ends it.
-    func subscribe(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> EngineSubscription {
-        EngineSubscription(id: try subscriptionNumber(directory: directory, names: names, kind: kind, handler: handler))
+    private enum Attempt {
+        case subscribed(UInt64)
+        case failed(WormholeError)
+        /// The previous instance is being closed: try again once it is.
+        case wait(Session)
     }
 
-    private func subscriptionNumber(directory: String, names: [String], kind: SubscriberKind, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
-        let result: Result<UInt64, WormholeError> = state.withLock { state in
-            do throws(WormholeError) {
-                let session = try Self.startSessionIfNeeded(&state)
+    private func subscriptionNumber(directory: String, names: [String], changes: FileChanges, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
+        while true {
+            let attempt: Attempt = state.withLock { state in
+                if state.closing, let closing = state.session { return .wait(closing) }
                 do throws(WormholeError) {
-                    return .success(try state.table.subscribe(directory: directory, names: names, kind: kind, handler: handler,
-                                                              kernel: session.inotify))
+                    let session = try Self.startSessionIfNeeded(&state)
+                    let id = try state.table.subscribe(directory: directory, names: names, changes: changes, handler: handler,
+                                                       kernel: session.inotify)
+                    return .subscribed(id)
                 } catch {
-                    if state.table.isEmpty { Self.stopSession(&state) }
-                    throw error
+                    if state.table.isEmpty { state.session?.channel.wake() }
+                    return .failed(error)
                 }
-            } catch {
-                return .failure(error)
+            }
+            switch attempt {
+            case .subscribed(let id):
+                return id
+            case .failed(let error):
+                throw error
+            case .wait(let session):
+                // Every waiter passes the signal on.
+                session.closed.wait()
+                session.closed.signal()
             }
         }
-        return try result.get()
     }
 
     /// Stops delivering to a subscription (``EngineSubscription/cancel()`` calls it). A
-    /// handler already chosen for an event may still run once after this returns.
+    /// handler already chosen for an event may still run once after this returns. The
+    /// last one wakes the reader thread, which closes the instance.
     fileprivate func unsubscribe(_ id: UInt64) {
         state.withLock { state in
-            guard let session = state.session else { return }
+            guard let session = state.session, !state.closing else { return }
             state.table.unsubscribe(id, kernel: session.inotify)
-            if state.table.isEmpty { Self.stopSession(&state) }
+            if state.table.isEmpty { session.channel.wake() }
         }
     }
 
@@ -129,51 +171,65 @@ final class InotifyEngine: Sendable {
     private static func startSessionIfNeeded(_ state: inout State) throws(WormholeError) -> Session {
         if let session = state.session { return session }
         let inotify = try Inotify()
-        state.generation += 1
-        let session = Session(inotify: inotify, generation: state.generation)
-        state.session = session
+        let channel: WakeChannel
+        do throws(WormholeError) {
+            channel = try WakeChannel()
+        } catch {
+            inotify.close()
+            throw error
+        }
+        let session = Session(inotify: inotify, channel: channel)
         let failure = DetachedThread.start { InotifyEngine.shared.run(session) }
         guard failure == 0 else {
-            state.session = nil
-            session.inotify.close()
+            inotify.close()
+            channel.close()
             let errno = Errno(rawValue: failure)
             throw WormholeError(.systemError, "cannot start the thread that reads inotify events: \(errno) (see 'ulimit -u')", errno: errno)
         }
+        state.session = session
         return session
-    }
-
-    /// Tells the reader thread to close its descriptor and exit; a later subscription
-    /// starts a new session. The thread blocks in `read`: removing a watch queues
-    /// IN_IGNORED, which wakes it. Every watch is gone by now, so a watch on `/` is added
-    /// and removed for that purpose alone.
-    private static func stopSession(_ state: inout State) {
-        guard let session = state.session else { return }
-        state.session = nil
-        // The table is empty by now, and is kept: its subscription numbers go on rising,
-        // so a number is never reused and a late second unsubscribe cannot hit another.
-        if let sentinel = try? session.inotify.addWatch("/", mask: UInt32(IN_DELETE_SELF | IN_ONLYDIR)) {
-            session.inotify.removeWatch(sentinel)
-        }
     }
 
     // MARK: - Reader thread
 
-    /// The reader thread: blocks in `read` on the inotify descriptor (one system call
-    /// per wake-up) and hands each batch of events to the subscribers, on this thread.
+    /// The reader thread: waits for events or a wake-up, hands each batch of events to
+    /// the subscribers on this thread, and closes the instance once nothing is
+    /// subscribed. Two system calls per wake-up: `poll`, then `read`.
     private func run(_ session: Session) {
         let capacity = 64 * 1024
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 8)
-        defer {
-            buffer.deallocate()
-            session.inotify.close()
+        while state.withLock({ state in
+            // The table is kept when the instance closes: its subscription numbers go
+            // on rising, so a number is never reused and a late second unsubscribe
+            // cannot hit another subscription.
+            state.closing = state.table.isEmpty
+            return !state.closing
+        }) {
+            let ready: WakeChannel.Readiness
+            switch session.channel.wait(alongside: session.inotify.descriptor) {
+            case .success(let readiness):
+                ready = readiness
+            case .failure(let errno):
+                abandon(WormholeError.system("wait for inotify events", errno))
+                continue
+            }
+            if ready.woken { session.channel.drain() }
+            guard ready.events else { continue }
+            switch session.inotify.read(into: buffer, capacity: capacity) {
+            case .success(let count):
+                if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
+            case .failure(let errno):
+                abandon(WormholeError.system("read inotify events", errno))
+            }
         }
-        while true {
-            let count = session.inotify.read(into: buffer, capacity: capacity)
-            if count < 0 { return }
-            let current = state.withLock { $0.session?.generation == session.generation }
-            guard current else { return }
-            if count > 0 { handle(Self.parse(buffer, count: count), generation: session.generation) }
+        buffer.deallocate()
+        session.inotify.close()
+        session.channel.close()
+        state.withLock { state in
+            state.session = nil
+            state.closing = false
         }
+        session.closed.signal()
     }
 
     private static func parse(_ buffer: UnsafeMutableRawPointer, count: Int) -> [RawEvent] {
@@ -197,13 +253,19 @@ final class InotifyEngine: Sendable {
         return events
     }
 
+    /// The instance cannot be waited on or read any more (which the kernel does not do
+    /// to a valid descriptor and a buffer of 64 KiB): every subscriber is told that no
+    /// more events will come, rather than left waiting, and the instance is closed; a
+    /// later subscription starts a new one.
+    private func abandon(_ error: WormholeError) {
+        let handlers = state.withLock { $0.table.removeAll() }
+        for handler in handlers { handler(.failed(error)) }
+    }
+
     /// Decides under the lock who hears what; calls the handlers after releasing it.
-    private func handle(_ events: [RawEvent], generation: UInt64) {
+    private func handle(_ events: [RawEvent], session: Session) {
         let deliveries = state.withLock { state -> [(Handler, DirectoryEvent)] in
-            guard let session = state.session, session.generation == generation else { return [] }
-            let deliveries = state.table.handle(events, kernel: session.inotify)
-            if state.table.isEmpty { Self.stopSession(&state) }
-            return deliveries
+            state.table.handle(events, kernel: session.inotify)
         }
         for (handler, event) in deliveries { handler(event) }
     }
@@ -213,5 +275,10 @@ extension Inotify: WatchKernel {
     func isDirectory(_ path: String) -> Bool {
         guard case .success(let status) = Syscalls.linkStatus(path) else { return false }
         return status.isDirectory
+    }
+
+    func isShared(_ path: String) -> Bool {
+        guard case .success(let status) = Result(catching: { () throws(Errno) in try Stat(FilePath(path), followTargetSymlink: true) }) else { return false }
+        return status.mode.rawValue & 0o022 != 0
     }
 }
