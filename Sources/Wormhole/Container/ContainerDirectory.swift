@@ -198,10 +198,10 @@ final class ContainerDirectory: Sendable {
         let slash = path.lastIndex(of: "/")!
         let parentPath = slash == path.startIndex ? "/" : String(path[..<slash])
         let name = String(path[path.index(after: slash)...])
-        var parent = Syscalls.retrying { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        var parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         if case .failure(.noSuchFileOrDirectory) = parent, createParents {
             try createAncestors(of: path)
-            parent = Syscalls.retrying { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+            parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         }
         let parentFD: FileDescriptor
         switch parent {

@@ -143,14 +143,14 @@ enum Syscalls {
 
     /// The corresponding C function is `mkdir`.
     static func makeDirectory(_ path: String, mode: mode_t = 0o700) -> Result<Void, Errno> {
-        retrying { mkdir(path, mode) }.map { _ in () }
+        retrying("mkdir") { mkdir(path, mode) }.map { _ in () }
     }
 
     /// Sets a file's access and modification times to now, without following a symbolic
     /// link there. The corresponding C function is `utimensat`; it produces inotify's
     /// IN_ATTRIB on the file.
     static func touch(_ path: String) -> Result<Void, Errno> {
-        retrying { utimensat(AT_FDCWD, path, nil, AT_SYMLINK_NOFOLLOW) }.map { _ in () }
+        retrying("utimensat") { utimensat(AT_FDCWD, path, nil, AT_SYMLINK_NOFOLLOW) }.map { _ in () }
     }
 
     /// The corresponding C function is `ftruncate`.
@@ -160,12 +160,12 @@ enum Syscalls {
 
     /// The corresponding C function is `rename`.
     static func rename(_ from: String, _ to: String) -> Result<Void, Errno> {
-        retrying { Glibc.rename(from, to) }.map { _ in () }
+        retrying("rename") { Glibc.rename(from, to) }.map { _ in () }
     }
 
     /// The corresponding C function is `unlink`.
     static func unlink(_ path: String) -> Result<Void, Errno> {
-        retrying { Glibc.unlink(path) }.map { _ in () }
+        retrying("unlink") { Glibc.unlink(path) }.map { _ in () }
     }
 
     /// Names in a directory, without `.` and `..`. The corresponding C functions are
@@ -179,7 +179,7 @@ enum Syscalls {
     /// `parent` itself), without `.` and `..`, never following a link. The corresponding
     /// C functions are `openat`, `fdopendir`, `readdir` and `closedir`.
     static func directoryEntries(at parent: FileDescriptor, name: String) -> Result<[String], Errno> {
-        let opened = retrying { openat(parent.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        let opened = retrying("openat(directory)") { openat(parent.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         guard case .success(let fd) = opened else {
             if case .failure(let errno) = opened { return .failure(errno) }
             return .failure(.ioError)

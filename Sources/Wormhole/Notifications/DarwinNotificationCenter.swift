@@ -107,7 +107,7 @@ public final class DarwinNotificationCenter: Sendable {
     /// Sets the times of `file` in the container to now, never through a link: IN_ATTRIB.
     private func touch(_ file: String) -> Result<Void, Errno> {
         let directory = container.current.descriptor
-        return Syscalls.retrying { utimensat(directory.rawValue, file, nil, AT_SYMLINK_NOFOLLOW) }.map { _ in () }
+        return Syscalls.retrying("utimensat") { utimensat(directory.rawValue, file, nil, AT_SYMLINK_NOFOLLOW) }.map { _ in () }
     }
 
     /// Sets the 64-bit state value of `name`. It does not post: observers are not woken.

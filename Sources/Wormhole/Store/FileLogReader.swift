@@ -151,12 +151,32 @@ final class FileLogReader: WormholeTransitingReader {
     /// A read stopped at the end of a replaced file with records already in hand (a
     /// durable reader's batch never spans two logs): the next read moves on.
     var mayHaveMore: Bool {
+        if pendingError != nil { return true }
         if case .following = state { return invalidated }
         return false
     }
 
+    /// A failure met after records were already taken in the same read: those records are
+    /// returned (the position has moved past them), and the failure is thrown by the next
+    /// read, so that it is neither lost nor the cause of a skip.
+    private var pendingError: WormholeError?
+
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
+        if let pendingError {
+            self.pendingError = nil
+            throw pendingError
+        }
         var results: [Result<WormholeRecord, WormholeError>] = []
+        do throws(WormholeError) {
+            return try readRecords(maximumCount: maximumCount, into: &results)
+        } catch {
+            guard !results.isEmpty else { throw error }
+            pendingError = error
+            return finish(results)
+        }
+    }
+
+    private func readRecords(maximumCount: Int, into results: inout [Result<WormholeRecord, WormholeError>]) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
         while results.count < maximumCount {
             switch state {
             case .closed:
@@ -228,7 +248,7 @@ final class FileLogReader: WormholeTransitingReader {
                 // Nothing new: one `fstat` says whether the file is now shorter than where
                 // this reader stands (emptied or cut by another program).
                 if rewrittenUnderfoot || (newOffset == offset && results.count == found && offset > LogFormat.headerSize
-                                          && rescannedAt != offset && (try? log.status().size).map({ Int($0) < offset }) == true) {
+                                          && rescannedAt != offset && changedUnderfoot(log, header: header, at: offset)) {
                     rescan(log, from: offset, into: &results)
                     continue
                 }
@@ -242,6 +262,23 @@ final class FileLogReader: WormholeTransitingReader {
         return finish(results)
     }
 
+    /// Whether the held file was cut or rewritten under this reader, which stands at
+    /// `offset` and found nothing new there: it is shorter than `offset`; or bytes follow
+    /// that do not start a record; or, with fewer than 4, its header changed. (A writer's
+    /// record being written starts with its marker.) One `fstat`, and a `pread` only
+    /// when bytes that are not a whole record follow.
+    private func changedUnderfoot(_ log: LogFile, header: LogFormat.Header, at offset: Int) -> Bool {
+        guard let size = try? log.status().size else { return false }
+        if Int(size) < offset { return true }
+        if Int(size) == offset { return false }
+        if Int(size) - offset >= 4 {
+            var marker: UInt32 = 0
+            guard case .success(4) = withUnsafeMutableBytes(of: &marker, { Syscalls.read(log.fd, into: $0, at: Int64(offset)) }) else { return false }
+            return UInt32(littleEndian: marker) != LogFormat.recordMarker
+        }
+        return (try? log.readHeader()).map { $0 != header } ?? true
+    }
+
     /// The held file was cut or rewritten below `offset` by a program that does not follow
     /// the protocol: reports it once and reads the file again from its first record,
     /// skipping what was delivered. A writer that repairs the log numbers new messages
@@ -252,9 +289,23 @@ final class FileLogReader: WormholeTransitingReader {
         rescannedAt = offset
         var log = log
         let size = (try? log.status().size).map(Int.init) ?? 0
+        let previous = log.header
         let header = try? log.readHeader()
         log.header = header
         state = .following(log, offset: LogFormat.headerSize)
+        cursor?.update(delivered, logID: logID ?? 0, force: true)
+        if let header, header.logID == logID, header != previous, header.clearedThrough == header.baseSequence {
+            // Emptied by a clear that had no room for a cleared copy (Protocol.md §10.3):
+            // what this listener had not read is gone, and it says how much.
+            if delivered < header.baseSequence {
+                let missed = header.baseSequence - delivered
+                results.append(.failure(WormholeError(.messagesLost,
+                    "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(delivered + 1)...\(header.baseSequence)) were cleared before this listener read them, on a filesystem with no room to keep them for it",
+                    path: log.path, missedMessageCount: missed)))
+                delivered = header.baseSequence
+            }
+            return
+        }
         let what: String
         if let header, header.logID == logID {
             what = "cut by another program (\(size) bytes where this listener had read \(offset)); it goes on after message \(delivered), and is told of any message it had not read that is gone"
@@ -264,7 +315,6 @@ final class FileLogReader: WormholeTransitingReader {
             what = "emptied or overwritten by another program (\(size) bytes where this listener had read \(offset)); messages this listener had not read before that may be gone"
         }
         results.append(.failure(WormholeError(.logChangedOutsideWormhole, "'\(log.path)' was \(what)", path: log.path)))
-        cursor?.update(delivered, logID: logID ?? 0, force: true)
     }
 
     private func finish(_ results: [Result<WormholeRecord, WormholeError>]) -> [Result<WormholeRecord, WormholeError>] {

@@ -506,13 +506,15 @@ public final class FileTransiting: WormholeTransiting {
                                 return result
                             } catch where clearing && (error.errno == .noSpace || error.errno == .diskQuotaExceeded) {
                                 // No room for the cleared copy (out of blocks or inodes): the
-                                // log itself goes, under its lock, which frees its space. The
-                                // next pass starts a new log (a new logID: numbering restarts).
-                                try transiting.container.remove(LogFile.name(identifier)).orThrow("remove", path: log.path)
+                                // log gets a header with everything cleared and is emptied in
+                                // place, which frees its blocks (Protocol.md §10.3). Same
+                                // identity, numbering goes on; listeners that had not read
+                                // what was cleared are told how many they lost.
+                                let emptied = try Self.emptyInPlace(log, header: header, through: tail.lastSequence, configuration)
+                                log.header = emptied.header
+                                state.log = log
+                                state.tail = emptied.tail
                                 Syscalls.unlock(log.fd)
-                                log.close()
-                                state.log = nil
-                                state.tail = nil
                                 return result
                             } catch {
                                 if clearing { throw error }
@@ -533,6 +535,21 @@ public final class FileTransiting: WormholeTransiting {
                 }
                 throw WormholeError(.systemError, "'\(transiting.logPath(identifier))' kept being replaced while this process tried to lock it", path: transiting.logPath(identifier))
             }
+        }
+
+        /// Empties the locked `log` and writes its header again, with every message up to
+        /// `last` cleared: a clear with no room for a cleared copy. Returns the new tail.
+        private static func emptyInPlace(_ log: LogFile, header: LogFormat.Header, through last: UInt64,
+                                         _ configuration: WormholeConfiguration) throws(WormholeError) -> (header: LogFormat.Header, tail: LogFile.Tail) {
+            var emptied = newHeader(configuration)
+            emptied.logID = header.logID
+            emptied.baseSequence = last
+            emptied.clearedThrough = last
+            // The header first, over the old one (no new block needed), then the records
+            // go: a reader sees the old log or the emptied one, never an empty file.
+            try emptied.encoded().withUnsafeBytes { Syscalls.write(log.fd, $0, at: 0) }.orThrow("write the header of", path: log.path)
+            try Syscalls.truncate(log.fd, to: Int64(LogFormat.headerSize)).orThrow("empty", path: log.path)
+            return (emptied, LogFile.Tail(end: LogFormat.headerSize, lastSequence: last, lastRecordOffset: nil))
         }
 
         private static func newHeader(_ configuration: WormholeConfiguration) -> LogFormat.Header {

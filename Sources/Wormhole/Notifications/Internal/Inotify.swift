@@ -55,7 +55,7 @@ struct Inotify: Sendable {
     /// Reads the events that arrived into `buffer` (blocking until some do); the byte
     /// count. The corresponding C function is `read`.
     func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Result<Int, Errno> {
-        Syscalls.retrying { Glibc.read(descriptor.rawValue, buffer, capacity) }
+        Syscalls.retrying("read(inotify)") { Glibc.read(descriptor.rawValue, buffer, capacity) }
     }
 
     func close() { try? descriptor.close() }

@@ -35,13 +35,13 @@ struct WakeChannel: Sendable {
     /// (`EAGAIN`), which is as good.
     func wake() {
         var byte: UInt8 = 1
-        _ = Syscalls.retrying { send(sender.rawValue, &byte, 1, Int32(MSG_DONTWAIT)) }
+        _ = Syscalls.retrying("send") { send(sender.rawValue, &byte, 1, Int32(MSG_DONTWAIT)) }
     }
 
     /// Empties the channel, so that the next wait blocks until the next wake-up.
     func drain() {
         var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-        while case .success(let count) = Syscalls.retrying({ withUnsafeMutableBytes(of: &bytes) { recv(receiver.rawValue, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) } }),
+        while case .success(let count) = Syscalls.retrying("recv", { withUnsafeMutableBytes(of: &bytes) { recv(receiver.rawValue, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) } }),
               count > 0 {}
     }
 
@@ -58,7 +58,7 @@ struct WakeChannel: Sendable {
     func wait(alongside descriptor: FileDescriptor) -> Result<Readiness, Errno> {
         var descriptors = [pollfd(fd: descriptor.rawValue, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: receiver.rawValue, events: Int16(POLLIN), revents: 0)]
-        return Syscalls.retrying { poll(&descriptors, 2, -1) }.map { _ in
+        return Syscalls.retrying("poll") { poll(&descriptors, 2, -1) }.map { _ in
             // An error or hang-up on the inotify descriptor is reported by the read that
             // follows; on the channel it cannot happen while this end holds the other.
             Readiness(events: descriptors[0].revents != 0, woken: descriptors[1].revents != 0)
