@@ -22,8 +22,8 @@ extension Wormhole {
     ///   - configuration: Retention and size limits.
     ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
     ///     (`WormholeJSONCoding.standard` by default), as for a directory.
-    /// - Throws: ``WormholeError/Code/invalidConfiguration`` for a URL that is not one,
-    ///   ``WormholeError/Code/databaseError`` when the server cannot be reached or refuses.
+    /// - Throws: `WormholeError.Code.invalidConfiguration` for a URL that is not one,
+    ///   `WormholeError.Code.databaseError` when the server cannot be reached or refuses.
     public convenience init(
         postgresURL: String,
         applicationGroupIdentifier: String,
