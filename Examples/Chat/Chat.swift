@@ -113,13 +113,14 @@ struct Chat: AsyncParsableCommand {
             }
             return true
         }
+        // Joined before anything is read: the first line said comes after the join.
+        try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
         // At a terminal the chat keeps the line being typed itself, so that a message
         // arriving meanwhile is shown above it rather than in the middle of it.
         if !(typing && Terminal.editor.start(line: say, end: { ending.end() })) {
             Terminal.readLines(say, end: { ending.end() })
         }
         defer { Terminal.editor.stop() }
-        try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
         // Ctrl-C at a terminal shows "^C" where the cursor was: end that line first.
         let signal = await ending.wait()
         if signal == SIGINT && Terminal.editor.isActive {
