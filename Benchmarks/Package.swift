@@ -2,17 +2,24 @@
 // Benchmarks of Wormhole, kept out of the main package so that its build stays light.
 //
 //   Benchmarks/run                 the whole suite, release build (see Docs/Performance.md)
+//   Benchmarks/run --postgres      also the PostgreSQL back end (the `Postgres` trait below)
 //   swift package benchmark        the in-process micro-benchmarks alone (package-benchmark)
 import PackageDescription
 
 let package = Package(
     name: "WormholeBenchmarks",
     platforms: [.macOS(.v15)],
+    traits: [
+        // Opt-in, as in the project: the harness's postgres section and its roles. Without
+        // it nothing of the PostgreSQL client (postgres-nio, swift-nio, BoringSSL) is
+        // compiled, and the section says how to get it.
+        .trait(name: "Postgres", description: "The postgres section: Wormhole's PostgreSQL back end and a bare LISTEN/NOTIFY"),
+    ],
     dependencies: [
-        // The project itself, by path: the benchmarks measure the working tree. With the
-        // `Postgres` trait, so that the harness can measure the PostgreSQL back end beside
-        // the file one (`--sections postgres`).
-        .package(name: "Wormhole", path: "..", traits: ["Postgres"]),
+        // The project itself, by path: the benchmarks measure the working tree. With its
+        // `Postgres` trait when this package has it, so that the harness can measure the
+        // PostgreSQL back end beside the file one (`--sections postgres`).
+        .package(name: "Wormhole", path: "..", traits: [.trait(name: "Postgres", condition: .when(traits: ["Postgres"]))]),
         // The bare LISTEN/NOTIFY baseline talks to PostgreSQL without Wormhole: the same
         // packages, at the versions the root resolves with its `Postgres` trait.
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
@@ -30,9 +37,9 @@ let package = Package(
             name: "WormholeBench",
             dependencies: [
                 .product(name: "Wormhole", package: "Wormhole"),
-                .product(name: "WormholePostgres", package: "Wormhole"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "WormholePostgres", package: "Wormhole", condition: .when(traits: ["Postgres"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["Postgres"])),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws Docs/Images/latency.png from the benchmark's per-message latencies.
 
-    python3 -m pip install matplotlib     # once
+    python3 -m pip install matplotlib     # once, or in a venv (Benchmarks/run makes Benchmarks/.build/venv)
     python3 Benchmarks/plot.py [Benchmarks/Results/latency-samples.csv] [Docs/Images/latency.png]
 
 The input is what `Benchmarks/run` writes: one line per message of the paced latency

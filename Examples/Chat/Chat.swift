@@ -22,10 +22,10 @@ struct Chat: AsyncParsableCommand {
             Enter to say it; Ctrl-D or /quit leaves. With standard input from a pipe or \
             a file, each line is said in turn and the chat ends with the input.
 
-            Examples:
-              swift run wormhole-chat alice
-              swift run wormhole-chat bob
-              printf 'hello\\nbye\\n' | swift run wormhole-chat carol
+            Examples (after swift build, from .build/debug):
+              wormhole-chat alice
+              wormhole-chat bob
+              printf 'hello\\nbye\\n' | wormhole-chat carol
             """)
 
     @Argument(help: "Your name in the chat.")
@@ -102,8 +102,7 @@ struct Chat: AsyncParsableCommand {
         // Ctrl-C is caught before the room hears of us: typed as soon as "joined" shows,
         // it still ends the chat with a goodbye.
         let ending = Ending()
-        try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
-        Terminal.readLines({ line in
+        let say: @Sendable (String) -> Bool = { line in
             let text = line.trimmingCharacters(in: .whitespaces)
             if text == "/quit" { return false }
             guard !text.isEmpty else { return true }
@@ -113,9 +112,22 @@ struct Chat: AsyncParsableCommand {
                 FileHandle.standardError.write(Data("wormhole-chat: \(error)\n".utf8))
             }
             return true
-        }, end: { ending.end() })
-        // Ctrl-C at a terminal leaves "^C" where the cursor was: end that line first.
-        if await ending.wait() != nil && typing { Terminal.say("") }
+        }
+        // Joined before anything is read: the first line said comes after the join.
+        try await wormhole.passMessage(ChatEvent.join(name), identifier: room)
+        // At a terminal the chat keeps the line being typed itself, so that a message
+        // arriving meanwhile is shown above it rather than in the middle of it.
+        if !(typing && Terminal.editor.start(line: say, end: { ending.end() })) {
+            Terminal.readLines(say, end: { ending.end() })
+        }
+        defer { Terminal.editor.stop() }
+        // Ctrl-C at a terminal shows "^C" where the cursor was: end that line first.
+        let signal = await ending.wait()
+        if signal == SIGINT && Terminal.editor.isActive {
+            Terminal.editor.interrupted()
+        } else if signal != nil && typing {
+            Terminal.say("")
+        }
 
         // Show everything up to our own leaving before going: with piped input the chat
         // may end before the history was printed.

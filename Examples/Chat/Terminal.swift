@@ -8,8 +8,16 @@ import Synchronization
 /// Output that reaches a pipe at once, and the end of a session (input ended, /quit,
 /// or a signal).
 enum Terminal {
+    /// The line being typed, kept by the chat while it runs at a terminal.
+    static let editor = LineEditor()
+
+    /// Writes `line` at once; while someone types at the terminal, above what they typed.
     static func say(_ line: String) {
-        try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+        if editor.isActive {
+            editor.say(line)
+        } else {
+            try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+        }
     }
 
     static var inputIsTerminal: Bool { isatty(STDIN_FILENO) == 1 }

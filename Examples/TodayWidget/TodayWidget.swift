@@ -11,10 +11,10 @@ struct TodayWidget: AsyncParsableCommand {
             kill and restart the widget at any time. The widget shows the latest count at \
             once, follows it live, and its button (Enter) asks the app to reset the count.
 
-            Examples:
-              swift run today-widget app
-              swift run today-widget widget
-              swift run today-widget widget --once
+            Examples (after swift build, from .build/debug):
+              today-widget app
+              today-widget widget
+              today-widget widget --once
             """,
         subcommands: [ContainingApp.self, Widget.self])
 }

@@ -38,7 +38,7 @@ struct Widget: AsyncParsableCommand {
             if press { try pressButton(wormhole) }
             if once {
                 guard let snapshot = try await wormhole.message(withIdentifier: Identifiers.snapshot, as: StepsSnapshot.self) else {
-                    say("widget: no steps yet; start the app: swift run today-widget app")
+                    say("widget: no steps yet; start the app: today-widget app")
                     return
                 }
                 say("widget: \(snapshot.summary)")
@@ -59,7 +59,7 @@ struct Widget: AsyncParsableCommand {
             }
             defer { token.cancel() }
             if try await wormhole.record(withIdentifier: Identifiers.snapshot) == nil {
-                say("widget: no steps yet; waiting for the app (swift run today-widget app)")
+                say("widget: no steps yet; waiting for the app (today-widget app)")
             }
 
             let input = Thread {

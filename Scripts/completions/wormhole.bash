@@ -188,7 +188,7 @@ _wormhole_send() {
     repeating_flags=()
     non_repeating_flags=(--json --print-sequence --version -h --help)
     repeating_options=()
-    non_repeating_options=(--file --group --directory --optional-directory --postgres)
+    non_repeating_options=(--file --group --directory --optional-directory)
     __wormhole_offer_flags_options 2
 
     # Offer option value completions
@@ -205,9 +205,6 @@ _wormhole_send() {
     '--optional-directory')
         return
         ;;
-    '--postgres')
-        return
-        ;;
     esac
 }
 
@@ -215,7 +212,7 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --timeout -t --durable --group --directory --optional-directory --postgres)
+    non_repeating_options=(--count -c --timeout -t --durable --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -238,9 +235,6 @@ _wormhole_listen() {
     '--optional-directory')
         return
         ;;
-    '--postgres')
-        return
-        ;;
     esac
 }
 
@@ -248,7 +242,7 @@ _wormhole_read() {
     repeating_flags=()
     non_repeating_flags=(--json --raw --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --postgres)
+    non_repeating_options=(--group --directory --optional-directory)
     __wormhole_offer_flags_options 1
 
     # Offer option value completions
@@ -262,17 +256,14 @@ _wormhole_read() {
     '--optional-directory')
         return
         ;;
-    '--postgres')
-        return
-        ;;
     esac
 }
 
 _wormhole_clear() {
     repeating_flags=()
-    non_repeating_flags=(--all --version -h --help)
+    non_repeating_flags=(--all --yes -y --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --postgres)
+    non_repeating_options=(--group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -284,9 +275,6 @@ _wormhole_clear() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--postgres')
         return
         ;;
     esac
@@ -296,7 +284,7 @@ _wormhole_list() {
     repeating_flags=()
     non_repeating_flags=(--json --all --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --postgres)
+    non_repeating_options=(--group --directory --optional-directory)
     __wormhole_offer_flags_options 0
 
     # Offer option value completions
@@ -308,9 +296,6 @@ _wormhole_list() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--postgres')
         return
         ;;
     esac
@@ -320,7 +305,7 @@ _wormhole_status() {
     repeating_flags=()
     non_repeating_flags=(--json --version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --postgres)
+    non_repeating_options=(--group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -332,9 +317,6 @@ _wormhole_status() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--postgres')
         return
         ;;
     esac
@@ -344,7 +326,7 @@ _wormhole_forget() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --postgres)
+    non_repeating_options=(--group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -358,9 +340,6 @@ _wormhole_forget() {
     '--optional-directory')
         return
         ;;
-    '--postgres')
-        return
-        ;;
     esac
 }
 
@@ -368,7 +347,7 @@ _wormhole_doctor() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --postgres)
+    non_repeating_options=(--group --directory --optional-directory)
     __wormhole_offer_flags_options 0
 
     # Offer option value completions
@@ -382,9 +361,6 @@ _wormhole_doctor() {
     '--optional-directory')
         return
         ;;
-    '--postgres')
-        return
-        ;;
     esac
 }
 
@@ -392,7 +368,7 @@ _wormhole_post() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--state --group --directory --optional-directory --postgres)
+    non_repeating_options=(--state --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -409,9 +385,6 @@ _wormhole_post() {
     '--optional-directory')
         return
         ;;
-    '--postgres')
-        return
-        ;;
     esac
 }
 
@@ -419,7 +392,7 @@ _wormhole_observe() {
     repeating_flags=()
     non_repeating_flags=(--state --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory --postgres)
+    non_repeating_options=(--count -c --timeout -t --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -439,9 +412,6 @@ _wormhole_observe() {
     '--optional-directory')
         return
         ;;
-    '--postgres')
-        return
-        ;;
     esac
 }
 
@@ -449,7 +419,7 @@ _wormhole_path() {
     repeating_flags=()
     non_repeating_flags=(--version -h --help)
     repeating_options=()
-    non_repeating_options=(--group --directory --optional-directory --postgres)
+    non_repeating_options=(--group --directory --optional-directory)
     __wormhole_offer_flags_options 0
 
     # Offer option value completions
@@ -461,9 +431,6 @@ _wormhole_path() {
         return
         ;;
     '--optional-directory')
-        return
-        ;;
-    '--postgres')
         return
         ;;
     esac

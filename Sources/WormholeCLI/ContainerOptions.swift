@@ -29,33 +29,30 @@ struct ContainerOptions: ParsableArguments {
     /// The environment variable that gives `--postgres` a default.
     static let postgresVariable = "WORMHOLE_POSTGRES_URL"
 
+    @OptionGroup var directoryOptions: DirectoryOptions
+
+    /// Listed in help and completions only by a `wormhole` built with the `Postgres`
+    /// trait. Another build still parses it, to say how to build one that has it.
     @Option(
         name: .long,
         help: ArgumentHelp(
-            "The application group whose container holds the messages (default: $WORMHOLE_GROUP, else \(defaultGroup)).",
-            valueName: "application-group-identifier"))
-    var group: String?
-
-    @Option(
-        name: .long,
-        help: ArgumentHelp(
-            "Use this directory as the container instead of a group's; created 0700 when missing (default: $WORMHOLE_DIRECTORY).",
-            valueName: "path"))
-    var directory: String?
-
-    @Option(
-        name: .customLong("optional-directory"),
-        help: ArgumentHelp(
-            "A sub-directory of the group's container, as MMWormhole's optionalDirectory.",
-            valueName: "name"))
-    var optionalDirectory: String?
-
-    @Option(
-        name: .long,
-        help: ArgumentHelp(
-            "Keep the messages in this PostgreSQL database instead of a directory, so that processes on different machines talk; the group names the container in it (default: $WORMHOLE_POSTGRES_URL). Needs a wormhole built with --traits Postgres.",
-            valueName: "postgres://user:password@host:port/database"))
+            "Keep the messages in this PostgreSQL database instead of a directory, so that processes on different machines talk; the group names the container in it (default: $WORMHOLE_POSTGRES_URL).",
+            valueName: "postgres://user:password@host:port/database",
+            visibility: postgresVisibility))
     var postgres: String?
+
+    /// Whether this build lists `--postgres`.
+    static var postgresVisibility: ArgumentVisibility {
+        #if Postgres
+        .default
+        #else
+        .private
+        #endif
+    }
+
+    var group: String? { directoryOptions.group }
+    var directory: String? { directoryOptions.directory }
+    var optionalDirectory: String? { directoryOptions.optionalDirectory }
 
     func validate() throws { try choice.validate() }
 
@@ -64,6 +61,15 @@ struct ContainerOptions: ParsableArguments {
         case group(String, optionalDirectory: String?)
         case directory(String)
         case postgres(url: String, group: String, optionalDirectory: String?)
+
+        /// Whether this is the default group's container (with no sub-directory), the one
+        /// every program that names no group shares.
+        var isDefaultGroup: Bool {
+            switch self {
+            case .group(let group, nil), .postgres(_, let group, nil): group == ContainerOptions.defaultGroup
+            default: false
+            }
+        }
 
         var description: String {
             switch self {
@@ -164,21 +170,6 @@ struct ContainerOptions: ParsableArguments {
         wormhole.directory ?? (try? location().description) ?? "the container"
     }
 
-    /// The notification center of the selected container: the namespace that `post` and
-    /// `observe` use, shared with the wormhole's own wake-ups.
-    func makeNotificationCenter() throws -> DarwinNotificationCenter {
-        if case .postgres = try location() {
-            throw CommandFailure(
-                "post and observe use the notification files of a container directory, which PostgreSQL does not have; use send and listen, or choose a directory",
-                exitCode: WormholeExitCode.usage)
-        }
-        let wormhole = try makeWormhole()
-        guard let center = wormhole.notificationCenter else {
-            throw CommandFailure("post and observe use the notification files of a container directory, which this container does not have")
-        }
-        return center
-    }
-
     /// A `wormhole` command line to suggest in a hint, with the container options that
     /// were given repeated, so that it reaches the same container:
     /// `command("send", "note", "...")` is `wormhole send --group g note ...` after
@@ -216,5 +207,67 @@ struct ContainerOptions: ParsableArguments {
         if path.hasPrefix("/") { return path }
         let current = FileManager.default.currentDirectoryPath
         return current.hasSuffix("/") ? current + path : current + "/" + path
+    }
+}
+
+/// `--group`, `--directory` and `--optional-directory`: the container options of every
+/// command, `--postgres` aside.
+struct DirectoryOptions: ParsableArguments {
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The application group whose container holds the messages (default: $WORMHOLE_GROUP, else \(ContainerOptions.defaultGroup)).",
+            valueName: "application-group-identifier"))
+    var group: String?
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Use this directory as the container instead of a group's; created 0700 when missing (default: $WORMHOLE_DIRECTORY).",
+            valueName: "path"))
+    var directory: String?
+
+    @Option(
+        name: .customLong("optional-directory"),
+        help: ArgumentHelp(
+            "A sub-directory of the group's container, as MMWormhole's optionalDirectory.",
+            valueName: "name"))
+    var optionalDirectory: String?
+}
+
+/// The container options of `post` and `observe`: a directory's, since notifications are
+/// the files of a container directory, which PostgreSQL does not have. There is no
+/// `--postgres`; `WORMHOLE_POSTGRES_URL` is refused with the reason.
+struct NotificationContainerOptions: ParsableArguments {
+    @OptionGroup var directoryOptions: DirectoryOptions
+
+    /// Never listed: parsed only to say why it is refused.
+    @Option(name: .long, help: .private) var postgres: String?
+
+    func validate() throws {
+        if postgres != nil {
+            throw ValidationError("post and observe use the notification files of a container directory, which PostgreSQL does not have; use send and listen to talk through a database.")
+        }
+        try choice.validate()
+    }
+
+    var choice: ContainerOptions.Choice {
+        ContainerOptions.Choice(group: directoryOptions.group, directory: directoryOptions.directory,
+                                optionalDirectory: directoryOptions.optionalDirectory)
+    }
+
+    /// The notification center of the selected container: the namespace that `post` and
+    /// `observe` use, shared with the wormhole's own wake-ups.
+    func makeNotificationCenter() throws -> DarwinNotificationCenter {
+        if case .postgres = try choice.location() {
+            throw CommandFailure(
+                "post and observe use the notification files of a container directory, which PostgreSQL does not have (\(ContainerOptions.postgresVariable) is set); use send and listen, or unset it",
+                exitCode: WormholeExitCode.usage)
+        }
+        let wormhole = try choice.makeWormhole()
+        guard let center = wormhole.notificationCenter else {
+            throw CommandFailure("post and observe use the notification files of a container directory, which this container does not have")
+        }
+        return center
     }
 }

@@ -45,7 +45,7 @@ struct Doctor: ParsableCommand {
         line("  chosen by: \(Self.reason(for: location, options: container, environment: environment))")
         if case .group = location, let groups = try? WormholeContainer.groupsDirectory(environment: environment) {
             let why = environment[WormholeContainer.environmentOverride].map { _ in "\(WormholeContainer.environmentOverride)" }
-                ?? (groups.hasPrefix(environment["XDG_RUNTIME_DIR"] ?? "\u{0}") ? "XDG_RUNTIME_DIR" : "the default (no XDG_RUNTIME_DIR of this user's own)")
+                ?? (groups.hasPrefix(environment["XDG_RUNTIME_DIR"] ?? "\u{0}") ? "XDG_RUNTIME_DIR" : "the per-user default: no XDG_RUNTIME_DIR of this user's own")
             line("  application groups under: \(groups) (\(why))")
         }
         let wormhole: Wormhole

@@ -16,6 +16,9 @@ struct Observe: ParsableCommand {
             is posted. Notifications carry no payload and coalesce: several quick posts \
             may print one line. Sending a message to an identifier posts its name too.
 
+            On a terminal it says on standard error where it observes; --verbose says so \
+            in any case.
+
             Exit status: 0 when --count notifications arrived (or on a plain end); 2 when \
             --timeout passed first.
 
@@ -39,7 +42,7 @@ struct Observe: ParsableCommand {
     @Flag(name: .shortAndLong, help: "Say on standard error where it observes, once it observes (scripts can wait for that line).")
     var verbose = false
 
-    @OptionGroup(title: "Container") var container: ContainerOptions
+    @OptionGroup(title: "Container") var container: NotificationContainerOptions
 
     func validate() throws {
         if names.isEmpty {
@@ -74,8 +77,12 @@ struct Observe: ParsableCommand {
                     }
                 })
             }
+            // A person at a terminal sees where it observes, as with listen; a script asks
+            // with --verbose.
             if verbose {
                 Output.error("observing \(Listen.names(names)) in \(center.directory)")
+            } else if Output.errorIsTerminal {
+                Output.error("observing \(Listen.names(names)) in \(center.directory); Ctrl-C stops")
             }
             try session.finish(count: count, timeout: timeout, what: "notifications", names: Listen.names(names)) {
                 observations.forEach { $0.cancel() }

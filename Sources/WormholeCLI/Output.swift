@@ -32,6 +32,12 @@ enum Output {
         _ = try? FileDescriptor.standardError.writeAll(Data("wormhole: \(single)\n".utf8))
     }
 
+    /// Writes `wormhole: <text>` to standard error with no newline: a question whose
+    /// answer is typed on the same line.
+    static func prompt(_ text: String) {
+        _ = try? FileDescriptor.standardError.writeAll(Data("wormhole: \(text)".utf8))
+    }
+
     /// Whether standard input is a terminal (someone typing) rather than a pipe or file.
     static var inputIsTerminal: Bool { isatty(STDIN_FILENO) == 1 }
 

@@ -22,7 +22,7 @@ struct Post: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Set the names' state value (an unsigned 64-bit integer) before posting.", valueName: "value"))
     var state: UInt64?
 
-    @OptionGroup(title: "Container") var container: ContainerOptions
+    @OptionGroup(title: "Container") var container: NotificationContainerOptions
 
     func validate() throws {
         if names.isEmpty {

@@ -26,7 +26,7 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
 
     /// Parses `url`.
     ///
-    /// - Throws: ``WormholeError/Code/invalidConfiguration`` naming what is wrong with it.
+    /// - Throws: `WormholeError.Code.invalidConfiguration` naming what is wrong with it.
     public init(url: String) throws(WormholeError) {
         let shown = Self.redacted(url)
         func invalid(_ why: String) -> WormholeError {

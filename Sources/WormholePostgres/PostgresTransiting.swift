@@ -10,9 +10,9 @@ import Wormhole
 /// A back end for processes that do not share a machine: messages in a PostgreSQL table,
 /// wake-ups by `LISTEN`/`NOTIFY`.
 ///
-/// The ``Wormhole`` API is the same as over the shared directory, and so are the
+/// The `Wormhole` API is the same as over the shared directory, and so are the
 /// guarantees: one order per identifier that every reader sees, each message delivered to
-/// a listener once, history bounded by the ``Wormhole/Configuration``, messages a live
+/// a listener once, history bounded by the `Wormhole.Configuration`, messages a live
 /// listener has not read kept for it. A notification carries the identifier and the
 /// sequence number, never the message.
 ///
@@ -31,6 +31,7 @@ import Wormhole
 /// Every call waits for the server: one round trip for a pass or a read. Calls from
 /// several threads share the statement connection and run one after another.
 public final class PostgresTransiting: WormholeTransiting {
+    /// Retention and size limits, enforced as by the file back end.
     public let configuration: Wormhole.Configuration
     /// The server, with its password hidden.
     public let server: PostgresServer
@@ -63,8 +64,8 @@ public final class PostgresTransiting: WormholeTransiting {
     ///     sub-directory name joined by `/`, each following the rules of an identifier.
     ///   - configuration: Retention and size limits, enforced as by the file back end.
     ///   - logger: Where the connection's diagnostics go.
-    /// - Throws: ``WormholeError/Code/databaseError`` when the server cannot be reached
-    ///   or refuses the login or the schema, ``WormholeError/Code/unsupportedFormat``
+    /// - Throws: `WormholeError.Code.databaseError` when the server cannot be reached
+    ///   or refuses the login or the schema, `WormholeError.Code.unsupportedFormat`
     ///   when the schema was made by a newer Wormhole.
     public init(
         server: PostgresServer,
@@ -121,6 +122,8 @@ public final class PostgresTransiting: WormholeTransiting {
 
     // MARK: - Writing
 
+    /// Inserts the message as the identifier's next row, in one transaction that also
+    /// sends the `NOTIFY`; blocks the calling thread for the round trip.
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
         let pass = try preparePass(payload, kind: kind, identifier: identifier)
         let rows = try session.query(pass.query, "pass a message to '\(identifier)' in \(server)")
@@ -210,6 +213,7 @@ public final class PostgresTransiting: WormholeTransiting {
         try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
     }
 
+    /// Deletes the identifier's rows; its sequence numbers go on.
     public func clearMessageContents(identifier: String) throws(WormholeError) {
         try Wormhole.validate(identifier: identifier)
         try session.query(PostgresSchema.clear(container: container, identifier: identifier),
@@ -217,6 +221,7 @@ public final class PostgresTransiting: WormholeTransiting {
         try prune(identifier)
     }
 
+    /// Deletes the rows of every identifier of the container.
     public func clearAllMessageContents() throws(WormholeError) {
         for identifier in try identifiers() {
             try clearMessageContents(identifier: identifier)
@@ -246,6 +251,7 @@ public final class PostgresTransiting: WormholeTransiting {
 
     // MARK: - Reading
 
+    /// The identifier's newest row, or `nil`.
     public func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord? {
         try Wormhole.validate(identifier: identifier)
         let rows = try session.query(PostgresSchema.latest(container: container, identifier: identifier),
@@ -261,6 +267,7 @@ public final class PostgresTransiting: WormholeTransiting {
         return try rows.first.map { row throws(WormholeError) in try record(from: row, identifier: identifier).get() }
     }
 
+    /// What is kept per identifier of the container: count, bytes, last update.
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
         summaries(from: try session.query(PostgresSchema.summaries(container: container), "summarize \(server)"))
     }
@@ -286,17 +293,23 @@ public final class PostgresTransiting: WormholeTransiting {
         return Int(rows.first.flatMap { try? $0.decode(Int64.self) } ?? 0)
     }
 
+    /// A reader of the identifier's rows from `start`, with a listener claim that keeps
+    /// them until it has read them.
     public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
         try Wormhole.validate(identifier: identifier)
         return try PostgresReader(transiting: self, identifier: identifier, start: start)
     }
 
+    /// A reader that resumes after the last row the durable listener `name` handled; its
+    /// position is kept in a table.
     public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
         try Wormhole.validate(identifier: identifier)
         try Wormhole.validate(identifier: name, kind: "durable listener name")
         return try PostgresReader(transiting: self, identifier: identifier, start: start, durableName: name)
     }
 
+    /// The running listeners and durable names of `identifier` (of every identifier when
+    /// `nil`), from the claims table.
     public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] {
         if let identifier { try Wormhole.validate(identifier: identifier) }
         var result: [WormholeListenerStatus] = []
@@ -313,6 +326,7 @@ public final class PostgresTransiting: WormholeTransiting {
         return result
     }
 
+    /// Removes the position of the durable listener `name`; refused while it runs.
     public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
         try Wormhole.validate(identifier: name, kind: "durable listener name")
         if let identifier { try Wormhole.validate(identifier: identifier) }
@@ -327,6 +341,8 @@ public final class PostgresTransiting: WormholeTransiting {
         return Int(gone)
     }
 
+    /// Calls `handler` when the identifier's channel is notified (a `LISTEN` on this
+    /// transiting's notification connection).
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Wormhole.validate(identifier: identifier)
         let id = try notifier.subscribe(identifier, handler: handler)

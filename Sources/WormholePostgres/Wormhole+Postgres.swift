@@ -13,13 +13,23 @@ extension Wormhole {
     ///                             applicationGroupIdentifier: "group.com.example.notes")
     /// ```
     ///
-    /// - Throws: ``WormholeError/Code/invalidConfiguration`` for a URL that is not one,
-    ///   ``WormholeError/Code/databaseError`` when the server cannot be reached or refuses.
+    /// - Parameters:
+    ///   - postgresURL: The database, in libpq's URL form:
+    ///     `postgres://user:password@host:port/database?sslmode=prefer`.
+    ///   - applicationGroupIdentifier: The group every cooperating process names: the
+    ///     container inside the database.
+    ///   - optionalDirectory: A sub-container of the group, as with a directory.
+    ///   - configuration: Retention and size limits.
+    ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
+    ///     (`WormholeJSONCoding.standard` by default), as for a directory.
+    /// - Throws: `WormholeError.Code.invalidConfiguration` for a URL that is not one,
+    ///   `WormholeError.Code.databaseError` when the server cannot be reached or refuses.
     public convenience init(
         postgresURL: String,
         applicationGroupIdentifier: String,
         optionalDirectory: String? = nil,
-        configuration: Configuration = Configuration()
+        configuration: Configuration = Configuration(),
+        jsonCoding: JSONCoding = .standard
     ) throws(WormholeError) {
         // Checked here to name what is wrong as the file back end does; the transiting
         // checks the container it is given again, whoever calls it.
@@ -30,7 +40,8 @@ extension Wormhole {
             container += "/" + optionalDirectory
         }
         self.init(transiting: try PostgresTransiting(
-            server: PostgresServer(url: postgresURL), container: container, configuration: configuration))
+            server: PostgresServer(url: postgresURL), container: container, configuration: configuration),
+            jsonCoding: jsonCoding)
     }
 }
 #endif

@@ -15,6 +15,39 @@ struct ArgumentParsingTests {
         }
     }
 
+    /// Help and completions list `--postgres` where it can be used: in a build with the
+    /// `Postgres` trait, for every command but `post` and `observe`, which need a directory.
+    @Test func helpListsPostgresOnlyWhereThisBuildAcceptsIt() throws {
+        let directoryOnly = [ObjectIdentifier(Post.self), ObjectIdentifier(Observe.self)]
+        for command in WormholeCommand.configuration.subcommands {
+            let help = WormholeCommand.helpMessage(for: command)
+            let name = command.configuration.commandName ?? "?"
+            #if Postgres
+            let expected = !directoryOnly.contains(ObjectIdentifier(command))
+            #else
+            let expected = false
+            #endif
+            #expect(help.contains("--postgres") == expected, "wormhole \(name) --help: \(help)")
+            #expect(help.contains("--group"), "wormhole \(name) --help")
+        }
+        #expect(WormholeCommand.completionScript(for: .bash).contains("--postgres") == postgresIsBuiltIn)
+    }
+
+    /// Whether this build has the PostgreSQL back end.
+    var postgresIsBuiltIn: Bool {
+        #if Postgres
+        true
+        #else
+        false
+        #endif
+    }
+
+    @Test(arguments: ["post", "observe"]) func postAndObserveRefusePostgresWithTheReason(command: String) throws {
+        #expect(exitStatus([command, "--postgres", "postgres://u@h/d", "ping"]) == 64)
+        let error = try #require(throws: (any Error).self) { try WormholeCommand.parseAsRoot([command, "--postgres", "postgres://u@h/d", "ping"]) }
+        #expect(WormholeCommand.message(for: error).contains("use send and listen to talk through a database"))
+    }
+
     @Test func sendTakesTheMessageFromTheArgument() throws {
         let send = try Send.parse(["chat", "hello there"])
         #expect(send.identifier == "chat")

@@ -140,6 +140,35 @@ struct ExamplesTests {
         }
     }
 
+    /// At a terminal, a message that arrives while a line is being typed is shown above
+    /// it and the typed text drawn again below, as chat programs do; Backspace still
+    /// edits, Enter says the line, Ctrl-D leaves.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script")))
+    func aMessageArrivingWhileTypingIsShownAboveWhatIsTyped() async throws {
+        let sandbox = Sandbox()
+        let alice = try sandbox.startOnTerminal(["alice"], product: "wormhole-chat")
+        #expect(await alice.waitForStandardOutput(containing: "* alice joined"), "\(output(alice))")
+        try alice.type("helx\u{7F}")   // Backspace: the chat, not the terminal, echoes and edits
+        #expect(await alice.waitForStandardOutput(containing: "helx\r\u{1B}[Jhel"), "\(output(alice).debugDescription)")
+
+        let bob = try await sandbox.run(["bob", "--history", "0"], product: "wormhole-chat", input: Data("hi alice\n".utf8))
+        #expect(bob.status == 0)
+        #expect(await alice.waitForStandardOutput(containing: "* bob left"))
+        // Each of bob's lines: the typed text erased, the line, the typed text again.
+        let shown = output(alice)
+        for line in ["* bob joined", "bob: hi alice", "* bob left"] {
+            let redrawn = try Regex("\r\u{1B}\\[J\\[[0-9:]{8}\\] \\Q\(line)\\E\r\nhel")
+            #expect(shown.contains(redrawn), "\(line): \(shown.debugDescription)")
+        }
+
+        try alice.type("lo\n\u{04}")   // Enter says "hello"; Ctrl-D on the empty line leaves
+        let result = await alice.finish(seconds: 20)
+        #expect(result.status == 0, "\(result.output)")
+        let carol = try await sandbox.run(["carol", "--history", "10"], product: "wormhole-chat", input: Data())
+        #expect(carol.output.contains("alice: hello\n"), "\(carol.output)")
+        #expect(carol.output.contains("* alice left"), "\(carol.output)")
+    }
+
     /// Eight chats at once, each sent Ctrl-C as soon as it shows it joined: the signal is
     /// caught from then on, never lost and never fatal (a Dispatch signal source, which is
     /// registered later on another thread, lost about 1 in 30 under load).

@@ -39,6 +39,21 @@ struct NotificationCommandsTests {
         #expect(result.lines == ["chat"])
     }
 
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script")))
+    func onATerminalObserveSaysWhereItObservesAsListenDoes() async throws {
+        let sandbox = Sandbox()
+        let terminal = try sandbox.startOnTerminal(["observe", "refresh", "--count", "1", "--timeout", "60"])
+        #expect(await terminal.waitForStandardOutput(containing: "wormhole: observing 'refresh' in \(sandbox.defaultContainer); Ctrl-C stops"),
+                "\(String(decoding: terminal.stdout, as: UTF8.self))")
+        #expect(try await sandbox.run(["post", "refresh"]).status == 0)
+        let result = await terminal.finish()
+        #expect(result.status == 0)
+        #expect(result.output.contains("refresh\r\n"))
+        // In a pipe it says nothing until asked with --verbose.
+        let piped = try await sandbox.run(["observe", "refresh", "--timeout", "0.2"])
+        #expect(piped.stderr == "wormhole: no notification arrived within 0.2 seconds for 'refresh'\n")
+    }
+
     @Test func anObserverThatHearsNothingTimesOutWithStatusTwo() async throws {
         let sandbox = Sandbox()
         let result = try await sandbox.run(["observe", "silence", "--timeout", "0.3"])

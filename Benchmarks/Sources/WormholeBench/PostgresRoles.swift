@@ -1,3 +1,4 @@
+#if Postgres
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -159,3 +160,28 @@ final class ServerCounters {
         Monotonic.sleep(seconds: 0.1)
     }
 }
+#else
+import Foundation
+
+/// Without the `Postgres` trait (`Benchmarks/run` without `--postgres`) nothing of the
+/// PostgreSQL client is built: the postgres section is skipped with a note (``Suite``),
+/// and its roles say how to build them.
+enum PostgresRoles {
+    static let missing = BenchError("this harness was built without PostgreSQL support: run Benchmarks/run --postgres")
+    static func notifySend(_ options: Options) throws -> Int32 { throw missing }
+    static func notifyListen(_ options: Options) throws -> Int32 { throw missing }
+    static func serverSettings(url: String) throws -> String { throw missing }
+}
+
+/// The server's counters (see the `Postgres` build): none without a server.
+final class ServerCounters {
+    struct Snapshot {
+        var walFlushes: Int64
+        var commits: Int64
+    }
+
+    init(url: String) throws { throw PostgresRoles.missing }
+    func read() -> Snapshot? { nil }
+    func waitForOtherSessionsToEnd(timeout: Double) {}
+}
+#endif

@@ -59,6 +59,12 @@ struct Suite {
         // The postgres section is in the default set only when there is a server to measure.
         let defaults = Self.allSections.filter { $0 != "postgres" || server != nil }
         sections = Set(options.string("sections", default: defaults.joined(separator: ",")).split(separator: ",").map(String.init))
+        #if !Postgres
+        if sections.contains("postgres") {
+            printError("Note: this harness was built without PostgreSQL support (Benchmarks/run --postgres builds it): the postgres section is skipped")
+            sections.remove("postgres")
+        }
+        #endif
         if sections.contains("postgres") && postgresURL == nil {
             printError("Note: the postgres section needs a server (--postgres-url URL or WORMHOLE_BENCH_POSTGRES_URL): skipped")
             sections.remove("postgres")

@@ -4,7 +4,9 @@ import Glibc
 import Dispatch
 import Foundation
 import Wormhole
+#if Postgres
 import WormholePostgres
+#endif
 
 /// The child processes that use the library: a listener of one or many identifiers, and
 /// a sender. Each prints `READY` when it may be measured and `RESULT ...` at the end.
@@ -17,8 +19,12 @@ enum WormholeRoles {
     /// connections of this process's own).
     static func open(_ options: Options, configuration: Wormhole.Configuration = Wormhole.Configuration()) throws -> Wormhole {
         if options.flag("postgres") {
+            #if Postgres
             return Wormhole(transiting: try PostgresTransiting(
                 url: try options.string("postgres"), container: try options.string("container"), configuration: configuration))
+            #else
+            throw PostgresRoles.missing
+            #endif
         }
         return try Wormhole(directory: try options.string("dir"), configuration: configuration)
     }

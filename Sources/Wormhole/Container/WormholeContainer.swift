@@ -13,7 +13,7 @@ import Logging
 /// the Linux analogue of an iOS App Group container.
 ///
 /// The directory for a group is resolved in this order:
-/// 1. an explicit directory, when the caller gives one (``Wormhole/init(directory:configuration:)``);
+/// 1. an explicit directory, when the caller gives one (``Wormhole/init(directory:configuration:jsonCoding:)``);
 /// 2. `$WORMHOLE_APP_GROUPS_DIRECTORY/<group>` when that environment variable is set
 ///    (sandboxes and tests point every group somewhere else with it);
 /// 3. `$XDG_RUNTIME_DIR/app-groups/<group>`: tmpfs, private to the user, fast;

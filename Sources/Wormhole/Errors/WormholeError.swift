@@ -17,6 +17,7 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private let name: String
         private init(_ name: String) { self.name = name }
+        /// The code's name, as in ``WormholeError/Code/invalidIdentifier``: `invalidIdentifier`.
         public var description: String { name }
 
         /// An identifier, notification name or group identifier that cannot name a file
@@ -79,6 +80,12 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
     /// For ``Code/messagesLost``: how many messages the listener missed.
     public let missedMessageCount: UInt64?
 
+    /// An error with `code` and a sentence a person can act on: how back ends of your own
+    /// report problems as the library does.
+    ///
+    /// ```swift
+    /// throw WormholeError(.databaseError, "cannot reach the server at db.example.com: connection refused")
+    /// ```
     public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil, missedMessageCount: UInt64? = nil) {
         self.code = code
         self.message = message
@@ -87,6 +94,7 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         self.missedMessageCount = missedMessageCount
     }
 
+    /// The message, followed by the system error when it does not name it already.
     public var description: String {
         var text = message
         if let errno, !message.contains(errno.description) {

@@ -8,7 +8,7 @@ import Foundation
 /// `MMWormholeTransiting`.
 ///
 /// ``FileTransiting`` (a shared directory and inotify) is the default. Another back end
-/// implements this protocol and is passed to ``Wormhole/init(transiting:)``; the
+/// implements this protocol and is passed to ``Wormhole/init(transiting:jsonCoding:)``; the
 /// ``Wormhole`` API does not change. Whatever the back end, it must keep the guarantees:
 /// one order per identifier that every reader sees, each record delivered to a reader
 /// once, no partial record ever visible, and history bounded by the configuration.

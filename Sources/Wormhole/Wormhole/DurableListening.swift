@@ -41,7 +41,7 @@ extension Wormhole {
     ) throws(WormholeError) -> ListenerToken {
         let report = onError ?? Self.logError
         return try listenForRecords(withIdentifier: identifier, durableName: name, startingFrom: start, queue: queue, onError: report,
-                                    listener: Self.decoding(Message.self, listener, report: report))
+                                    listener: decoding(Message.self, listener, report: report))
     }
 
     /// ``listenForMessage(withIdentifier:as:durableName:startingFrom:queue:onError:listener:)``
@@ -71,8 +71,8 @@ extension Wormhole {
         startingFrom start: StartingPoint = .now,
         onError: (@Sendable (WormholeError) -> Void)? = nil
     ) -> WormholeMessages<Message> {
-        WormholeMessages(wormhole: self, identifier: identifier, start: start, durableName: name, onError: onError ?? Self.logError) { record throws(WormholeError) in
-            try record.decode(as: Message.self)
+        WormholeMessages(wormhole: self, identifier: identifier, start: start, durableName: name, onError: onError ?? Self.logError) { [jsonCoding] record throws(WormholeError) in
+            try record.decode(as: Message.self, using: jsonCoding)
         }
     }
 

@@ -6,22 +6,41 @@ import Foundation
 
 extension WormholeRecord {
     /// The message as `Message`: `Data` gets the bytes as they are, `String` the UTF-8
-    /// text, any other `Decodable` type is decoded from JSON.
+    /// text, any other `Decodable` type is decoded from JSON by the standard decoder
+    /// (``WormholeJSONCoding/standard``).
     ///
     /// - Throws: ``WormholeError/Code/decodingFailed`` when the bytes are not that type.
     public func decode<Message: Decodable>(as type: Message.Type = Message.self) throws(WormholeError) -> Message {
-        try MessageCoding.decode(payload, as: type, identifier: identifier, sequence: sequence)
+        try MessageCoding.decode(payload, as: type, identifier: identifier, sequence: sequence, using: MessageCoding.standard)
+    }
+
+    /// The message as `Message`, decoded from JSON by `coding`'s decoder when it is
+    /// neither `Data` nor `String`: how to decode a record as the wormhole it came from
+    /// does (``Wormhole/jsonCoding``).
+    ///
+    /// ```swift
+    /// try wormhole.listenForRecords(withIdentifier: "note") { record in
+    ///     let note = try? record.decode(as: Note.self, using: wormhole.jsonCoding)
+    /// }
+    /// ```
+    ///
+    /// - Throws: ``WormholeError/Code/decodingFailed`` when the bytes are not that type.
+    public func decode<Message: Decodable>(as type: Message.Type = Message.self, using coding: WormholeJSONCoding) throws(WormholeError) -> Message {
+        try MessageCoding.decode(payload, as: type, identifier: identifier, sequence: sequence, using: coding)
     }
 }
 
 /// Turns messages into bytes and back. Raw bytes and text pass through unchanged; other
-/// types travel as JSON.
+/// types travel as JSON, in the form a ``WormholeJSONCoding`` chooses.
 enum MessageCoding {
-    static func encode<Message: Encodable>(_ message: Message, identifier: String) throws(WormholeError) -> (WormholePayloadKind, Data) {
+    /// The standard coding, made once for the records decoded without a wormhole's.
+    static let standard = WormholeJSONCoding.standard
+
+    static func encode<Message: Encodable>(_ message: Message, identifier: String, using coding: WormholeJSONCoding) throws(WormholeError) -> (WormholePayloadKind, Data) {
         if let data = message as? Data { return (.data, data) }
         if let text = message as? String { return (.text, Data(text.utf8)) }
         do {
-            return (.json, try JSONEncoder().encode(message))
+            return (.json, try coding.encoder.encode(message))
         } catch {
             throw WormholeError(.encodingFailed, "cannot encode the message for '\(identifier)' as JSON: \(error)")
         }
@@ -44,7 +63,8 @@ enum MessageCoding {
         }
     }
 
-    static func decode<Message: Decodable>(_ payload: Data, as type: Message.Type, identifier: String, sequence: UInt64) throws(WormholeError) -> Message {
+    static func decode<Message: Decodable>(_ payload: Data, as type: Message.Type, identifier: String, sequence: UInt64,
+                                           using coding: WormholeJSONCoding) throws(WormholeError) -> Message {
         if Message.self == Data.self, let data = payload as? Message { return data }
         if Message.self == String.self {
             guard let text = String(data: payload, encoding: .utf8), let message = text as? Message else {
@@ -53,7 +73,7 @@ enum MessageCoding {
             return message
         }
         do {
-            return try JSONDecoder().decode(Message.self, from: payload)
+            return try coding.decoder.decode(Message.self, from: payload)
         } catch {
             throw WormholeError(.decodingFailed, "message \(sequence) of '\(identifier)' is not a JSON \(Message.self): \(describe(error))")
         }

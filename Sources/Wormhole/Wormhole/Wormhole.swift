@@ -27,7 +27,8 @@ import Synchronization
 ///
 /// Every listener receives every message passed while it listens, exactly once, in the
 /// one order per identifier that all listeners agree on. `Data` and `String` messages
-/// travel as their bytes; other types as JSON. A listener lives until its token is
+/// travel as their bytes; other types as JSON, with sorted keys and ISO 8601 dates
+/// unless the wormhole is given another ``JSONCoding``. A listener lives until its token is
 /// cancelled, ``stopListeningForMessage(withIdentifier:)`` is called, or the wormhole is
 /// released: the wormhole keeps the tokens, so dropping one does not stop its listener.
 public final class Wormhole: Sendable {
@@ -35,9 +36,15 @@ public final class Wormhole: Sendable {
     public typealias Configuration = WormholeConfiguration
     /// Where a listener starts reading.
     public typealias StartingPoint = WormholeStartingPoint
+    /// The JSON encoder and decoder for messages that are neither `Data` nor `String`.
+    public typealias JSONCoding = WormholeJSONCoding
 
     /// Where messages are stored and how listeners are woken.
     public let transiting: any WormholeTransiting
+
+    /// How this wormhole encodes and decodes messages that are neither `Data` nor
+    /// `String`: ``WormholeJSONCoding/standard`` unless the initializer was given another.
+    public let jsonCoding: JSONCoding
 
     /// The shared directory, when the back end is ``FileTransiting``.
     public var directory: String? { (transiting as? FileTransiting)?.directory }
@@ -65,30 +72,55 @@ public final class Wormhole: Sendable {
     ///   - applicationGroupIdentifier: The group every cooperating process names.
     ///   - optionalDirectory: A sub-directory of the container for this wormhole's files.
     ///   - configuration: Retention and size limits.
+    ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
+    ///     (``WormholeJSONCoding/standard`` by default).
     /// - Throws: ``WormholeError`` when the group or directory name is invalid or the
     ///   container is unsafe or cannot be created.
     public convenience init(
         applicationGroupIdentifier: String,
         optionalDirectory: String? = nil,
-        configuration: Configuration = Configuration()
+        configuration: Configuration = Configuration(),
+        jsonCoding: JSONCoding = .standard
     ) throws(WormholeError) {
         var path = try WormholeContainer.directory(forApplicationGroupIdentifier: applicationGroupIdentifier)
         if let optionalDirectory, !optionalDirectory.isEmpty {
             try Identifier.validate(optionalDirectory, kind: "optional directory")
             path += "/" + optionalDirectory
         }
-        try self.init(directory: path, configuration: configuration)
+        try self.init(directory: path, configuration: configuration, jsonCoding: jsonCoding)
     }
 
-    /// A wormhole in `directory`, created (0700) when it is missing. A relative path is
-    /// taken from the current directory.
-    public convenience init(directory: String, configuration: Configuration = Configuration()) throws(WormholeError) {
-        self.init(transiting: try FileTransiting(directory: directory, configuration: configuration))
+    /// A wormhole in `directory`, created (0700) when it is missing, as MMWormhole's
+    /// wormholes in a directory of one's choosing. A relative path is taken from the
+    /// current directory.
+    ///
+    /// ```swift
+    /// let wormhole = try Wormhole(directory: "/srv/notes/wormhole")
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - directory: The shared directory; every cooperating process names the same.
+    ///   - configuration: Retention and size limits.
+    ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
+    ///     (``WormholeJSONCoding/standard`` by default).
+    /// - Throws: ``WormholeError`` when the directory is unsafe (a symbolic link, another
+    ///   user's, writable by others) or cannot be created, or the configuration is out of
+    ///   range.
+    public convenience init(directory: String, configuration: Configuration = Configuration(),
+                            jsonCoding: JSONCoding = .standard) throws(WormholeError) {
+        self.init(transiting: try FileTransiting(directory: directory, configuration: configuration), jsonCoding: jsonCoding)
     }
 
-    /// A wormhole over any back end.
-    public init(transiting: any WormholeTransiting) {
+    /// A wormhole over any back end: ``FileTransiting``, the PostgreSQL back end of the
+    /// `WormholePostgres` product, or a ``WormholeTransiting`` of your own.
+    ///
+    /// - Parameters:
+    ///   - transiting: Where messages are stored and how listeners are woken.
+    ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
+    ///     (``WormholeJSONCoding/standard`` by default).
+    public init(transiting: any WormholeTransiting, jsonCoding: JSONCoding = .standard) {
         self.transiting = transiting
+        self.jsonCoding = jsonCoding
     }
 
     deinit {
@@ -99,7 +131,8 @@ public final class Wormhole: Sendable {
 
     /// Persists `message` under `identifier` and wakes every listener of it.
     ///
-    /// `Data` is stored as its bytes, `String` as UTF-8 text, anything else as JSON.
+    /// `Data` is stored as its bytes, `String` as UTF-8 text, anything else as JSON by
+    /// the wormhole's ``jsonCoding`` (sorted keys and ISO 8601 dates by default).
     /// When this returns, the message is in the store: a process that reads later gets
     /// it, and every current listener will receive it.
     ///
@@ -110,7 +143,7 @@ public final class Wormhole: Sendable {
     @discardableResult
     public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
-        let (kind, payload) = try MessageCoding.encode(message, identifier: identifier)
+        let (kind, payload) = try MessageCoding.encode(message, identifier: identifier, using: jsonCoding)
         return try transiting.append(payload, kind: kind, identifier: identifier).sequence
     }
 
@@ -143,7 +176,7 @@ public final class Wormhole: Sendable {
     /// - Throws: ``WormholeError/Code/decodingFailed`` when it is not a `Message`, or
     ///   ``WormholeError/Code/corruptRecord`` when it cannot be read.
     public func message<Message: Decodable>(withIdentifier identifier: String, as type: Message.Type = Message.self) throws(WormholeError) -> Message? {
-        try record(withIdentifier: identifier)?.decode(as: type)
+        try record(withIdentifier: identifier)?.decode(as: type, using: jsonCoding)
     }
 
     /// The latest record of `identifier`, with its sequence number, date and sender.
@@ -182,7 +215,7 @@ public final class Wormhole: Sendable {
     @discardableResult
     public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) async throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
-        let (kind, payload) = try MessageCoding.encode(message, identifier: identifier)
+        let (kind, payload) = try MessageCoding.encode(message, identifier: identifier, using: jsonCoding)
         return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
     }
 
@@ -196,7 +229,7 @@ public final class Wormhole: Sendable {
 
     /// ``message(withIdentifier:as:)-5o1yf`` from an asynchronous context.
     public func message<Message: Decodable>(withIdentifier identifier: String, as type: Message.Type = Message.self) async throws(WormholeError) -> Message? {
-        try await record(withIdentifier: identifier)?.decode(as: type)
+        try await record(withIdentifier: identifier)?.decode(as: type, using: jsonCoding)
     }
 
     /// ``record(withIdentifier:)`` from an asynchronous context.
@@ -258,18 +291,18 @@ public final class Wormhole: Sendable {
     ) throws(WormholeError) -> ListenerToken {
         let report = onError ?? Self.logError
         return try listenForRecords(withIdentifier: identifier, startingFrom: start, queue: queue, onError: report,
-                                    listener: Self.decoding(Message.self, listener, report: report))
+                                    listener: decoding(Message.self, listener, report: report))
     }
 
-    /// A record listener that decodes each record for `listener`; a record that does not
-    /// decode goes to `report`.
-    static func decoding<Message: Decodable & Sendable>(
+    /// A record listener that decodes each record for `listener` with ``jsonCoding``; a
+    /// record that does not decode goes to `report`.
+    func decoding<Message: Decodable & Sendable>(
         _ type: Message.Type, _ listener: @escaping @Sendable (Message) -> Void,
         report: @escaping @Sendable (WormholeError) -> Void
     ) -> @Sendable (WormholeRecord) -> Void {
-        { record in
+        { [jsonCoding] record in
             do throws(WormholeError) {
-                listener(try record.decode(as: Message.self))
+                listener(try record.decode(as: Message.self, using: jsonCoding))
             } catch {
                 report(error)
             }
@@ -333,8 +366,8 @@ public final class Wormhole: Sendable {
         startingFrom start: StartingPoint = .now,
         onError: (@Sendable (WormholeError) -> Void)? = nil
     ) -> WormholeMessages<Message> {
-        WormholeMessages(wormhole: self, identifier: identifier, start: start, onError: onError ?? Self.logError) { record throws(WormholeError) in
-            try record.decode(as: Message.self)
+        WormholeMessages(wormhole: self, identifier: identifier, start: start, onError: onError ?? Self.logError) { [jsonCoding] record throws(WormholeError) in
+            try record.decode(as: Message.self, using: jsonCoding)
         }
     }
 

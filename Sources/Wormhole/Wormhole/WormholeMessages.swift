@@ -6,7 +6,10 @@ import Synchronization
 /// The store is the buffer: the iterator reads from the log when it is asked for the
 /// next element, so a slow consumer holds no messages in memory and loses none.
 public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
+    /// Each element: a decoded message, or a ``WormholeRecord`` for
+    /// ``Wormhole/records(withIdentifier:startingFrom:onError:)``.
     public typealias Element = Message
+    /// What ends the sequence with an error: a listener that cannot start or go on.
     public typealias Failure = WormholeError
 
     let wormhole: Wormhole
@@ -31,6 +34,8 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
             self.sequence = sequence
         }
 
+        /// The next message, waiting until one is passed; `nil` when the task is
+        /// cancelled. Throws when listening cannot start or go on.
         public mutating func next() async throws(WormholeError) -> Message? {
             if source == nil {
                 source = try Source(sequence)

@@ -98,6 +98,11 @@ final class RunningCommand: @unchecked Sendable {
     private let inputPipe: Pipe?
     private let outputPath: String
     private let errorPath: String
+    /// The files given to the process as its standard streams, closed once it has exited
+    /// (``finish(seconds:)``): left to Foundation, they stayed open in this process, three
+    /// per command, and a full run passed 1,024 descriptors, past which Foundation's
+    /// `Process` aborts ("bit out of range 0 - FD_SETSIZE on fd_set").
+    private let streams: [FileHandle]
 
     init(_ product: String, _ arguments: [String], environment: [String: String], input: Data?, interactive: Bool = false, in directory: TemporaryDirectory) throws {
         let id = UUID().uuidString
@@ -108,18 +113,22 @@ final class RunningCommand: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: Products.path(product))
         process.arguments = arguments
         process.environment = environment
-        process.standardOutput = FileHandle(forWritingAtPath: outputPath)
-        process.standardError = FileHandle(forWritingAtPath: errorPath)
+        var streams = [FileHandle(forWritingAtPath: outputPath), FileHandle(forWritingAtPath: errorPath)]
+        process.standardOutput = streams[0]
+        process.standardError = streams[1]
         inputPipe = interactive ? Pipe() : nil
         if let inputPipe {
             process.standardInput = inputPipe
         } else if let input {
             let inputPath = directory.file(".in-\(id)")
             _ = FileManager.default.createFile(atPath: inputPath, contents: input)
-            process.standardInput = FileHandle(forReadingAtPath: inputPath)
+            streams.append(FileHandle(forReadingAtPath: inputPath))
+            process.standardInput = streams.last!
         } else {
-            process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+            streams.append(FileHandle(forReadingAtPath: "/dev/null"))
+            process.standardInput = streams.last!
         }
+        self.streams = streams.compactMap { $0 }
         try process.run()
     }
 
@@ -132,6 +141,13 @@ final class RunningCommand: @unchecked Sendable {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
+        closeStreams()
+    }
+
+    /// Closes this process's copies of the command's standard streams (the command has its
+    /// own); its output stays readable by path.
+    private func closeStreams() {
+        for stream in streams { try? stream.close() }
     }
 
     /// Writes `text` to the standard input of a command started with `interactive`.
@@ -182,6 +198,7 @@ final class RunningCommand: @unchecked Sendable {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
+        closeStreams()
         return CommandResult(
             status: process.terminationStatus,
             signaled: process.terminationReason == .uncaughtSignal,
