@@ -3,7 +3,6 @@ import PackageDescription
 
 let package = Package(
     name: "Wormhole",
-    platforms: [.macOS(.v15)],
     products: [
         .library(name: "Wormhole", targets: ["Wormhole"]),
         // The PostgreSQL back end: compiled only with the `Postgres` trait.

@@ -216,6 +216,32 @@ struct KeptPromisesTests {
         slow.cancel()
     }
 
+    @Test("a record longer than the reader's limit whose trailer does not repeat its length is damage: reported once and skipped, and the next message arrives (it was waited on for ever)",
+          .timeLimit(.minutes(1)))
+    func tooLargeRecordWithABadTrailerIsSkipped() async throws {
+        let directory = TemporaryDirectory()
+        let writer = try Wormhole(directory: directory.path)
+        try await writer.passMessage(String(repeating: "x", count: 4096), identifier: "big")
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: directory.file("big.wormhole"))[.size] as? Int)
+        // Its trailer (the last 4 bytes) no longer says 4096.
+        let handle = try #require(FileHandle(forUpdatingAtPath: directory.file("big.wormhole")))
+        try handle.seek(toOffset: UInt64(size - 4))
+        try handle.write(contentsOf: Data([0xFF, 0xFF, 0x00, 0x00]))
+        try handle.close()
+        try await writer.passMessage("after", identifier: "big")
+
+        var configuration = Wormhole.Configuration()
+        configuration.maximumMessageSize = 1024
+        let reader = try Wormhole(directory: directory.path, configuration: configuration)
+        let received = Collector<String>()
+        let errors = Collector<WormholeError>()
+        let token = try reader.listenForMessage(withIdentifier: "big", as: String.self, startingFrom: .history,
+                                                onError: { errors.append($0) }) { received.append($0) }
+        #expect(await received.wait(for: 1) == ["after"])
+        #expect(errors.all.map(\.code) == [.corruptRecord], "\(errors.all)")
+        token.cancel()
+    }
+
     @Test("listeners in another PID namespace: compactions here never remove the claims they are creating, and status says whose process ids are not ours",
           .enabled(if: geteuid() == 0, "unshare --pid needs root"), .timeLimit(.minutes(3)))
     func listenersInAnotherPIDNamespace() async throws {
@@ -231,7 +257,7 @@ struct KeptPromisesTests {
         let writer = Task {
             var passes = 0
             while agent.isRunning && !Task.isCancelled {
-                try? wormhole.passMessage("w\(passes)", identifier: "cycle")
+                _ = try? wormhole.passMessage("w\(passes)", identifier: "cycle")
                 passes += 1
             }
             return passes

@@ -170,9 +170,23 @@ struct LogFile {
                     }
                     break scan
                 case .tooLarge(let sequence, let length):
-                    guard position + local + length <= Int.max, try trailerMatches(at: position + local, length: length) else {
+                    switch try trailer(at: position + local, length: length) {
+                    case .notYetWritten:
                         // Not (yet) whole: wait, as for any incomplete record.
                         return committed
+                    case .mismatch:
+                        // All its bytes are there but they do not end as it says: damage,
+                        // skipped like any other (Protocol.md §9.3), not waited on.
+                        if pendingDamage == nil { pendingDamage = ("a record of \(length - LogFormat.recordOverhead) bytes whose trailer does not repeat its length", position + local) }
+                        if let next = LogFormat.nextMarker(in: bytes, after: local) {
+                            local = next
+                            continue scan
+                        }
+                        if atEnd { return committed }
+                        local = max(local + 1, bytes.count - 3)
+                        break scan
+                    case .matches:
+                        break
                     }
                     if let (detail, at) = pendingDamage {
                         pendingDamage = nil
@@ -205,13 +219,22 @@ struct LogFile {
         }
     }
 
-    /// Whether the 4 bytes that end a record of `length` bytes at `offset` repeat its
-    /// payload length (it was written whole).
-    private func trailerMatches(at offset: Int, length: Int) throws(WormholeError) -> Bool {
+    /// What ends a record of `length` bytes at `offset`.
+    private enum Trailer {
+        /// Its 4 last bytes repeat its payload length: written whole.
+        case matches
+        /// They are there and do not: damage.
+        case mismatch
+        /// The file does not reach them (yet): being written, or torn.
+        case notYetWritten
+    }
+
+    private func trailer(at offset: Int, length: Int) throws(WormholeError) -> Trailer {
+        guard offset <= Int.max - length else { return .mismatch }
         var trailer: UInt32 = 0
         let got = withUnsafeMutableBytes(of: &trailer) { Syscalls.read(fd, into: $0, at: Int64(offset + length - 4)) }
-        guard case .success(4) = got else { return false }
-        return Int(UInt32(littleEndian: trailer)) == length - LogFormat.recordOverhead
+        guard case .success(4) = got else { return .notYetWritten }
+        return Int(UInt32(littleEndian: trailer)) == length - LogFormat.recordOverhead ? .matches : .mismatch
     }
 }
 
