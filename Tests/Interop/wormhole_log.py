@@ -838,6 +838,17 @@ class Writer:
                         new_fd, new_header_, new_tail = compact(self.container, self.raw, fd, header, tail,
                                                                 clearing, self.configuration, self.path)
                     except (OSError, WormholeProtocolError) as error:
+                        if clearing and isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+                            # K2': no room for a cleared copy: a header with everything
+                            # cleared over the old one, then the records go.
+                            emptied = new_header(self.configuration)
+                            emptied.log_id = header.log_id
+                            emptied.base_sequence = emptied.cleared_through = tail.last_sequence
+                            _pwrite_all(fd, emptied.encode(), 0)
+                            os.ftruncate(fd, HEADER_SIZE)
+                            self.header, self.tail = emptied, Tail(HEADER_SIZE, tail.last_sequence, None)
+                            fcntl.flock(fd, fcntl.LOCK_UN)
+                            return result
                         if clearing:
                             raise
                         # The message is committed; the next pass compacts.

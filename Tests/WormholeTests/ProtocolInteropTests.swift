@@ -641,6 +641,37 @@ struct ProtocolInteropTests {
         }
     }
 
+    @Test("a clear by Python on a full filesystem empties the log in place (Protocol.md 10.3 K2'): Swift's numbering goes on after it, and a Swift listener that had read everything is told of no loss",
+          .enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"), .timeLimit(.minutes(1)))
+    func pythonClearsOnAFullFilesystemInPlace() async throws {
+        let parent = TemporaryDirectory()
+        let mountPoint = parent.file("tiny")
+        mkdir(mountPoint, 0o700)
+        try #require(mount("tmpfs", mountPoint, "tmpfs", 0, "size=256k,mode=0700") == 0, "mount: \(String(cString: strerror(errno)))")
+        defer { umount2(mountPoint, Int32(MNT_DETACH)) }
+        let container = mountPoint + "/c"
+        let wormhole = try Wormhole(directory: container)
+        let received = Collector<String>()
+        let errors = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "full", as: String.self, onError: { errors.append($0) }) { received.append($0) }
+        for index in 1...3 { try await wormhole.passMessage("m\(index)", identifier: "full") }
+        #expect(await received.wait(for: 3).count == 3)
+        // No block left for a cleared copy.
+        let filler = mountPoint + "/filler"
+        try #require(FileManager.default.createFile(atPath: filler, contents: nil))
+        let handle = try #require(FileHandle(forWritingAtPath: filler))
+        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
+        try? handle.close()
+        let cleared = try await Self.python(["clear", container, "full"])
+        #expect(cleared.status == 0, "\(cleared.errorOutput)")
+        await #expect(try wormhole.message(withIdentifier: "full", as: String.self) == nil)
+        try FileManager.default.removeItem(atPath: filler)
+        await #expect(try wormhole.passMessage("after", identifier: "full") == 4, "numbering goes on after the clear")
+        #expect(await received.wait(for: 4) == ["m1", "m2", "m3", "after"])
+        #expect(errors.all.isEmpty, "\(errors.all)")
+        token.cancel()
+    }
+
     // MARK: - Running the Python implementation
 
     static let repositoryRoot = URL(fileURLWithPath: #filePath)

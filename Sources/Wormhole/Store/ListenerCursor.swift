@@ -173,17 +173,11 @@ final class ListenerCursor {
     /// in the log `logID` (running or not), deleting the claims of listeners that died.
     /// `nil` when there is neither.
     static func lowestLiveClaim(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
-        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return nil }
-        defer { try? directory.close() }
-        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return nil }
         var lowest: UInt64?
         /// Whether nobody is creating a claim now: the directory's lock, taken once, held
         /// until the directory is closed.
         var nobodyCreating: Bool?
-        for name in names {
-            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
-            defer { try? fd.close() }
-            guard (try? Syscalls.status(fd).get())?.isRegularFile == true else { continue }
+        forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: true) { name, fd, _, directory in
             if name.hasPrefix(DurablePosition.prefix) {
                 // Kept whether its listener runs or not, until it is forgotten; a position
                 // in another log keeps all of this one (it resumes at its start); a damaged
@@ -192,7 +186,7 @@ final class ListenerCursor {
                     let claim = value.logID == 0 || value.logID == logID ? value.position : 0
                     lowest = min(lowest ?? claim, claim)
                 }
-                continue
+                return
             }
             let being = name.hasPrefix(".")
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
@@ -206,18 +200,36 @@ final class ListenerCursor {
                     if nobodyCreating == nil {
                         nobodyCreating = (try? Syscalls.lock(directory, exclusive: true, wait: false).get()) != nil
                     }
-                    if nobodyCreating != true || processMayBeAlive(name.dropFirst()) { continue }
+                    if nobodyCreating != true || processMayBeAlive(name.dropFirst()) { return }
                 }
                 Syscalls.remove(name, in: directory)
             case .failure(.wouldBlock):
-                if being { continue }
+                if being { return }
                 let claim = readClaim(fd).keeps(afterIn: logID)
                 lowest = min(lowest ?? claim, claim)
             case .failure:
-                continue
+                return
             }
         }
         return lowest
+    }
+
+    /// Calls `visit` with each regular file of `.listeners/<identifier>/` (names starting
+    /// with `.` too when `includingBeingCreated`), opened for reading, with its status, in
+    /// name order, and with the directory (for its lock and `unlinkat`). Nothing when the
+    /// directory is missing. The one walk of the claims that compaction, writers and
+    /// `status` share.
+    private static func forEachClaimFile(container: ContainerDirectory, identifier: String, includingBeingCreated: Bool,
+                                         _ visit: (_ name: String, _ fd: FileDescriptor, _ status: Stat, _ directory: FileDescriptor) -> Void) {
+        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return }
+        defer { try? directory.close() }
+        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return }
+        for name in names.sorted() where includingBeingCreated || !name.hasPrefix(".") {
+            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
+            defer { try? fd.close() }
+            guard let status = try? Syscalls.status(fd).get(), status.isRegularFile else { continue }
+            visit(name, fd, status, directory)
+        }
     }
 
     /// The highest position in the log `logID` among live listeners' claims and durable
@@ -225,14 +237,8 @@ final class ListenerCursor {
     /// when none is in that log. Claims lag (they are written in batches), so this is a
     /// lower bound.
     static func highestPosition(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
-        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return nil }
-        defer { try? directory.close() }
-        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return nil }
         var highest: UInt64?
-        for name in names where !name.hasPrefix(".") {
-            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
-            defer { try? fd.close() }
-            guard (try? Syscalls.status(fd).get())?.isRegularFile == true else { continue }
+        forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, _, _ in
             let position: UInt64?
             if name.hasPrefix(DurablePosition.prefix) {
                 position = DurablePosition.read(fd).flatMap { $0.logID == logID ? $0.position : nil }
@@ -270,14 +276,8 @@ final class ListenerCursor {
     /// The live listeners and durable names of `identifier`; `logID` and `lastSequence`
     /// describe its log now (0 when it has none), to say how far behind each one is.
     static func listeners(container: ContainerDirectory, identifier: String, logID: UInt64, lastSequence: UInt64) -> [WormholeListenerStatus] {
-        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return [] }
-        defer { try? directory.close() }
-        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return [] }
         var result: [WormholeListenerStatus] = []
-        for name in names.sorted() where !name.hasPrefix(".") {
-            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
-            defer { try? fd.close() }
-            guard let status = try? Syscalls.status(fd).get(), status.isRegularFile else { continue }
+        forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, status, _ in
             let running: Bool
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
             case .success:
