@@ -39,6 +39,15 @@ struct LogFile {
 
     func close() { try? fd.close() }
 
+    /// Runs `body` with the file locked against every other writer (`flock(LOCK_EX)`),
+    /// and unlocks it in this one place, whatever `body` does. `body` must not close the
+    /// file: its descriptor number could be another file's by the time it is unlocked.
+    func whileLocked<T>(_ body: () throws(WormholeError) -> T) throws(WormholeError) -> T {
+        try Syscalls.lock(fd).orThrow("lock", path: path)
+        defer { Syscalls.unlock(fd) }
+        return try body()
+    }
+
     /// Reads and checks the header; `nil` for an empty file.
     func readHeader() throws(WormholeError) -> LogFormat.Header? {
         let path = self.path

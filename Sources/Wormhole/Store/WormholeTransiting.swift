@@ -21,6 +21,11 @@ public protocol WormholeTransiting: Sendable {
     func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
                 attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord
 
+    /// Stores `batch` under `identifier` as consecutive messages, for every listener,
+    /// never expiring; returns their sequence numbers (empty for an empty batch). A back
+    /// end that can writes them at once (the default implementation passes them one by one).
+    func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64>
+
     /// The newest message of `identifier` that was not cleared, or `nil`.
     func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord?
 
@@ -78,6 +83,15 @@ public protocol WormholeTransiting: Sendable {
 /// pool. These defaults run the synchronous call: right for a back end whose calls do
 /// not wait on anything remote (the file back end's are a few system calls).
 extension WormholeTransiting {
+    public func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64> {
+        var range: Range<UInt64>?
+        for entry in batch {
+            let sequence = try append(entry.payload, kind: entry.kind, identifier: identifier).sequence
+            range = (range?.lowerBound ?? sequence)..<(sequence + 1)
+        }
+        return range ?? 0..<0
+    }
+
     /// Stores a message for every listener, that never expires.
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
         try append(payload, kind: kind, identifier: identifier, attributes: .message)
