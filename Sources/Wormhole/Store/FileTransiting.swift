@@ -235,7 +235,7 @@ public final class FileTransiting: WormholeTransiting {
     /// what it wrote), opening, creating, repairing or converting the log as needed. A
     /// write that failed is `write`'s result, already worded; a full filesystem met while
     /// the log is created or extended is said here, with `what` (what was not passed).
-    private func appendUnderLock<T>(_ identifier: String, what: String,
+    private func appendUnderLock<T: Sendable>(_ identifier: String, what: String,
                                     _ write: (inout LogWriter.LockedLog) -> Result<T, WormholeError>) throws(WormholeError) -> T {
         var outcome: Result<T, WormholeError>?
         do throws(WormholeError) {

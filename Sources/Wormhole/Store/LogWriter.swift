@@ -102,7 +102,7 @@ final class LogWriter: Sendable {
     /// was opened is opened again; one of an earlier version is converted first. After
     /// `body` the log is compacted when due (always when `clearing`). Returns `nil` when
     /// the log does not exist and `create` is false.
-    func withLockedLog<T>(_ transiting: FileTransiting, create: Bool, clearing: Bool = false,
+    func withLockedLog<T: Sendable>(_ transiting: FileTransiting, create: Bool, clearing: Bool = false,
                           _ body: (inout LockedLog) throws(WormholeError) -> T) throws(WormholeError) -> T? {
         try state.withLock { (state: inout State) throws(WormholeError) -> T? in
             // A retired writer (evicted by another thread after this one took it) still
@@ -177,7 +177,7 @@ final class LogWriter: Sendable {
 
     /// One pass over the locked `log`: its header and tail, the body, then compaction.
     /// Never closes or unlocks a file: it says what is to be done once the lock is released.
-    private func locked<T>(_ log: LogFile, _ state: inout State, _ transiting: FileTransiting, clearing: Bool, buffer: ReadBuffer,
+    private func locked<T: Sendable>(_ log: LogFile, _ state: inout State, _ transiting: FileTransiting, clearing: Bool, buffer: ReadBuffer,
                            _ body: (inout LockedLog) throws(WormholeError) -> T) throws(WormholeError) -> Pass<T> {
         let configuration = transiting.configuration
         let policy = CompactionPolicy(configuration: configuration)
