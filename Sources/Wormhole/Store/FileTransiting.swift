@@ -314,7 +314,11 @@ public final class FileTransiting: WormholeTransiting {
                 path: log.path)
         }
         let bytes = try buffer.read(log.fd, from: offset, count: tail.end - offset, path: log.path)
-        guard case .record(let frame, _) = LogFormat.parse(bytes, at: 0, logID: header.logID, layout: header.layout, maximumPayload: configuration.maximumMessageSize) else {
+        let parsed = LogFormat.parse(bytes, at: 0, logID: header.logID, layout: header.layout, maximumPayload: configuration.maximumMessageSize)
+        guard case .record(let frame, _) = parsed else {
+            if case .corrupt(let detail, _) = parsed {
+                throw WormholeError.corrupt("the latest message of '\(identifier)' (\(tail.lastSequence)) is damaged: \(detail), at offset \(offset)", path: log.path)
+            }
             throw WormholeError.corrupt("the last record changed while it was read", path: log.path)
         }
         return LogFormat.record(frame, in: bytes, at: 0, identifier: identifier)

@@ -278,7 +278,7 @@ final class LogWriter: Sendable {
                 tail.advance(past: item)
                 return true
             }
-            tail.end = end
+            tail.includeDamagedEnd(end)
             return tail
         }
         return try log.findTail(size: size, header: header, maximumPayload: maximumPayload, buffer: buffer)
