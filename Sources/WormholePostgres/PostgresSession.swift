@@ -73,6 +73,18 @@ final class PostgresSession: Sendable {
         }
     }
 
+    /// ``connect()`` for asynchronous callers: suspends instead of blocking the thread.
+    func connect() async throws(WormholeError) -> PostgresConnection {
+        let id = connectionIDs.add(1, ordering: .relaxed).oldValue
+        do {
+            return try await PostgresConnection.connect(
+                on: Self.eventLoopGroup.next(), configuration: server.configuration, id: id, logger: logger
+            ).get()
+        } catch {
+            throw Self.describe(error, doing: "connect to \(server)")
+        }
+    }
+
     /// Runs one statement and returns its rows.
     @discardableResult
     func query(_ query: PostgresQuery, _ doing: @autoclosure () -> String) throws(WormholeError) -> [PostgresRow] {

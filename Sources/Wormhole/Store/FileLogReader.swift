@@ -340,8 +340,6 @@ final class FileLogReader: WormholeTransitingReader {
             missedMessageCount: missed)))
     }
 
-    /// Looks at the file at the log's name once the held one is read to its end. Returns
-    /// whether the state changed (a new file to read).
     /// After the container was replaced (deleted and made again, or another directory
     /// moved to its path), this listener's claim, or its durable position, is in the old
     /// directory: made again in the new one, before its log is opened (as a new listener
@@ -361,6 +359,8 @@ final class FileLogReader: WormholeTransitingReader {
         claimedGeneration = generation
     }
 
+    /// Looks at the file at the log's name once the held one is read to its end. Returns
+    /// whether the state changed (a new file to read).
     private func openCurrent() throws(WormholeError) -> Bool {
         invalidated = false
         // A listener follows the directory at the path but never makes it: only passes

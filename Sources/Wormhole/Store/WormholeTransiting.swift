@@ -66,6 +66,15 @@ public protocol WormholeTransiting: Sendable {
     /// durable names. The default reports nothing.
     func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus]
 
+    /// ``makeReader(identifier:startingFrom:)`` for asynchronous callers (the async
+    /// `messages(...)` iteration): a back end that talks to a server implements it without
+    /// blocking a thread; the default calls the synchronous one.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader
+    /// ``makeReader(identifier:startingFrom:durableName:)`` for asynchronous callers.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader
+    /// ``observe(identifier:handler:)`` for asynchronous callers.
+    func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation
+
     /// Removes the durable position `name` of `identifier` (of every identifier when
     /// `nil`); returns how many were removed. Refused while its listener runs.
     func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int
@@ -132,6 +141,18 @@ extension WormholeTransiting {
 
     public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] { [] }
 
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader {
+        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start) }
+    }
+
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader {
+        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start, durableName: name) }
+    }
+
+    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation {
+        try synchronously { () throws(WormholeError) in try observe(identifier: identifier, handler: handler) }
+    }
+
     public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
         throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
     }
@@ -150,6 +171,13 @@ public protocol WormholeTransitingReader: AnyObject {
     /// a record or the error that made it unreadable; the position moves past them.
     /// Empty when there is nothing new.
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
+
+    /// ``read(maximumCount:)`` for asynchronous callers: a reader of a server suspends
+    /// for the round trip (the default calls the synchronous read).
+    func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
+
+    /// ``acknowledge(_:)`` for asynchronous callers.
+    func acknowledge(_ sequence: UInt64) async throws(WormholeError)
 
     /// Releases the reader's resources; later reads return nothing.
     func close()
@@ -174,6 +202,16 @@ public protocol WormholeTransitingReader: AnyObject {
 }
 
 extension WormholeTransitingReader {
+    /// The synchronous read, for asynchronous callers of a reader that does not block on
+    /// a server (the files' reader reads a file).
+    public func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
+        try synchronously { () throws(WormholeError) in try read(maximumCount: maximumCount) }
+    }
+
+    public func acknowledge(_ sequence: UInt64) async throws(WormholeError) {
+        try synchronously { () throws(WormholeError) in try acknowledge(sequence) }
+    }
+
     public func invalidate() {}
     public func acknowledge(_ sequence: UInt64) throws(WormholeError) {}
     public var mayHaveMore: Bool { false }
