@@ -82,14 +82,9 @@ public final class PostgresTransiting: WormholeTransiting {
         self.channel = PostgresNotifier.channel(for: container)
         self.session = PostgresSession(server: server, logger: logger)
         self.notifier = PostgresNotifier(session: session, channel: channel)
-        session.setOnConnect { [claims] (connection) throws(WormholeError) in
+        session.setOnConnect { [claims] in
             let names = claims.all
-            guard !names.isEmpty else { return }
-            do {
-                _ = try connection.query(PostgresSchema.adoptClaims(names), logger: logger).wait()
-            } catch {
-                throw PostgresSession.describe(error, doing: "renew the listeners' claims on \(server)")
-            }
+            return names.isEmpty ? nil : (PostgresSchema.adoptClaims(names), "renew the listeners' claims on \(server)")
         }
         do throws(WormholeError) {
             try session.query(PostgresSchema.create, "create Wormhole's schema in \(server)")
