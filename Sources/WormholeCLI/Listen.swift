@@ -147,6 +147,11 @@ struct Listen: ParsableCommand {
                             session.finish(.failed("stopped listening to '\(identifier)': \(error.description)"))
                         } else {
                             Output.error(error.description)
+                            // With --no-follow, a message reported instead of printed (too
+                            // large for this reader) is passed all the same.
+                            if noFollow, let sequence = error.sequence, Self.passed(identifier, sequence, in: remaining) {
+                                session.finish(.reachedCount)
+                            }
                         }
                     }
                 // A durable listener's position moves once the message was written out. One
@@ -155,12 +160,8 @@ struct Listen: ParsableCommand {
                 let listener: @Sendable (WormholeRecord) -> Void = { record in
                     if !session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) {
                         tokens.withLock { $0 }.forEach { $0.cancel() }
-                    } else if noFollow {
-                        let done = remaining.withLock { remaining -> Bool in
-                            if let last = remaining[identifier], record.sequence >= last { remaining[identifier] = nil }
-                            return remaining.isEmpty
-                        }
-                        if done { session.finish(.reachedCount) }
+                    } else if noFollow, Self.passed(identifier, record.sequence, in: remaining) {
+                        session.finish(.reachedCount)
                     }
                 }
                 let token = if let durable {
@@ -187,12 +188,26 @@ struct Listen: ParsableCommand {
         }
     }
 
+    /// For --no-follow: notes that `identifier`'s listener got (or reported) message
+    /// `sequence`; whether every identifier has now reached its last message.
+    static func passed(_ identifier: String, _ sequence: UInt64, in remaining: borrowing Mutex<[String: UInt64]>) -> Bool {
+        remaining.withLock { remaining -> Bool in
+            guard let last = remaining[identifier] else { return false }
+            if sequence >= last { remaining[identifier] = nil }
+            return remaining.isEmpty
+        }
+    }
+
     /// For --no-follow: the sequence number of the last message of each identifier that
     /// there is something to print for (its latest, unless the durable name printed it).
+    /// Read from the summaries, which do not read the message: one too large for this
+    /// reader, or damaged, still marks where printing stops.
     func lastMessages(in wormhole: Wormhole) throws -> [String: UInt64] {
         var last: [String: UInt64] = [:]
+        let summaries = try wormhole.summaries()
         for identifier in Set(identifiers) {
-            guard let newest = try wormhole.record(withIdentifier: identifier)?.sequence else { continue }
+            guard let summary = summaries.first(where: { $0.identifier == identifier }), summary.messageCount > 0 else { continue }
+            let newest = summary.lastSequence
             if let durable {
                 // A name used before resumes after its position; a new one starts as
                 // --history or --latest say, or with new messages only (nothing to print).

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import Wormhole
 
 @Suite("Sending and listening across processes", .timeLimit(.minutes(10)))
 struct SendListenTests {
@@ -265,6 +266,21 @@ struct SendListenTests {
         let alone = try await sandbox.run(["listen", "--no-follow", "chat"])
         #expect(alone.status == 64)
         #expect(alone.stderr.contains("--no-follow stops after the messages already there, so it needs --history, --latest or --durable"))
+    }
+
+    @Test("--no-follow whose last message is too large for the command prints those before it, reports that one, and ends")
+    func noFollowEndsAtALastMessageTooLargeForIt() async throws {
+        let sandbox = Sandbox()
+        for text in ["one", "two"] { #expect(try await sandbox.run(["send", "chat", text]).status == 0) }
+        // A program whose wormhole accepts larger messages than the command's 8 MiB.
+        var configuration = Wormhole.Configuration()
+        configuration.maximumMessageSize = 9 << 20
+        let large = try Wormhole(directory: sandbox.defaultContainer, configuration: configuration)
+        try await large.passMessage(Data(count: (8 << 20) + 1), identifier: "chat")
+        let history = try await sandbox.run(["listen", "--history", "--no-follow", "chat"], seconds: 20)
+        #expect(history.status == 0, "\(history.stderr)")
+        #expect(history.lines == ["one", "two"])
+        #expect(history.stderr.contains("message 3 of 'chat' is 8388609 bytes, more than this reader's limit"), "\(history.stderr)")
     }
 
     @Test func aDurableNameWithNoFollowIsABatchJob() async throws {

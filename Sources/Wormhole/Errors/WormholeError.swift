@@ -79,6 +79,9 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
     public let errno: Errno?
     /// For ``Code/messagesLost``: how many messages the listener missed.
     public let missedMessageCount: UInt64?
+    /// For an error about one message that could not be delivered (``Code/messageTooLarge``
+    /// for this reader): its sequence number, so that a listener knows it has passed it.
+    public let sequence: UInt64?
 
     /// An error with `code` and a sentence a person can act on: how back ends of your own
     /// report problems as the library does.
@@ -86,12 +89,14 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
     /// ```swift
     /// throw WormholeError(.databaseError, "cannot reach the server at db.example.com: connection refused")
     /// ```
-    public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil, missedMessageCount: UInt64? = nil) {
+    public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil, missedMessageCount: UInt64? = nil,
+                sequence: UInt64? = nil) {
         self.code = code
         self.message = message
         self.path = path
         self.errno = errno
         self.missedMessageCount = missedMessageCount
+        self.sequence = sequence
     }
 
     /// The message, followed by the system error when it does not name it already.

@@ -233,7 +233,7 @@ final class FileLogReader: WormholeTransitingReader {
                         reportGap(before: sequence, clearedThrough: &clearedThrough, into: &results)
                         results.append(.failure(WormholeError(.messageTooLarge,
                             "message \(sequence) of '\(identifier)' is \(length - header.layout.overhead) bytes, more than this reader's limit of \(maximumPayload) (Wormhole.Configuration.maximumMessageSize); skipped, at offset \(at) of '\(log.path)'",
-                            path: log.path)))
+                            path: log.path, sequence: sequence)))
                         delivered = sequence
                     case .corrupt(let detail, let at):
                         afterDamage = true

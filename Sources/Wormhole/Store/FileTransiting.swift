@@ -311,7 +311,7 @@ public final class FileTransiting: WormholeTransiting {
         guard payloadLength <= configuration.maximumMessageSize else {
             throw WormholeError(.messageTooLarge,
                 "the latest message of '\(identifier)' (\(tail.lastSequence)) is \(payloadLength) bytes, more than this reader's limit of \(configuration.maximumMessageSize) (Wormhole.Configuration.maximumMessageSize); it was not read",
-                path: log.path)
+                path: log.path, sequence: tail.lastSequence)
         }
         let bytes = try buffer.read(log.fd, from: offset, count: tail.end - offset, path: log.path)
         let parsed = LogFormat.parse(bytes, at: 0, logID: header.logID, layout: header.layout, maximumPayload: configuration.maximumMessageSize)
