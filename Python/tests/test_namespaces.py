@@ -21,7 +21,7 @@ CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") is not None and \
 
 @unittest.skipUnless(CAN_UNSHARE, "needs root and unshare(1) to make a PID namespace")
 class PIDNamespaceTests(ScratchTestCase):
-    LISTENER = ("import sys, wormhole\n"
+    LISTENER = ("import os, sys, wormhole\n"
                 "w = wormhole.Wormhole(directory=sys.argv[1], "
                 "configuration=wormhole.Configuration(retained_message_count=4))\n"
                 "def got(value):\n"
