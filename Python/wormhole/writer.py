@@ -129,14 +129,14 @@ class Writer:
         self.tail = tail
         if header.version != WRITTEN_VERSION:
             # A version 2 log: converted, under its lock, as a compaction does.
-            self._replace(fd, header, tail, clearing=False, convert=True)
+            self._replace(fd, header, tail, clearing=False)
             return _REPLACED
         result, tail = body(header, tail)                                                            # W6
         self.tail = tail
         due = tail.end > header.byte_threshold or tail.last_sequence - header.base_sequence > header.record_threshold
         if clearing or (compacting and due):
             try:
-                self._replace(fd, header, tail, clearing=clearing, convert=False)                    # W7
+                self._replace(fd, header, tail, clearing=clearing)                                   # W7
             except (OSError, WormholeError) as error:
                 failed_errno = error.errno
                 if clearing and failed_errno in (errno.ENOSPC, errno.EDQUOT):
@@ -203,11 +203,11 @@ class Writer:
             return tail
         return find_tail(fd, size, header, MAXIMUM_PAYLOAD, self.path, self.identifier)
 
-    def _replace(self, fd: int, header: Header, tail: Tail, clearing: bool, convert: bool) -> None:
-        """Compaction (C1-C8) or conversion; on success this writer holds the new file,
-        unlocked."""
+    def _replace(self, fd: int, header: Header, tail: Tail, clearing: bool) -> None:
+        """Compaction (C1-C8), converting a version 2 log; on success this writer holds
+        the new file, unlocked."""
         new_fd, new_header_, new_tail = compact(self.container, self.identifier, fd, header, tail, clearing,
-                                                self.configuration, self.path, convert)
+                                                self.configuration, self.path)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
         self.fd, self.header, self.tail = new_fd, new_header_, new_tail
@@ -256,10 +256,11 @@ _REPLACED = object()
 
 
 def compact(container: ContainerDirectory, identifier: str, fd: int, header: Header, tail: Tail, clearing: bool,
-            configuration: Configuration, path: str, convert: bool = False) -> Tuple[int, Header, Tail]:
-    """§10.2 C1-C8 under the lock of ``fd``; with ``convert``, keeps every record and
-    writes it in version 3's layout (same logID, same numbers, uid unknown). Returns the
-    new file's descriptor (locked), header and tail."""
+            configuration: Configuration, path: str) -> Tuple[int, Header, Tail]:
+    """§10.2 C1-C8 under the lock of ``fd``. A log of version 2 is converted on the way
+    (§2): each kept record is written again in version 3's layout (same logID, numbers,
+    date, pid and kind; uid unknown), one whose checksum fails is dropped as damage.
+    Returns the new file's descriptor (locked), header and tail."""
     layout = header.layout
     overhead = layout.overhead
     entries: List[Tuple[int, int, int]] = []                                              # C1
@@ -270,32 +271,29 @@ def compact(container: ContainerDirectory, identifier: str, fd: int, header: Hea
     new.version = WRITTEN_VERSION
     if clearing:
         new.cleared_through = tail.last_sequence                                          # C2
-    if convert:
-        keep_from = entries[0][1] if entries else tail.last_sequence + 1
-    else:
-        keep_from, count, size = tail.last_sequence + 1, 0, 0                             # C3
+    keep_from, count, size = tail.last_sequence + 1, 0, 0                                 # C3
+    for _, sequence, length in reversed(entries):
+        if sequence <= new.cleared_through:
+            continue
+        payload = length - overhead
+        if count > 0 and (count >= configuration.retained_message_count or
+                          size + payload > configuration.retained_byte_count):
+            break
+        keep_from, count, size = sequence, count + 1, size + payload
+    claim = claims.lowest_live_claim(container, identifier, header.log_id)                # C4
+    if claim is not None and claim < claims.UINT64_MAX and claim + 1 < keep_from:
+        following = claim + 1
+        count, size, capped = 0, 0, keep_from
         for _, sequence, length in reversed(entries):
-            if sequence <= new.cleared_through:
+            if sequence < following:
                 continue
-            payload = length - overhead
-            if count > 0 and (count >= configuration.retained_message_count or
-                              size + payload > configuration.retained_byte_count):
+            count += 1
+            size += length - overhead
+            if count > max(configuration.maximum_backlog_message_count, configuration.retained_message_count) or \
+                    size > max(configuration.maximum_backlog_byte_count, configuration.retained_byte_count):
                 break
-            keep_from, count, size = sequence, count + 1, size + payload
-        claim = claims.lowest_live_claim(container, identifier, header.log_id)            # C4
-        if claim is not None and claim < claims.UINT64_MAX and claim + 1 < keep_from:
-            following = claim + 1
-            count, size, capped = 0, 0, keep_from
-            for _, sequence, length in reversed(entries):
-                if sequence < following:
-                    continue
-                count += 1
-                size += length - overhead
-                if count > max(configuration.maximum_backlog_message_count, configuration.retained_message_count) or \
-                        size > max(configuration.maximum_backlog_byte_count, configuration.retained_byte_count):
-                    break
-                capped = sequence
-            keep_from = min(keep_from, max(following, capped))
+            capped = sequence
+        keep_from = min(keep_from, max(following, capped))
     kept = [entry for entry in entries if entry[1] >= keep_from]                           # C5
     new_overhead = LAYOUTS[WRITTEN_VERSION].overhead
     copied = sum(length - overhead + new_overhead for _, _, length in kept)
