@@ -11,6 +11,7 @@ It uses the `wormhole` package (pip install ./Python; from a checkout it also ru
 
 import argparse
 import os
+import signal
 import sys
 import threading
 
@@ -66,6 +67,11 @@ def main() -> int:
             return 0
 
         ending = threading.Event()
+        # Ctrl-C and SIGTERM close the widget, even when it was started with them blocked
+        # (as from a thread of a program that blocks them): its listener goes with it.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, lambda *_: ending.set())
         typing = sys.stdin.isatty()
         if typing:
             say("widget: [ Reset ] press Enter to reset the count; q or Ctrl-D closes the widget")
@@ -96,10 +102,7 @@ def main() -> int:
                 ending.set()
 
         threading.Thread(target=read_input, daemon=True).start()
-        try:
-            ending.wait()
-        except KeyboardInterrupt:
-            pass
+        ending.wait()
         token.cancel()
         shared.close()
         return 0
