@@ -11,26 +11,19 @@ from typing import List, Optional, Tuple
 
 from .errors import WormholeError
 
-__all__ = ["ContainerDirectory", "check_ownership", "symbolic_link_refused"]
+__all__ = ["ContainerDirectory", "check_ownership", "make_directories", "symbolic_link_refused"]
 
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+_KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")]
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "not a regular file"
+    """'a FIFO', 'a directory', ... for error messages."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def symbolic_link_refused(path: str) -> WormholeError:
@@ -60,6 +53,21 @@ def _unavailable(path: str, error: OSError) -> WormholeError:
     return WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
                          f"cannot create or open container '{path}': {os.strerror(error.errno or 0)}",
                          path=path, errno=error.errno)
+
+
+def make_directories(path: str, including_last: bool = True) -> None:
+    """mkdir (0700) of each missing component of ``path`` (all but the last one unless
+    ``including_last``); containerUnavailable naming the one that failed."""
+    components = [c for c in path.split("/") if c]
+    prefix = ""
+    for component in components if including_last else components[:-1]:
+        prefix += "/" + component
+        try:
+            os.mkdir(prefix, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as error:
+            raise _unavailable(prefix, error) from None
 
 
 class ContainerDirectory:
@@ -99,15 +107,7 @@ class ContainerDirectory:
         try:
             parent = os.open(parent_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
-            prefix = ""
-            for component in [c for c in parent_path.split("/") if c]:
-                prefix += "/" + component
-                try:
-                    os.mkdir(prefix, 0o700)
-                except FileExistsError:
-                    pass
-                except OSError as error:
-                    raise _unavailable(prefix, error) from None
+            make_directories(parent_path)
             try:
                 parent = os.open(parent_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as error:

@@ -18,7 +18,7 @@ import stat
 from typing import Mapping, Optional
 
 from . import identifiers
-from .container import check_ownership, symbolic_link_refused
+from .container import check_ownership, make_directories, symbolic_link_refused
 from .errors import WormholeError
 
 __all__ = ["ENVIRONMENT_OVERRIDE", "directory_for_group", "groups_directory"]
@@ -76,21 +76,7 @@ def _prepare(path: str, create_parents: bool) -> None:
     except FileNotFoundError as error:
         if not create_parents:
             raise _unavailable(path, error) from None
-        prefix = ""
-        for component in [c for c in path.split("/") if c][:-1]:
-            prefix += "/" + component
-            try:
-                os.mkdir(prefix, 0o700)
-            except FileExistsError:
-                pass
-            except OSError as failure:
-                raise _unavailable(prefix, failure) from None
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as failure:
-            raise _unavailable(path, failure) from None
+        make_directories(path)
     except OSError as error:
         raise _unavailable(path, error) from None
     try:
