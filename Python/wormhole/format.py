@@ -224,8 +224,8 @@ class Header:
             else:
                 advice = "it was written by a newer Wormhole; use that version"
             raise WormholeError(WormholeError.UNSUPPORTED_FORMAT,
-                                f"'{path}' is a version {version} message log and this library reads version "
-                                f"{WRITTEN_VERSION}: {advice}", path=path)
+                                f"'{path}' is a version {version} message log and this library reads versions "
+                                f"{min(READ_VERSIONS)} and {WRITTEN_VERSION}: {advice}", path=path)
         if len(data) < HEADER_SIZE:
             raise WormholeError(WormholeError.UNSUPPORTED_FORMAT,
                                 f"'{path}' has a damaged header (the file is {len(data)} bytes long)", path=path)
