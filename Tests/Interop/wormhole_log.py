@@ -56,8 +56,44 @@ from wormhole import claims, identifiers, inotify  # noqa: E402
 from wormhole.container import ContainerDirectory  # noqa: E402
 from wormhole.format import (HEADER_SIZE, KIND_DATA, KIND_JSON, KIND_NAMES, KIND_TEXT, LAYOUTS,  # noqa: E402
                              Header, crc32, encode_record, parse_record)
-from wormhole.reader import Cursor, read_all, read_latest  # noqa: E402
+from wormhole import reader  # noqa: E402
+from wormhole.reader import Cursor  # noqa: E402
 from wormhole.writer import Writer  # noqa: E402
+
+
+# The library functions of this module's earlier versions, by path (JSONCodingTests and
+# scripts use them): each opens the container, does one thing and closes it.
+def _in_container(directory, identifier, body):
+    identifiers.validate(identifier)
+    container = ContainerDirectory(directory)
+    try:
+        return body(container)
+    finally:
+        container.close()
+
+
+def read_latest(directory, identifier, configuration=None):
+    """The latest record of `identifier` in the container `directory`, or None."""
+    return _in_container(directory, identifier,
+                         lambda c: reader.read_latest(c, identifier, configuration or Configuration()))
+
+
+def read_all(directory, identifier, configuration=None):
+    """Every retained record (and a WormholeError for each that cannot be read)."""
+    return _in_container(directory, identifier,
+                         lambda c: reader.read_all(c, identifier, configuration or Configuration()))
+
+
+def append(directory, identifier, kind, payload, configuration=None):
+    """Passes one message; returns its sequence number."""
+    return _in_container(directory, identifier,
+                         lambda c: Writer(c, identifier, configuration or Configuration()).append(kind, payload))
+
+
+def clear(directory, identifier, configuration=None):
+    """Clears the messages of `identifier`."""
+    return _in_container(directory, identifier,
+                         lambda c: Writer(c, identifier, configuration or Configuration()).clear())
 
 
 def record_json(item):
@@ -240,11 +276,11 @@ def _command_read(arguments):
     container = ContainerDirectory(directory)
     try:
         if "--latest" in options:
-            record = read_latest(container, identifier, configuration)
+            record = reader.read_latest(container, identifier, configuration)
             if record is not None:
                 _emit(record)
             return 0
-        for item in read_all(container, identifier, configuration):
+        for item in reader.read_all(container, identifier, configuration):
             _emit(item)
     finally:
         container.close()
@@ -286,7 +322,7 @@ def _exercise(failures):
         other = Writer(container, "note", small)
         other.append(KIND_TEXT, b"torn", torn=20)
         other.close()
-        check([r.sequence for r in read_all(container, "note")] == [1, 2, 3], "a reader saw the torn record")
+        check([r.sequence for r in reader.read_all(container, "note")] == [1, 2, 3], "a reader saw the torn record")
         check(writer.append(KIND_TEXT, b"m4") == 4, "the writer after a torn record did not take sequence 4")
         cursor = Cursor(container, "note", StartingPoint.HISTORY, small)
         check([i.sequence for i in cursor.read() if isinstance(i, Record)] == [1, 2, 3, 4], "history")
@@ -300,7 +336,8 @@ def _exercise(failures):
         check(isinstance(items[0], WormholeError) and items[0].code == "messagesLost", "no gap report")
         late.close()
         writer.clear()
-        check(read_all(container, "note") == [] and read_latest(container, "note") is None, "clearing hid nothing")
+        check(reader.read_all(container, "note") == [] and reader.read_latest(container, "note") is None,
+              "clearing hid nothing")
         check(writer.append(KIND_TEXT, b"after") == 31, "numbering did not go on after clearing")
         cursor.close()
         writer.close()
