@@ -99,6 +99,43 @@ struct ExamplesTests {
         #expect(!third.output.contains("pressed reset"), "\(third.output)")
     }
 
+    /// The widget written in Python (`Examples/Python/today_widget.py`, the `wormhole`
+    /// package) against the Swift app: it shows the app's count, its button resets it, and
+    /// a press made while the app is stopped is handled when the app starts again.
+    @Test func thePythonWidgetShowsTheSwiftAppsCountAndResetsIt() async throws {
+        let sandbox = Sandbox()
+        let widgetScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Examples/Python/today_widget.py").path
+        func python(_ arguments: [String]) throws -> RunningCommand {
+            try sandbox.start(["python3", widgetScript] + arguments, product: "/usr/bin/env", interactive: true)
+        }
+        let empty = await (try python(["--once"])).finish()
+        #expect(empty.status == 0, "\(empty.stderr)")
+        #expect(empty.output.contains("no steps yet"))
+
+        let app = try sandbox.start(["app", "--interval", "0.2", "--increment", "100", "--updates", "100000"], product: "today-widget")
+        #expect(await app.waitForStandardOutput(containing: "(started, update #1)"))
+        let widget = try python([])
+        #expect(await widget.waitForStandardOutput(containing: " of 10,000 steps"), "\(widget.stderr)")
+        try widget.type("\n")
+        #expect(await app.waitForStandardOutput(containing: "pressed reset"))
+        #expect(await widget.waitForStandardOutput(containing: "widget: 0 of 10,000 steps (0%) · updated "))
+        widget.send(SIGTERM)
+        #expect(await widget.finish(seconds: 20).status == 0, "SIGTERM closes the widget, its listener cancelled")
+        app.send(SIGKILL)
+        _ = await app.finish()
+
+        let once = await (try python(["--once"])).finish()
+        #expect(once.status == 0)
+        #expect(once.output.hasPrefix("widget: ") && once.output.hasSuffix("%)\n"), "\(once.output)")
+        // Pressed while the app is not running: the app handles it when it starts.
+        let pressed = await (try python(["--press", "--once"])).finish()
+        #expect(pressed.status == 0, "\(pressed.stderr)")
+        let restarted = try await sandbox.run(["app", "--interval", "0.05", "--updates", "1"], product: "today-widget")
+        #expect(restarted.output.contains("pressed reset"), "\(restarted.output)")
+        #expect(restarted.output.contains("0 of 10,000 steps (0%) (started; reset by the widget"), "\(restarted.output)")
+    }
+
     @Test func aWidgetKilledAtAnyTimeLeavesTheAppRunningAndANewWidgetShowsTheCountAtOnce() async throws {
         let sandbox = Sandbox()
         let app = try sandbox.start(["app", "--interval", "0.1", "--increment", "10", "--updates", "100000"], product: "today-widget")

@@ -24,10 +24,13 @@ enum Mechanism: String, Sendable {
     case floor = "c-floor"
     /// A D-Bus signal through a private `dbus-daemon` (`Benchmarks/C/dbus_peer.c`, libdbus-1).
     case dbus = "dbus-signal"
+    /// The Swift sender of ``wormholeRaw`` heard by a listener of the Python package
+    /// (`Benchmarks/Python/listener.py`, `Python/`): what a Python program gets.
+    case wormholePython = "wormhole-python-listener"
 
     /// What the latency and burst sections compare on each file system, when the run has
     /// them all (the C peers and the bus are optional: ``Peers``).
-    static let local: [Mechanism] = [.pipe, .socket, .floor, .wormholeRaw, .wormholeCodable, .dbus, .naive]
+    static let local: [Mechanism] = [.pipe, .socket, .floor, .wormholeRaw, .wormholePython, .wormholeCodable, .dbus, .naive]
 
     /// The name in tables and charts.
     var label: String {
@@ -42,6 +45,7 @@ enum Mechanism: String, Sendable {
         case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
         case .floor: "C floor: protocol v3 calls, one thread"
         case .dbus: "D-Bus signal via dbus-daemon"
+        case .wormholePython: "Wormhole, raw bytes, Python listener"
         }
     }
 
@@ -103,11 +107,15 @@ struct Peers: Sendable {
     /// a bus of its own under valgrind with them.
     var dbusConfig: String?
     var dbusDaemon: String?
+    /// `python3` and the Python listener (`--python-listener`, `Benchmarks/Python/listener.py`).
+    var python: String?
+    var pythonListener: String?
 
     func has(_ mechanism: Mechanism) -> Bool {
         switch mechanism {
         case .floor: floor != nil
         case .dbus: dbusPeer != nil && dbusAddress != nil
+        case .wormholePython: python != nil && pythonListener != nil
         default: true
         }
     }
@@ -260,12 +268,14 @@ struct Runner {
             listeners = [listener]
             _ = try listener.expect("READY", timeout: 30)
             sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
-        case .wormholeRaw, .wormholeCodable, .wormholeBatched, .wormholePostgres, .postgresNotify, .floor, .dbus:
+        case .wormholeRaw, .wormholeCodable, .wormholeBatched, .wormholePython, .wormholePostgres, .postgresNotify, .floor, .dbus:
             // These take part in the warm-up handshake: the listeners print READY, the
             // sender passes the warm-up and prints WARMED, the listeners print WARM once
             // they have read it, and the harness says GO.
             let mode = scenario.mechanism == .wormholeCodable ? "codable" : "raw"
             var program = Child.selfPath
+            /// The listeners' program when it is not the sender's (the Python listener).
+            var listenProgram: String?
             var listen: [String]
             var send: [String]
             switch scenario.mechanism {
@@ -309,6 +319,13 @@ struct Runner {
                 listen = [listenRole] + common
                 send = [sendRole] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"]
                 if scenario.mechanism == .wormholeBatched { send += ["--batch", String(Scenario.batchSize)] }
+                if scenario.mechanism == .wormholePython {
+                    guard let python = peers.python, let script = peers.pythonListener else {
+                        throw BenchError("the Python listener needs python3 and --python-listener (Benchmarks/run gives them)")
+                    }
+                    listenProgram = python
+                    listen = [script] + common
+                }
             }
             if held {
                 listen.append("--hold")
@@ -317,11 +334,11 @@ struct Runner {
             let perProcess = Scenario.identifiersPerProcess
             for _ in 0..<scenario.listeners {
                 if scenario.identifiers <= perProcess {
-                    listeners.append(try start("listener", program, listen))
+                    listeners.append(try start("listener", listenProgram ?? program, listen))
                     continue
                 }
                 for first in stride(from: 0, to: scenario.identifiers, by: perProcess) {
-                    listeners.append(try start("listener", program, listen + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
+                    listeners.append(try start("listener", listenProgram ?? program, listen + ["--first-id", String(first), "--end-id", String(first + perProcess)]))
                 }
             }
             for listener in listeners { _ = try listener.expect("READY", timeout: 300) }

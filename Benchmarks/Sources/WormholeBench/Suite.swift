@@ -93,6 +93,11 @@ struct Suite {
         } else if peers.dbusPeer != nil {
             printError("Note: no --dbus-address: the D-Bus baseline is skipped (Benchmarks/run starts a bus)")
         }
+        if options.flag("python-listener") {
+            peers.pythonListener = try options.string("python-listener")
+            peers.python = executableOnPath("python3")
+            if peers.python == nil { printError("Note: python3 is missing: the Python listener is skipped") }
+        }
     }
 
     private func progress(_ text: String) {
@@ -187,6 +192,7 @@ struct Suite {
             row.senderMicroseconds = median(runs.map { Double($0.sender.passMeanNanoseconds) / 1000 })
             if mechanism == .naive { row.note = "last value wins: lost = messages never seen" }
             if mechanism == .dbus { row.note = "libdbus-1 on both sides; a private dbus-daemon" }
+            if mechanism == .wormholePython { row.note = "the Swift sender of the raw row; Python/ listening with listen_for_message" }
             rows.append(row)
             samples.append((fileSystem, mechanism.label, runs.flatMap(\.latenciesInOrder)))
         }

@@ -1,0 +1,283 @@
+"""The log: both record versions, the conversion of a version 2 log, torn records, a
+writer killed with SIGKILL, compaction, clearing, and logs changed outside the protocol."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import unittest
+
+from support import Collector, ScratchTestCase, eventually, scaled
+
+from wormhole import Configuration, Record, Wormhole, WormholeError
+from wormhole.format import (HEADER_SIZE, V2, V3, Header, crc32, encode_record, parse_record, read_header)
+
+PROTOCOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Docs", "Protocol.md")
+
+
+def documented_bytes(marker: str) -> bytes:
+    with open(PROTOCOL, encoding="utf-8") as handle:
+        document = handle.read()
+    start = document.index(marker)
+    block = document[document.index("```", start) + 3:]
+    block = block[:block.index("```")]
+    return bytes.fromhex(" ".join(line.split("|")[0] for line in block.strip().splitlines()))
+
+
+def write_version_2_log(path: str, log_id: int, payloads) -> None:
+    """A version 2 log as an earlier writer left it."""
+    header = Header(log_id, 0, 0, 10 ** 9, 2000, version=2)
+    data = header.encode()
+    for sequence, (kind, payload) in enumerate(payloads, 1):
+        data += b"".join(encode_record(V2, log_id, Record(sequence, 1735689600 * 10 ** 9, 4242, kind, payload)))
+    with open(path, "wb") as handle:
+        handle.write(data)
+    os.chmod(path, 0o600)
+
+
+class FormatTests(ScratchTestCase):
+    def test_crc_vectors(self) -> None:
+        self.assertEqual(crc32(b"123456789"), 0xCBF43926)
+        self.assertEqual(crc32(b""), 0)
+
+    def test_the_documented_example_record_and_header(self) -> None:
+        record = documented_bytes("<!-- example-record -->")
+        header = documented_bytes("<!-- example-header -->")
+        decoded = Header.decode(header)
+        self.assertEqual(decoded.log_id, 0x0123456789ABCDEF)
+        self.assertEqual(decoded.encode(), header)
+        layout = decoded.layout
+        parsed, reason, _ = parse_record(layout, record, decoded.log_id)
+        self.assertIsNone(reason)
+        self.assertEqual((parsed.sequence, parsed.pid, parsed.payload), (1, 4242, b"hello"))
+        self.assertEqual(b"".join(encode_record(layout, decoded.log_id, parsed)), record)
+        self.assertIsNone(parse_record(layout, record, decoded.log_id ^ 1)[0], "valid in another log")
+
+    def test_version_3_records_carry_uid_expiry_correlation_and_role(self) -> None:
+        record = Record(7, 123, 99, 2, b'{"a":1}', uid=1000, expires_ns=456, correlation=0xABC, role=2)
+        data = b"".join(encode_record(V3, 42, record))
+        self.assertEqual(len(data), 60 + 7)
+        self.assertEqual(data[:4], b"WHR3")
+        parsed, _, _ = parse_record(V3, data, 42)
+        self.assertEqual((parsed.sequence, parsed.date_ns, parsed.pid, parsed.uid, parsed.expires_ns,
+                          parsed.correlation, parsed.role, parsed.kind, parsed.payload),
+                         (7, 123, 99, 1000, 456, 0xABC, 2, 2, b'{"a":1}'))
+        unknown = b"".join(encode_record(V3, 42, Record(1, 0, 1, 0, b"", uid=None)))
+        self.assertIsNone(parse_record(V3, unknown, 42)[0].uid)
+        bad_role = bytearray(data)
+        bad_role[49] = 9
+        self.assertIsNone(parse_record(V3, bytes(bad_role), 42)[0])
+
+    def test_a_new_log_is_version_3_with_the_records_the_brief_lays_out(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message("hello", "note")
+        path = os.path.join(self.directory, "note.wormhole")
+        with open(path, "rb") as handle:
+            data = handle.read()
+        header = Header.decode(data[:128])
+        self.assertEqual(header.version, 3)
+        self.assertEqual(len(data), HEADER_SIZE + 60 + 5)
+        marker, length, sequence, date, expires, correlation, pid, uid, kind, role = \
+            struct.unpack_from("<4sIQqqQiIBB", data, 128)
+        self.assertEqual((marker, length, sequence, expires, correlation, pid, uid, kind, role),
+                         (b"WHR3", 5, 1, 0, 0, os.getpid(), os.geteuid(), 1, 0))
+        self.assertEqual(struct.unpack_from("<I", data, 128 + 52)[0],
+                         crc32(b"hello", crc32(data[128:180], crc32(struct.pack("<Q", header.log_id)))))
+        self.assertEqual(data[128 + 56:128 + 61], b"hello")
+        self.assertEqual(struct.unpack_from("<I", data, len(data) - 4)[0], 5)
+
+
+class VersionConversionTests(ScratchTestCase):
+    def test_a_version_2_log_is_read_and_converted_by_the_next_writer(self) -> None:
+        os.mkdir(self.directory, 0o700)
+        path = os.path.join(self.directory, "note.wormhole")
+        write_version_2_log(path, 0x1234, [(1, b"one"), (0, b"\x00\xff"), (2, b'{"n":3}')])
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        self.assertEqual(wormhole.message("note"), {"n": 3})
+        self.assertEqual([r.payload for r in wormhole.retained_records("note")], [b"one", b"\x00\xff", b'{"n":3}'])
+        self.assertIsNone(wormhole.record("note").uid)
+        self.assertEqual(wormhole.pass_message("four", "note"), 4)
+        with open(path, "rb") as handle:
+            header = read_header(handle.fileno(), path)
+        self.assertEqual((header.version, header.log_id), (3, 0x1234))
+        records = wormhole.retained_records("note")
+        self.assertEqual([(r.sequence, r.payload, r.uid, r.pid) for r in records],
+                         [(1, b"one", None, 4242), (2, b"\x00\xff", None, 4242), (3, b'{"n":3}', None, 4242),
+                          (4, b"four", os.geteuid(), os.getpid())])
+
+    def test_a_listener_of_a_version_2_log_follows_it_through_the_conversion(self) -> None:
+        os.mkdir(self.directory, 0o700)
+        write_version_2_log(os.path.join(self.directory, "note.wormhole"), 0x99, [(1, b"a"), (1, b"b")])
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        received, errors = Collector(), Collector()
+        token = wormhole.listen_for_message("note", received.append, start="history", on_error=errors.append)
+        self.addCleanup(token.cancel)
+        self.assertEqual(received.wait_for(2), ["a", "b"])
+        wormhole.pass_message("c", "note")
+        self.assertEqual(received.wait_for(3), ["a", "b", "c"])
+        self.assertEqual(errors.items, [])
+
+
+class TornAndKilledWriterTests(ScratchTestCase):
+    def test_a_torn_record_is_invisible_and_cut_by_the_next_writer(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        for index in range(3):
+            wormhole.pass_message(f"m{index + 1}", "note")
+        path = os.path.join(self.directory, "note.wormhole")
+        size = os.path.getsize(path)
+        other = Wormhole(directory=self.directory)
+        self.addCleanup(other.close)
+        other._writer("note").append(1, b"torn", torn=30)
+        self.assertEqual(os.path.getsize(path), size + 30)
+        self.assertEqual([r.sequence for r in wormhole.retained_records("note")], [1, 2, 3])
+        self.assertEqual(wormhole.message("note"), "m3")
+        self.assertEqual(wormhole.pass_message("m4", "note"), 4)
+        self.assertEqual(os.path.getsize(path), size + 60 + 2)
+
+    def test_a_writer_killed_with_sigkill_leaves_whole_records_only(self) -> None:
+        code = ("import sys, wormhole\n"
+                "w = wormhole.Wormhole(directory=sys.argv[1])\n"
+                "print('ready', flush=True)\n"
+                "i = 0\n"
+                "while True:\n"
+                "    i += 1\n"
+                "    w.pass_message(b'x' * (i % 5000), 'note')\n")
+        for _ in range(scaled(3)):
+            child = self.child(code, self.directory)
+            self.assertEqual(child.stdout.readline().strip(), b"ready")
+            wormhole = Wormhole(directory=self.directory)
+            self.assertTrue(eventually(lambda: (wormhole.record("note") or Record(0, 0, 0, 0, b"")).sequence > 50))
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+            child.stdout.close()
+            child.stderr.close()
+            records = wormhole.retained_records("note")
+            self.assertTrue(all(isinstance(r, Record) for r in records), records[:3])
+            sequences = [r.sequence for r in records]
+            self.assertEqual(sequences, list(range(sequences[0], sequences[0] + len(sequences))))
+            after = wormhole.pass_message("after", "note")
+            self.assertEqual(after, sequences[-1] + 1)
+            self.assertEqual(wormhole.message("note"), "after")
+            wormhole.close()
+
+
+class CompactionAndClearingTests(ScratchTestCase):
+    def test_compaction_keeps_the_retention_and_numbering(self) -> None:
+        wormhole = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=4))
+        self.addCleanup(wormhole.close)
+        for index in range(1, 31):
+            self.assertEqual(wormhole.pass_message(f"m{index}", "note"), index)
+        with open(os.path.join(self.directory, "note.wormhole"), "rb") as handle:
+            header = Header.decode(handle.read(128))
+        self.assertGreater(header.base_sequence, 0)
+        self.assertLessEqual(len(wormhole.retained_records("note")), 8)
+        self.assertEqual(wormhole.message("note"), "m30")
+        self.assertFalse([n for n in os.listdir(self.directory) if n.endswith(".compacting")])
+
+    def test_a_listener_follows_through_many_compactions_without_loss(self) -> None:
+        small = Configuration(retained_message_count=8)
+        wormhole = Wormhole(directory=self.directory, configuration=small)
+        self.addCleanup(wormhole.close)
+        received, errors = Collector(), Collector()
+        token = wormhole.listen_for_message("note", received.append, on_error=errors.append)
+        self.addCleanup(token.cancel)
+        count = scaled(2000)
+        code = ("import sys, wormhole\n"
+                "w = wormhole.Wormhole(directory=sys.argv[1], "
+                "configuration=wormhole.Configuration(retained_message_count=8))\n"
+                "for i in range(int(sys.argv[2])): w.pass_message(i, 'note')\n")
+        child = self.child(code, self.directory, str(count))
+        self.assertEqual(child.wait(), 0, child.stderr.read())
+        child.stdout.close()
+        child.stderr.close()
+        self.assertEqual(received.wait_for(count), list(range(count)))
+        self.assertEqual(errors.items, [])
+
+    def test_a_listener_that_falls_behind_the_backlog_cap_is_told_how_many_it_lost(self) -> None:
+        capped = Configuration(retained_message_count=4, maximum_backlog_message_count=10)
+        wormhole = Wormhole(directory=self.directory, configuration=capped)
+        self.addCleanup(wormhole.close)
+        import threading
+        gate, entered = threading.Event(), threading.Event()
+        received, errors = Collector(), Collector()
+
+        def slow(value):
+            entered.set()
+            gate.wait(20)
+            received.append(value)
+
+        token = wormhole.listen_for_message("note", slow, on_error=errors.append)
+        self.addCleanup(token.cancel)
+        wormhole.pass_message(0, "note")
+        self.assertTrue(entered.wait(20), "the listener never got the first message")
+        for index in range(1, 101):               # while its callback is held on message 0
+            wormhole.pass_message(index, "note")
+        gate.set()
+        self.assertTrue(eventually(lambda: received.items[-1:] == [100]))
+        values = received.items
+        lost = errors.items
+        self.assertEqual([error.code for error in lost], [WormholeError.MESSAGES_LOST] * len(lost))
+        self.assertGreaterEqual(len(lost), 1)
+        self.assertEqual(sum(error.missed_message_count for error in lost) + len(values), 101, (values, lost))
+        self.assertEqual(values, sorted(values))
+        self.assertEqual(values[-1], 100)
+
+    def test_clearing_hides_messages_and_numbering_goes_on(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message("a", "one")
+        wormhole.pass_message("b", "two")
+        wormhole.clear_message_contents("one")
+        self.assertIsNone(wormhole.message("one"))
+        self.assertEqual(wormhole.message("two"), "b")
+        wormhole.clear_all_message_contents()
+        self.assertIsNone(wormhole.message("two"))
+        self.assertEqual(wormhole.retained_records("one"), [])
+        self.assertEqual(wormhole.pass_message("c", "one"), 2)
+        wormhole.clear_message_contents("never-passed")      # nothing to clear
+        self.assertNotIn("never-passed.wormhole", os.listdir(self.directory))
+
+
+class ChangedOutsideTests(ScratchTestCase):
+    def test_a_log_emptied_by_another_program_keeps_its_numbers(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        received, errors = Collector(), Collector()
+        token = wormhole.listen_for_message("note", received.append, on_error=errors.append)
+        self.addCleanup(token.cancel)
+        for index in range(1, 6):
+            wormhole.pass_message(index, "note")
+        self.assertEqual(received.wait_for(5), [1, 2, 3, 4, 5])
+        os.truncate(os.path.join(self.directory, "note.wormhole"), 0)        # `: > note.wormhole`
+        self.assertEqual(wormhole.pass_message(6, "note"), 6)                # W3': not 1 again
+        self.assertEqual(received.wait_for(6), [1, 2, 3, 4, 5, 6])
+        self.assertEqual(wormhole.message("note"), 6)
+
+    def test_a_new_writer_finds_the_numbers_listeners_passed_in_a_cut_log(self) -> None:
+        wormhole = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=4))
+        self.addCleanup(wormhole.close)
+        received = Collector()
+        token = wormhole.listen_for_message("note", received.append)
+        self.addCleanup(token.cancel)
+        for index in range(1, 11):
+            wormhole.pass_message(index, "note")
+        self.assertEqual(received.wait_for(10), list(range(1, 11)))
+        path = os.path.join(self.directory, "note.wormhole")
+        with open(path, "rb") as handle:
+            data = handle.read()
+        os.truncate(path, 128)                   # cut after the header
+        fresh = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=4))
+        self.addCleanup(fresh.close)
+        # The listener's claim says at least 8 (written every R/4 = 1 message here).
+        self.assertGreaterEqual(fresh.pass_message(11, "note"), 11)
+        self.assertEqual(received.wait_for(11)[-1], 11)
+
+
+if __name__ == "__main__":
+    unittest.main()

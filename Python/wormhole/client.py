@@ -1,0 +1,442 @@
+"""``Wormhole``: pass messages, read the latest, listen, iterate; the Swift library's API
+in Python's style."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union
+
+from . import claims, coding, identifiers, inotify, resolution
+from .configuration import DEFAULT, Configuration
+from .container import ContainerDirectory
+from .errors import WormholeError
+from .format import KIND_NAMES, LOG_SUFFIX, MAXIMUM_PAYLOAD, Record, find_tail
+from .notifications import NotificationCenter
+from .reader import Cursor, StartingPoint, open_log, read_all, read_latest
+from .writer import Writer
+
+__all__ = ["Wormhole", "ListenerToken", "MessageStream"]
+
+_log = logging.getLogger("Wormhole")
+Start = Union[StartingPoint, str]
+ErrorHandler = Callable[[WormholeError], None]
+
+
+def _log_error(error: WormholeError) -> None:
+    _log.warning("%s", error)
+
+
+class Wormhole:
+    """Messages between processes through one container directory.
+
+    >>> wormhole = Wormhole(application_group_identifier="group.com.example.notes",
+    ...                     optional_directory="wormhole")
+    >>> wormhole.pass_message({"text": "hi"}, "note")
+    >>> wormhole.message("note")
+    {'text': 'hi'}
+
+    Args:
+        application_group_identifier: the group whose container to use, resolved as the
+            Swift library does (``wormhole.resolution``).
+        optional_directory: a sub-directory of the container (one path component).
+        directory: the container directory itself, instead of a group.
+        configuration: retention, backlog cap and message size.
+    """
+
+    def __init__(self, application_group_identifier: Optional[str] = None, optional_directory: Optional[str] = None,
+                 *, directory: Optional[Union[str, os.PathLike]] = None,
+                 configuration: Optional[Configuration] = None) -> None:
+        if (application_group_identifier is None) == (directory is None):
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                "give either application_group_identifier or directory")
+        if directory is None:
+            path = resolution.directory_for_group(application_group_identifier)   # type: ignore[arg-type]
+        else:
+            path = os.fspath(directory)
+        if optional_directory is not None:
+            identifiers.validate(optional_directory, "optional directory")
+            path = path.rstrip("/") + "/" + optional_directory
+        self.configuration = configuration or DEFAULT
+        self.container = ContainerDirectory(path)
+        self._writers: Dict[str, Writer] = {}
+        self._lock = threading.Lock()
+        self._tokens: List["ListenerToken"] = []
+        self._notifications: Optional[NotificationCenter] = None
+
+    @property
+    def directory(self) -> str:
+        """The container directory's absolute path."""
+        return self.container.path
+
+    def close(self) -> None:
+        """Stops this wormhole's listeners and releases its descriptors."""
+        for token in list(self._tokens):
+            token.cancel()
+        with self._lock:
+            for writer in self._writers.values():
+                writer.close()
+            self._writers.clear()
+            if self._notifications is not None:
+                self._notifications.close()
+        self.container.close()
+
+    def __enter__(self) -> "Wormhole":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _writer(self, identifier: str) -> Writer:
+        with self._lock:
+            writer = self._writers.get(identifier)
+            if writer is None:
+                writer = self._writers[identifier] = Writer(self.container, identifier, self.configuration)
+            return writer
+
+    # Passing and reading
+
+    def pass_message(self, message: Any, identifier: str, time_to_live: Optional[float] = None) -> int:
+        """Passes ``message`` to every listener of ``identifier`` and keeps it as the
+        latest; returns its sequence number. bytes pass as data, str as text, any other
+        value as JSON (keys sorted, dates as ISO 8601 UTC to the millisecond). With
+        ``time_to_live`` (seconds), listeners that start after it ran out do not get it."""
+        identifiers.validate(identifier)
+        kind, payload = coding.encode(message, identifier)
+        return self._append(identifier, kind, payload, time_to_live)
+
+    def pass_payload(self, payload: bytes, kind: Union[int, str], identifier: str,
+                     time_to_live: Optional[float] = None) -> int:
+        """Passes bytes with an explicit kind ("data", "text", "json" or 0, 1, 2)."""
+        identifiers.validate(identifier)
+        if isinstance(kind, str):
+            names = {name: number for number, name in KIND_NAMES.items()}
+            if kind not in names:
+                raise WormholeError(WormholeError.ENCODING_FAILED, f"unknown payload kind '{kind}': data, text or json")
+            kind = names[kind]
+        if kind not in KIND_NAMES:
+            raise WormholeError(WormholeError.ENCODING_FAILED, f"unknown payload kind {kind}: 0, 1 or 2")
+        payload = bytes(payload)
+        coding.check_payload(kind, payload, identifier)
+        return self._append(identifier, kind, payload, time_to_live)
+
+    def _append(self, identifier: str, kind: int, payload: bytes, time_to_live: Optional[float]) -> int:
+        expires = 0
+        if time_to_live is not None:
+            if time_to_live <= 0:
+                raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                    f"a time to live is positive, not {time_to_live}")
+            expires = time.time_ns() + int(time_to_live * 1e9)
+        return self._writer(identifier).append(kind, payload, expires_ns=expires)   # type: ignore[return-value]
+
+    def message(self, identifier: str) -> Any:
+        """The latest message of ``identifier`` (bytes, str or the parsed JSON), or None."""
+        record = self.record(identifier)
+        return None if record is None else coding.decode(record)
+
+    def record(self, identifier: str) -> Optional[Record]:
+        """The latest message with its sequence number, sender and date, or None."""
+        identifiers.validate(identifier)
+        return read_latest(self.container, identifier, self.configuration)
+
+    def retained_records(self, identifier: str) -> List[Union[Record, WormholeError]]:
+        """Every retained message, oldest first, and an error for each that cannot be read."""
+        identifiers.validate(identifier)
+        return read_all(self.container, identifier, self.configuration)
+
+    def clear_message_contents(self, identifier: str) -> None:
+        """Clears the messages of ``identifier``: no latest, nothing for listeners that
+        start later; numbering goes on."""
+        identifiers.validate(identifier)
+        self._writer(identifier).clear()
+
+    def clear_all_message_contents(self) -> None:
+        """Clears every identifier of the container."""
+        for identifier in self.identifiers():
+            self.clear_message_contents(identifier)
+
+    def identifiers(self) -> List[str]:
+        """The identifiers that have a log in the container."""
+        result = []
+        for name in self.container.entries():
+            if name.endswith(LOG_SUFFIX):
+                identifier = name[:-len(LOG_SUFFIX)]
+                try:
+                    identifiers.validate(identifier)
+                except WormholeError:
+                    continue
+                result.append(identifier)
+        return sorted(result)
+
+    # Listening
+
+    def listen_for_message(self, identifier: str, callback: Callable[[Any], None], *, start: Start = "now",
+                           durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
+                           records: bool = False) -> "ListenerToken":
+        """Calls ``callback`` with each message passed to ``identifier`` (the decoded value;
+        the Record itself with ``records=True``), on a thread of its own, in order, once
+        each. ``start``: "now" (default), "latest", "history" or
+        ``StartingPoint.after(n)``. With ``durable_name``, it resumes after the last
+        message it handled, across restarts. Errors (a gap, a damaged record, one that
+        does not decode) go to ``on_error`` (logged by default); listening goes on."""
+        identifiers.validate(identifier)
+        token = ListenerToken(self, identifier, callback, StartingPoint.parse(start), durable_name,
+                              on_error or _log_error, records)
+        with self._lock:
+            self._tokens.append(token)
+        return token
+
+    def stop_listening_for_message(self, identifier: str) -> None:
+        """Cancels this wormhole's listeners of ``identifier``."""
+        for token in [t for t in self._tokens if t.identifier == identifier]:
+            token.cancel()
+
+    def messages(self, identifier: str, *, start: Start = "now", durable_name: Optional[str] = None,
+                 on_error: Optional[ErrorHandler] = None) -> "MessageStream":
+        """The messages of ``identifier`` as an iterator (``for``) or an asynchronous one
+        (``async for``). Break out, or ``close()`` it, to stop."""
+        return MessageStream(self, identifier, StartingPoint.parse(start), durable_name, on_error, records=False)
+
+    def records(self, identifier: str, *, start: Start = "now", durable_name: Optional[str] = None,
+                on_error: Optional[ErrorHandler] = None) -> "MessageStream":
+        """As ``messages``, yielding Records (sequence, sender, date, kind, payload)."""
+        return MessageStream(self, identifier, StartingPoint.parse(start), durable_name, on_error, records=True)
+
+    # Listeners' status
+
+    def listeners(self, identifier: Optional[str] = None) -> List[claims.ListenerStatus]:
+        """The live listeners and durable names of one identifier, or of all."""
+        names = [identifier] if identifier is not None else claims.identifiers_with_listeners(self.container)
+        result: List[claims.ListenerStatus] = []
+        for name in names:
+            identifiers.validate(name)
+            log_id, last = 0, 0
+            opened = open_log(self.container, name)
+            if opened is not None:
+                fd, status, header = opened
+                try:
+                    if header is not None:
+                        log_id = header.log_id
+                        last = find_tail(fd, status.st_size, header, MAXIMUM_PAYLOAD).last_sequence
+                finally:
+                    os.close(fd)
+            result.extend(claims.listener_statuses(self.container, name, log_id, last))
+        return result
+
+    def forget_durable_listener(self, name: str, identifier: Optional[str] = None) -> int:
+        """Removes the durable position ``name`` (of one identifier, or of all); returns how
+        many were removed. Refused while it runs."""
+        names = [identifier] if identifier is not None else claims.identifiers_with_listeners(self.container)
+        return sum(1 for each in names if claims.forget_durable(self.container, each, name))
+
+    # Notifications
+
+    @property
+    def notification_center(self) -> NotificationCenter:
+        """Bare notifications in this container: post, observe, state."""
+        with self._lock:
+            if self._notifications is None:
+                self._notifications = NotificationCenter(self.container)
+            return self._notifications
+
+
+class ListenerToken:
+    """One listener; ``cancel()`` stops it (and waits for its callback to return, unless
+    called from that callback)."""
+
+    def __init__(self, wormhole: Wormhole, identifier: str, callback: Callable[[Any], None], start: StartingPoint,
+                 durable_name: Optional[str], on_error: ErrorHandler, records: bool) -> None:
+        self.wormhole, self.identifier = wormhole, identifier
+        self.callback, self.on_error, self.records = callback, on_error, records
+        self._wake = threading.Event()
+        self._stopped = False
+        self._replaced = False
+        container = wormhole.container
+        self._name = identifier + LOG_SUFFIX
+        self._watch = inotify.Watch(container.fd, container.path, self._events)           # S1
+        durable = None
+        try:
+            if durable_name is not None:
+                durable = claims.DurablePosition(container, identifier, durable_name)
+            self.cursor = Cursor(container, identifier, start, wormhole.configuration, durable)   # S2-S4
+        except BaseException:
+            if durable is not None:
+                durable.close()
+            self._watch.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"wormhole-listener-{identifier}", daemon=True)
+        self._thread.start()
+
+    def _events(self, events: List[inotify.Event]) -> None:
+        for mask, name in events:
+            if mask & inotify.IN_Q_OVERFLOW:
+                self._replaced = True
+            elif not name and inotify.directory_gone(mask):
+                self._replaced = True
+                try:
+                    if self.wormhole.container.refresh():
+                        self._watch.rewatch(self.wormhole.container.fd)
+                except WormholeError:
+                    pass
+            elif name == self._name:
+                if mask & (inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO):
+                    self._replaced = True
+                elif not mask & inotify.IN_MODIFY:
+                    continue
+            else:
+                continue
+            self._wake.set()
+
+    def _run(self) -> None:
+        cursor = self.cursor
+        durable = cursor.durable
+        try:
+            while not self._stopped:
+                if self._replaced:
+                    self._replaced = False
+                    cursor.invalidate()
+                items = cursor.read(one_log=durable is not None)                         # S5
+                for item in items:
+                    if self._stopped:
+                        return
+                    if isinstance(item, Record):
+                        try:
+                            self.callback(item if self.records else coding.decode(item))
+                        except WormholeError as error:
+                            self.on_error(error)
+                        except Exception:
+                            _log.exception("a listener of '%s' raised", self.identifier)
+                        if durable is not None:
+                            try:
+                                durable.store(item.sequence, cursor.log_id or 0)         # D5
+                            except WormholeError as error:
+                                self.on_error(error)
+                    else:
+                        self.on_error(item)
+                if getattr(cursor, "more", False):
+                    continue
+                # The wake-up is inotify; the timeout is a safety net only.
+                self._wake.wait(5.0)
+                self._wake.clear()
+        finally:
+            self._watch.close()
+            cursor.close()
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._stopped
+
+    def cancel(self) -> None:
+        """Stops this listener alone; its claim is withdrawn (a durable position stays)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        with self.wormhole._lock:
+            if self in self.wormhole._tokens:
+                self.wormhole._tokens.remove(self)
+
+    def __enter__(self) -> "ListenerToken":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.cancel()
+
+
+_END = object()
+
+
+class MessageStream:
+    """The messages of one identifier, as an iterator or an asynchronous iterator. It
+    starts listening when iteration begins and stops at ``close()``, at the end of a
+    ``with`` (or ``async with``) block, or when the iterator is finalised (a ``for`` loop
+    left with ``break`` finalises it at once; an ``async for`` one only when the event
+    loop collects it: use ``async with``)::
+
+        async with wormhole.messages("note") as stream:
+            async for message in stream:
+                ...
+    """
+
+    def __init__(self, wormhole: Wormhole, identifier: str, start: StartingPoint, durable_name: Optional[str],
+                 on_error: Optional[ErrorHandler], records: bool) -> None:
+        identifiers.validate(identifier)
+        self.wormhole, self.identifier, self.start = wormhole, identifier, start
+        self.durable_name, self.on_error, self.records = durable_name, on_error or _log_error, records
+        self.token: Optional[ListenerToken] = None
+
+    def close(self) -> None:
+        if self.token is not None:
+            self.token.cancel()
+            self.token = None
+
+    def __iter__(self) -> Iterator[Any]:
+        items: "queue.Queue[Any]" = queue.Queue()
+        # A durable name's position is stored once the consumer asks for the next item:
+        # the callback returns only then.
+        taken = threading.Semaphore(0) if self.durable_name is not None else None
+
+        def deliver(value: Any) -> None:
+            items.put(value)
+            if taken is not None:
+                while not taken.acquire(timeout=0.2):
+                    if self.token is None or self.token.is_cancelled:
+                        return
+
+        self.token = self.wormhole.listen_for_message(self.identifier, deliver, start=self.start,
+                                                      durable_name=self.durable_name, on_error=self.on_error,
+                                                      records=self.records)
+        try:
+            while True:
+                value = items.get()
+                yield value
+                if taken is not None:
+                    taken.release()
+        finally:
+            self.close()
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._async_iterator()
+
+    async def _async_iterator(self) -> AsyncIterator[Any]:
+        loop = asyncio.get_running_loop()
+        items: "asyncio.Queue[Any]" = asyncio.Queue()
+        taken = threading.Semaphore(0) if self.durable_name is not None else None
+
+        def deliver(value: Any) -> None:
+            loop.call_soon_threadsafe(items.put_nowait, value)
+            if taken is not None:
+                while not taken.acquire(timeout=0.2):
+                    if self.token is None or self.token.is_cancelled or loop.is_closed():
+                        return
+
+        self.token = await loop.run_in_executor(
+            None, lambda: self.wormhole.listen_for_message(self.identifier, deliver, start=self.start,
+                                                           durable_name=self.durable_name, on_error=self.on_error,
+                                                           records=self.records))
+        try:
+            while True:
+                value = await items.get()
+                yield value
+                if taken is not None:
+                    taken.release()
+        finally:
+            self.close()
+
+    def __enter__(self) -> "MessageStream":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "MessageStream":
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.close()

@@ -1,0 +1,368 @@
+"""Reading a log: the latest message (Protocol.md §11.1), all retained ones (§11.2) and a
+listener's cursor that follows the log (§11.3, with R5 and R6 of revision 2.1)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import List, Optional, Tuple, Union
+
+from . import claims
+from .configuration import DEFAULT, Configuration
+from .container import ContainerDirectory
+from .errors import WormholeError
+from .format import HEADER_SIZE, LOG_SUFFIX, Header, Item, Record, Walk, find_tail, problem, read_header
+
+
+def open_log(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, os.stat_result, Optional[Header]]]:
+    """(fd, stat, header or None when empty) of the log, or None when there is none."""
+    name = identifier + LOG_SUFFIX
+    opened = container.open_file(name, write=False)
+    if opened is None:
+        return None
+    fd, status = opened
+    try:
+        header = read_header(fd, container.file_path(name)) if status.st_size > 0 else None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, status, header
+
+
+def read_latest(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT
+                ) -> Optional[Record]:
+    """§11.1: the latest record, or None. One too large for this reader raises."""
+    opened = open_log(container, identifier)
+    if opened is None:
+        return None
+    fd, status, header = opened
+    try:
+        if header is None:
+            return None
+        tail = find_tail(fd, status.st_size, header, configuration.maximum_message_size,
+                         container.file_path(identifier + LOG_SUFFIX), identifier)
+        if tail.last_record is None or tail.last_sequence <= header.cleared_through:
+            return None
+        if isinstance(tail.last_record, WormholeError):
+            raise tail.last_record
+        if tail.last_record.expired(time.time_ns()):
+            return None
+        return tail.last_record
+    finally:
+        os.close(fd)
+
+
+def read_all(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT) -> List[Item]:
+    """§11.2: every record above clearedThrough, oldest first, and a problem for each
+    that cannot be read."""
+    opened = open_log(container, identifier)
+    if opened is None:
+        return []
+    fd, _, header = opened
+    try:
+        if header is None:
+            return []
+        return [item for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
+                                      container.file_path(identifier + LOG_SUFFIX), identifier)
+                if not (isinstance(item, Record) and item.sequence <= header.cleared_through)]
+    finally:
+        os.close(fd)
+
+
+class StartingPoint:
+    """Where a listener starts: ``NOW`` (messages passed from now on), ``LATEST`` (the
+    latest one, then the new ones), ``HISTORY`` (the retained history, then the new ones)
+    or ``StartingPoint.after(sequence)``."""
+
+    __slots__ = ("kind", "sequence")
+
+    def __init__(self, kind: str, sequence: int = 0) -> None:
+        if kind not in ("now", "latest", "history", "after"):
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION, f"unknown starting point {kind!r}")
+        self.kind, self.sequence = kind, sequence
+
+    @staticmethod
+    def after(sequence: int) -> "StartingPoint":
+        if sequence < 0:
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION, f"a sequence number is at least 0, not {sequence}")
+        return StartingPoint("after", sequence)
+
+    @staticmethod
+    def parse(value: Union["StartingPoint", str]) -> "StartingPoint":
+        """A StartingPoint, or its text: "now", "latest", "history" or "after:N"."""
+        if isinstance(value, StartingPoint):
+            return value
+        if value.startswith("after:"):
+            try:
+                return StartingPoint.after(int(value[6:]))
+            except ValueError:
+                pass
+        return StartingPoint(value)
+
+    def __repr__(self) -> str:
+        return f"StartingPoint.after({self.sequence})" if self.kind == "after" else f"StartingPoint.{self.kind.upper()}"
+
+
+StartingPoint.NOW = StartingPoint("now")            # type: ignore[attr-defined]
+StartingPoint.LATEST = StartingPoint("latest")      # type: ignore[attr-defined]
+StartingPoint.HISTORY = StartingPoint("history")    # type: ignore[attr-defined]
+
+
+class Cursor:
+    """§11.3: follows the log of one identifier. The caller watches the container first
+    (S1); the cursor claims (S2) and looks (S3, S4). ``read()`` returns what is new;
+    ``invalidate()`` marks the file at the name as possibly replaced."""
+
+    def __init__(self, container: ContainerDirectory, identifier: str, start: StartingPoint = StartingPoint("now"),
+                 configuration: Configuration = DEFAULT, durable: Optional[claims.DurablePosition] = None) -> None:
+        self.container = container
+        self.identifier = identifier
+        self.name = identifier + LOG_SUFFIX
+        self.path = container.file_path(self.name)
+        self.configuration = configuration
+        self.maximum = configuration.maximum_message_size
+        self.fd: Optional[int] = None
+        self.inode: Optional[Tuple[int, int]] = None
+        self.header: Optional[Header] = None
+        self.offset = HEADER_SIZE
+        self.log_id: Optional[int] = None
+        self.delivered = 0
+        self.invalidated = False
+        self.reported_damage = -1
+        self.checked_offset = -1
+        self.sees_cleared = False
+        self.deferred: Optional[WormholeError] = None
+        self.started_ns = time.time_ns()
+        self.durable = durable
+        self.claim = claims.Claim(container, identifier, configuration.claim_step())     # S2
+        try:
+            self._look(start)
+        except BaseException:
+            self.close()
+            raise
+
+    def _look(self, start: StartingPoint) -> None:
+        stored = self.durable.stored if self.durable is not None else None
+        opened = open_log(self.container, self.identifier)                              # S3
+        if opened is None:
+            if stored is None and start.kind == "after":
+                self.delivered = start.sequence
+            elif stored is not None:
+                self.delivered, self.sees_cleared = stored.position, True
+            self._store_durable()
+            return
+        self.fd, status, self.header = opened
+        self.inode = (status.st_dev, status.st_ino)
+        header = self.header
+        if header is None:
+            if stored is not None:
+                self.delivered, self.sees_cleared = stored.position, True
+            elif start.kind == "after":
+                self.delivered = start.sequence
+            self._store_durable()
+            return
+        self.log_id = header.log_id
+        if stored is not None:
+            # D4: a resumed name: after its position in the same log, from the start of a new one.
+            self.delivered = stored.position if stored.log_id in (0, header.log_id) else 0
+            self.sees_cleared = True
+        else:
+            kind = start.kind
+            if kind in ("now", "latest", "history"):
+                tail = find_tail(self.fd, status.st_size, header, self.maximum, self.path, self.identifier)
+            if kind in ("now", "latest"):
+                self.delivered, self.offset = tail.last_sequence, tail.end
+                if kind == "latest" and tail.last_offset is not None and tail.last_sequence > header.cleared_through:
+                    self.delivered, self.offset = tail.last_sequence - 1, tail.last_offset
+            elif kind == "history":
+                retained = self.configuration.retained_message_count
+                last = tail.last_sequence
+                self.delivered = max(header.cleared_through, header.base_sequence, last - retained if last > retained else 0)
+            else:
+                self.delivered = max(start.sequence, header.cleared_through)
+        self.claim.update(self.delivered, self.log_id or 0, force=True)                # S4
+        self._store_durable()
+
+    def _store_durable(self) -> None:
+        if self.durable is not None:
+            self.durable.store(self.delivered, self.log_id or 0)
+            self.claim.update(self.delivered, self.log_id or 0, force=True)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        self.claim.close()
+        if self.durable is not None:
+            self.durable.close()
+
+    def invalidate(self) -> None:
+        self.invalidated = True
+
+    def read(self, one_log: bool = False) -> List[Item]:
+        """R1-R6: returns a list of Record and WormholeError items. With ``one_log``, a
+        batch never spans two logs (a durable reader's D5); ``more`` then says whether to
+        read again at once."""
+        results: List[Item] = []
+        self.more = False
+        if self.deferred is not None:
+            results.append(self.deferred)
+            self.deferred = None
+        try:
+            self._read(results, one_log)
+        except (OSError, WormholeError) as error:
+            failure = error if isinstance(error, WormholeError) else WormholeError.system("read", error, self.path)
+            if any(isinstance(item, Record) for item in results):
+                self.deferred = failure                                                # R6
+            else:
+                results.append(failure)
+        self.claim.update(self.delivered, self.log_id or 0)                          # R4
+        return results
+
+    def _read(self, results: List[Item], one_log: bool) -> None:
+        while True:
+            if self.fd is None:
+                if not (self.invalidated and self._open_current()):
+                    return
+                continue
+            if self.header is None:
+                try:
+                    self.header = read_header(self.fd, self.path)
+                except WormholeError:
+                    self.header = None
+                if self.header is None:
+                    if self.invalidated and self._open_current():
+                        continue
+                    return
+            header = self.header
+            if self.log_id is None:
+                self.log_id = header.log_id
+            found = False
+            after_damage = False
+            walk = Walk(self.fd, self.offset, header, self.maximum, self.path, self.identifier)      # R1
+            for item in walk:
+                sequence = getattr(item, "sequence", None)
+                if isinstance(item, Record) or item.code == WormholeError.MESSAGE_TOO_LARGE:
+                    if sequence is None or sequence <= self.delivered:
+                        continue
+                    found = True
+                    if not after_damage or not isinstance(item, Record):
+                        self._report_gap(sequence, header.cleared_through, results)         # §11.4
+                    after_damage = False
+                    self.delivered = sequence
+                    if isinstance(item, Record) and item.expired(self.started_ns):
+                        continue          # expired before this listener started
+                    results.append(item)
+                else:
+                    after_damage = True
+                    if item.offset > self.reported_damage:                               # type: ignore
+                        self.reported_damage = item.offset                               # type: ignore
+                        results.append(item)
+            self.offset = walk.end
+            if not found and self._rewritten(header, results):                           # R5
+                continue
+            if self.invalidated:
+                if one_log and any(isinstance(item, Record) for item in results):
+                    self.more = True
+                    return
+                if self._open_current():                                                  # R3
+                    continue
+            return
+
+    def _rewritten(self, known: Header, results: List[Item]) -> bool:
+        """R5: whether the held file was rewritten under this listener (cut, emptied,
+        cleared in place); reports it, writes the claim at once and reads from 128 again."""
+        if self.fd is None or self.checked_offset == self.offset:
+            return False
+        size = os.fstat(self.fd).st_size
+        rewritten = size < self.offset
+        if not rewritten and size >= self.offset + 4:
+            marker = os.pread(self.fd, 4, self.offset)
+            rewritten = marker != known.layout.marker
+        if not rewritten and size < self.offset + 4:
+            try:
+                now = read_header(self.fd, self.path)
+            except WormholeError:
+                now = None
+            rewritten = now != known
+        if not rewritten:
+            return False
+        self.checked_offset = self.offset
+        try:
+            header = read_header(self.fd, self.path)
+        except WormholeError:
+            header = None
+        if header is not None and header.log_id == self.log_id and header != known and \
+                header.cleared_through == header.base_sequence:
+            # K2': a clear on a full filesystem emptied it in place.
+            if self.delivered < header.base_sequence:
+                missed = header.base_sequence - self.delivered
+                results.append(problem(WormholeError.MESSAGES_LOST,
+                                       f"{missed} message{'' if missed == 1 else 's'} of '{self.identifier}' "
+                                       f"({self.delivered + 1}...{header.base_sequence}) were cleared before this "
+                                       f"listener read them, on a filesystem with no room to keep them for it",
+                                       lost=missed, path=self.path))
+                self.delivered = header.base_sequence
+        else:
+            if header is not None and header.log_id == self.log_id:
+                what = (f"cut by another program ({size} bytes where this listener had read {self.offset}); it goes "
+                        f"on after message {self.delivered}, and is told of any message it had not read that is gone")
+            elif header is not None:
+                what = ("emptied by another program and started again as a new log; messages this listener had not "
+                        "read before that are gone, how many is not known")
+                self.delivered = 0
+            else:
+                what = (f"emptied or overwritten by another program ({size} bytes where this listener had read "
+                        f"{self.offset}); messages this listener had not read before that may be gone")
+            results.append(WormholeError(WormholeError.LOG_CHANGED_OUTSIDE_WORMHOLE, f"'{self.path}' was {what}",
+                                         path=self.path))
+        if header is not None:
+            self.header, self.log_id = header, header.log_id
+        else:
+            self.header = None
+        self.claim.update(self.delivered, self.log_id or 0, force=True)
+        self.offset = HEADER_SIZE
+        self.checked_offset = self.offset
+        self.reported_damage = -1
+        return header is not None
+
+    def _report_gap(self, sequence: int, cleared_through: int, results: List[Item]) -> None:
+        base = self.delivered if self.sees_cleared else max(self.delivered, cleared_through)
+        if sequence > base + 1:
+            lost = sequence - base - 1
+            results.append(problem(WormholeError.MESSAGES_LOST,
+                                   f"{lost} message{'s' if lost != 1 else ''} of '{self.identifier}' "
+                                   f"({base + 1}...{sequence - 1}) were dropped before this listener read them: it "
+                                   f"fell behind by more than the backlog cap (Wormhole.Configuration."
+                                   f"maximumBacklogMessageCount, maximumBacklogByteCount), or started before the "
+                                   f"oldest message kept", sequence=sequence, lost=lost))
+
+    def _open_current(self) -> bool:
+        """R3: once the held file is read to its end, the file at the name now."""
+        self.invalidated = False
+        try:
+            self.container.refresh()
+        except WormholeError:
+            pass
+        opened = open_log(self.container, self.identifier)
+        if opened is None:
+            if self.fd is not None:
+                os.close(self.fd)
+            self.fd, self.header, self.inode = None, None, None
+            return False
+        fd, status, header = opened
+        if self.fd is not None and self.inode == (status.st_dev, status.st_ino):
+            os.close(fd)
+            return False
+        if self.fd is not None:
+            os.close(self.fd)
+        if header is not None and self.log_id is not None and header.log_id != self.log_id:
+            self.delivered = 0                                            # created anew
+            self.sees_cleared = False
+        if header is not None:
+            self.log_id = header.log_id
+        self.fd, self.header, self.inode = fd, header, (status.st_dev, status.st_ino)
+        self.offset = HEADER_SIZE
+        self.reported_damage = -1
+        self.checked_offset = -1
+        return True
