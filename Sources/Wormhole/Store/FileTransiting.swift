@@ -58,10 +58,11 @@ public final class FileTransiting: WormholeTransiting {
         return released.count
     }
 
-    /// Uses `directory` (created 0700 when missing, refused when unsafe).
-    public init(directory: String, configuration: WormholeConfiguration = .init()) throws(WormholeError) {
+    /// Uses `directory` (created 0700 when missing and `createIfMissing`, refused when
+    /// unsafe).
+    public init(directory: String, configuration: WormholeConfiguration = .init(), createIfMissing: Bool = true) throws(WormholeError) {
         self.configuration = try configuration.validated()
-        self.container = try ContainerDirectory(path: directory)
+        self.container = try ContainerDirectory(path: directory, create: createIfMissing)
         self.notificationCenter = DarwinNotificationCenter(container: container)
         self.directory = container.path
     }

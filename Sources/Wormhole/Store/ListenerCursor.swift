@@ -42,7 +42,8 @@ final class ListenerCursor {
     /// alone, from earlier versions) count for any log.
     static let claimSize = 24
 
-    /// Opens (creating, 0700, checked like the container) `.listeners/<identifier>/`.
+    /// Opens (creating, 0700 or a shared container's 2770, checked as ``ContainerAccess``
+    /// says) `.listeners/<identifier>/`.
     static func openDirectory(in container: ContainerDirectory, identifier: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
         let top: FileDescriptor
         if create {
@@ -54,20 +55,9 @@ final class ListenerCursor {
             }
         }
         defer { try? top.close() }
-        if create { _ = Syscalls.makeDirectory(identifier, in: top) }
-        switch Syscalls.open(identifier, in: top, .directory) {
-        case .success(let fd):
-            do throws(WormholeError) {
-                try ContainerDirectory.checkOwnership(fd, path: container.filePath(claimsDirectory + "/" + identifier))
-            } catch {
-                try? fd.close()
-                throw error
-            }
-            return fd
-        case .failure(let errno):
-            if !create { return nil }
-            throw WormholeError.system("open", errno, path: container.filePath(claimsDirectory + "/" + identifier))
-        }
+        let path = container.filePath(claimsDirectory + "/" + identifier)
+        if create { return try container.subdirectory(identifier, in: top, path: path, create: true) }
+        return try? container.subdirectory(identifier, in: top, path: path, create: false)
     }
 
     /// Creates the claim, initially empty, which reads as 0 (keep everything), already
@@ -85,7 +75,7 @@ final class ListenerCursor {
         let temporary = "." + name
         let where_ = container.filePath(Self.claimsDirectory + "/" + identifier + "/" + name)
         try Syscalls.lock(directory, exclusive: false).orThrow("lock the listener claims of", path: container.filePath(Self.claimsDirectory + "/" + identifier))
-        let fd = try Syscalls.open(temporary, in: directory, .createExclusive).orThrow("create listener claim", path: where_)
+        let fd = try container.createFile(temporary, in: directory).orThrow("create listener claim", path: where_)
         do throws(WormholeError) {
             // Left empty: an empty claim reads as 0 (keep everything), so a full disk does
             // not stop a listener from claiming.
