@@ -178,6 +178,7 @@ struct Listen: ParsableCommand {
             let place = container.place(of: wormhole)
             if verbose {
                 Output.error("listening to \(Self.names(identifiers)) in \(place)")
+                Output.error("  chosen by: \(container.reason())")
             } else if Output.errorIsTerminal && !noFollow {
                 Output.error("listening to \(Self.names(identifiers)) in \(place); Ctrl-C stops")
             }

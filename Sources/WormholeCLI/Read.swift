@@ -37,7 +37,7 @@ struct Read: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
+            let wormhole = try container.existingWormhole()
             guard let record = try wormhole.record(withIdentifier: identifier) else {
                 throw CommandFailure("no message under '\(identifier)' in \(wormhole.directory ?? "the container"); send one with '\(container.command("send", identifier, "..."))'",
                                      exitCode: WormholeExitCode.noMessage)

@@ -33,7 +33,7 @@ struct Status: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
+            let wormhole = try container.existingWormhole()
             var statuses: [WormholeListenerStatus] = []
             if identifiers.isEmpty {
                 statuses = try wormhole.listeners()
@@ -100,7 +100,7 @@ struct Forget: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
+            let wormhole = try container.existingWormhole()
             var removed = 0
             if identifiers.isEmpty {
                 removed = try wormhole.forgetDurableListener(named: name)

@@ -157,6 +157,23 @@ public enum WormholeContainer {
         return roots.map { $0 + "/" + applicationGroupIdentifier }.filter { seen.insert($0).inserted }
     }
 
+    /// The containers of `applicationGroupIdentifier` that belong to other users, as far
+    /// as this process may see them (root sees every one; another user sees none, since
+    /// their roots are 0700): under `/run/user/*/app-groups` and `/dev/shm/app-groups-*`.
+    public static func otherUsersDirectories(forApplicationGroupIdentifier applicationGroupIdentifier: String) -> [String] {
+        let me = Syscalls.effectiveUserID
+        var found: [String] = []
+        for user in (try? FileManager.default.contentsOfDirectory(atPath: "/run/user")) ?? [] where UInt32(user) != nil && UInt32(user) != me {
+            found.append("/run/user/\(user)/app-groups/\(applicationGroupIdentifier)")
+        }
+        for root in ["/dev/shm", "/tmp"] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] where name.hasPrefix("app-groups-") && name != "app-groups-\(me)" {
+                found.append("\(root)/\(name)/\(applicationGroupIdentifier)")
+            }
+        }
+        return found.filter { (try? Syscalls.linkStatus($0).get()) != nil }.sorted()
+    }
+
     /// The names of existing groups that look like `applicationGroupIdentifier` (a typo
     /// away: at most two edits, or one contains the other), in the user's groups
     /// directory, the override and the shared groups: what "did you mean" offers.
