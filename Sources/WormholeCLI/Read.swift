@@ -37,6 +37,7 @@ struct Read: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
+            try Wormhole.validate(identifier: identifier)
             let wormhole = try container.existingWormhole()
             guard let record = try wormhole.record(withIdentifier: identifier) else {
                 throw CommandFailure("no message under '\(identifier)' in \(wormhole.directory ?? "the container"); send one with '\(container.command("send", identifier, "..."))'",

@@ -33,6 +33,7 @@ struct Status: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
+            for identifier in identifiers { try Wormhole.validate(identifier: identifier) }
             let wormhole = try container.existingWormhole()
             var statuses: [WormholeListenerStatus] = []
             if identifiers.isEmpty {

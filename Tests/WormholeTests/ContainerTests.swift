@@ -46,6 +46,15 @@ struct ContainerTests {
         #expect(WormholeContainer.similarGroups(to: "group.org.unrelated", environment: environment).isEmpty)
     }
 
+    @Test("A container path is normalised once: relative from the current directory, no '.', no repeated or trailing slash; '..' refused")
+    func containerPathIsNormalisedOnce() throws {
+        #expect(try ContainerPath("/a/./b//c/").description == "/a/b/c")
+        #expect(try ContainerPath("rel/x").description == FileManager.default.currentDirectoryPath + "/rel/x")
+        #expect(try ContainerPath("/a/b").parent == "/a" && ContainerPath("/a/b").name == "b" && ContainerPath("/a").parent == "/")
+        let error = #expect(throws: WormholeError.self) { try ContainerPath("/a/../b") }
+        #expect(error?.description.contains("'..'") == true)
+    }
+
     @Test func fallbackIsAPrivatePerUserDirectory() throws {
         let path = try WormholeContainer.groupsDirectory(environment: [:])
         #expect(path.hasSuffix("/app-groups-\(geteuid())") || path == "/run/user/\(geteuid())/app-groups")
