@@ -19,7 +19,7 @@ extension WormholeContainer {
     /// Shares an application group with the members of a Unix group: makes (or repairs)
     /// `/run/wormhole/app-groups/<group>`, owned by root, group `unixGroup`, mode 2770,
     /// under parents that are root's and writable by root alone (`/run/wormhole` 0755,
-    /// `/run/wormhole/app-groups` 0711). From then on every member's processes resolve
+    /// `/run/wormhole/app-groups` 0755). From then on every member's processes resolve
     /// the group to it (``resolve(applicationGroupIdentifier:environment:)``, rule 3).
     /// Running it again changes nothing; with another Unix group it gives the container
     /// and its files to that group. Needs root.
@@ -35,7 +35,7 @@ extension WormholeContainer {
             throw WormholeError(.containerUnavailable, "there is no Unix group '\(unixGroup)'; create it with 'groupadd \(unixGroup)' and add the users with 'usermod -aG \(unixGroup) USER'")
         }
         try rootDirectory("/run/wormhole", mode: 0o755)
-        try rootDirectory(sharedGroupsDirectory, mode: 0o711)
+        try rootDirectory(sharedGroupsDirectory, mode: 0o755)
         let path = sharedGroupsDirectory + "/" + applicationGroupIdentifier
         var changed = false
         switch Syscalls.makeDirectory(path, mode: 0o700) {
@@ -85,7 +85,7 @@ extension WormholeContainer {
     public static func tmpfilesLine(applicationGroupIdentifier: String, unixGroup: String) -> String {
         """
         d /run/wormhole 0755 root root -
-        d \(sharedGroupsDirectory) 0711 root root -
+        d \(sharedGroupsDirectory) 0755 root root -
         d \(sharedGroupsDirectory)/\(applicationGroupIdentifier) 2770 root \(unixGroup) -
 
         """
@@ -106,6 +106,7 @@ extension WormholeContainer {
                 "'\(path)' is not a directory of root's that only root may write to (owner \(status.userID.rawValue), mode \(String(status.modeBits, radix: 8))): someone may have made it to take over shared groups. Remove it and share again",
                 path: path)
         }
+        if status.modeBits != mode { chmod(path, mode) }
     }
 
     /// Gives every file and directory under the container the group `groupID`, with the

@@ -43,7 +43,7 @@ public enum WormholeContainer {
     public static let environmentOverride = "WORMHOLE_APP_GROUPS_DIRECTORY"
 
     /// The directory under which `wormhole share` makes shared containers: root's, mode
-    /// 0711 (members reach their group's container by name; nobody can list the groups).
+    /// 0755 (every user sees which groups are shared; only members see inside one).
     public static let sharedGroupsDirectory = "/run/wormhole/app-groups"
 
     /// Where a group's container is, and which rule chose it.
