@@ -29,8 +29,13 @@ struct Listen: ParsableCommand {
             there (or on a plain end); 2 when --timeout passed first (fewer than --count \
             messages, or none at all), or --no-follow found nothing to print.
 
+            With --all it listens to every identifier of the container, those created \
+            later included, each line prefixed by its identifier (with --json, the \
+            object names it): a tap on all the traffic, for operators.
+
             Examples:
               wormhole listen chat
+              wormhole listen --all
               wormhole listen --count 1 --timeout 10 reply
               wormhole listen --history --json chat status
               wormhole listen --history --no-follow chat
@@ -47,7 +52,10 @@ struct Listen: ParsableCommand {
             """)
 
     @Argument(help: "The identifiers to listen to.")
-    var identifiers: [String]
+    var identifiers: [String] = []
+
+    @Flag(name: .long, help: "Listen to every identifier of the container, those created later included; each line is prefixed by its identifier.")
+    var all = false
 
     @Option(name: .shortAndLong, help: "Exit after this many messages (across all identifiers).")
     var count: Int?
@@ -82,8 +90,14 @@ struct Listen: ParsableCommand {
     @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
-        if identifiers.isEmpty {
-            throw ValidationError("Name at least one identifier to listen to, such as 'wormhole listen chat'.")
+        if all && !identifiers.isEmpty {
+            throw ValidationError("--all listens to every identifier; name none with it.")
+        }
+        if all && (durable != nil || history || latest || noFollow) {
+            throw ValidationError("--all hears the messages passed from now on; --durable, --history, --latest and --no-follow need named identifiers.")
+        }
+        if identifiers.isEmpty && !all {
+            throw ValidationError("Name at least one identifier to listen to, such as 'wormhole listen chat', or listen to all with --all.")
         }
         if let count, count < 1 {
             throw ValidationError("--count must be at least 1, not \(count).")
@@ -111,10 +125,11 @@ struct Listen: ParsableCommand {
     }
 
     var format: RecordFormat {
-        json ? .json : raw ? .raw : .lines(prefixIdentifier: prefix)
+        json ? .json : raw ? .raw : .lines(prefixIdentifier: prefix || all)
     }
 
     func run() throws {
+        if all { return try listenToAll() }
         try Failures.reported {
             // Signals first: a process out of descriptors must still stop on Ctrl-C.
             let session = try ListeningSession(limit: count)
@@ -184,6 +199,40 @@ struct Listen: ParsableCommand {
             }
             try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.withLock { $0 }.forEach { $0.cancel() }
+            }
+        }
+    }
+
+    /// --all: every identifier, those created later included, until --count, --timeout
+    /// or a signal.
+    func listenToAll() throws {
+        try Failures.reported {
+            let session = try ListeningSession(limit: count)
+            let wormhole = try container.makeWormhole()
+            let format = self.format
+            let terminal = Output.outputIsTerminal
+            let tap = Mutex<WormholeTap?>(nil)
+            session.queue.suspend()
+            var suspended = true
+            defer { if suspended { session.queue.resume() } }
+            let started = try wormhole.listenForAllRecords(queue: session.queue, onError: { Output.error($0.description) }) { record in
+                if !session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) {
+                    tap.withLock { $0 }?.cancel()
+                }
+            }
+            tap.withLock { $0 = started }
+            defer { started.cancel() }
+            session.queue.resume()
+            suspended = false
+            let place = container.place(of: wormhole)
+            if verbose {
+                Output.error("listening to every identifier in \(place)")
+                Output.error("  chosen by: \(container.reason())")
+            } else if Output.errorIsTerminal {
+                Output.error("listening to every identifier in \(place); Ctrl-C stops")
+            }
+            try session.finish(count: count, timeout: timeout, what: "messages", names: "any identifier") {
+                started.cancel()
             }
         }
     }

@@ -323,6 +323,21 @@ public final class FileTransiting: WormholeTransiting {
         }
     }
 
+    /// Calls `handler` with the identifier of each log that appears in the container
+    /// (created, or moved to its name), and with `nil` when anything may have changed
+    /// (events lost, the directory replaced): look at every identifier again.
+    func observeIdentifiers(handler: @escaping @Sendable (String?) -> Void) throws(WormholeError) -> EngineSubscription {
+        try InotifyEngine.shared.subscribe(directory: directory, names: [], changes: [.entry]) { event in
+            switch event {
+            case .changed(let name, _):
+                guard name.hasSuffix(LogFormat.fileSuffix), !name.hasPrefix(".") else { return }
+                handler(String(name.dropLast(LogFormat.fileSuffix.count)))
+            case .rescan, .failed:
+                handler(nil)
+            }
+        }
+    }
+
     /// What a listener hears of its log: writes (appends, and the cut of a torn tail) and
     /// the file at the name coming and going (created, replaced by compaction, deleted).
     static let logChanges: FileChanges = [.written, .entry]
