@@ -169,29 +169,30 @@ struct ContainerOptions: ParsableArguments {
     /// Opens the wormhole in the selected container, which must exist: `read`, `list`,
     /// `status` and `doctor` never create one. A missing container is a failure (exit
     /// status 2) that says where it would be and names the groups that look alike.
-    func existingWormhole() throws -> Wormhole {
+    /// - Parameter identifier: The identifier the command reads, for the hint.
+    func existingWormhole(identifier: String = "IDENTIFIER") throws -> Wormhole {
         do {
             return try choice.makeWormhole(create: false)
         } catch let error as WormholeError where error.errno == .noSuchFileOrDirectory && error.code == .containerUnavailable {
-            throw missingContainer(error)
+            throw missingContainer(error, identifier: identifier)
         }
     }
 
-    /// "no container ...; did you mean ...", for ``existingWormhole()``.
-    func missingContainer(_ error: WormholeError) -> CommandFailure {
+    /// "no container ...; did you mean ...", for ``existingWormhole(identifier:)``.
+    func missingContainer(_ error: WormholeError, identifier: String) -> CommandFailure {
+        let hint = "Nothing was created; send one with '\(command("send", identifier, "..."))'"
         guard case .group(let group, let sub)? = try? location() else {
-            return CommandFailure("\(error.description): nothing has been sent there; '\(command("send", "IDENTIFIER", "..."))' creates it",
-                                  exitCode: WormholeExitCode.noMessage)
+            return CommandFailure("\(error.description): nothing has been sent there. \(hint)", exitCode: WormholeExitCode.noMessage)
         }
         let resolution = try? WormholeContainer.resolve(applicationGroupIdentifier: group)
         if let sub, resolution?.exists == true {
-            return CommandFailure("the container of group \(group) has no sub-directory '\(sub)' (\(error.path ?? sub)): nothing has been sent to it",
+            return CommandFailure("the container of group \(group) has no sub-directory '\(sub)' (\(error.path ?? sub)): nothing has been sent to it. \(hint)",
                                   exitCode: WormholeExitCode.noMessage)
         }
         let similar = WormholeContainer.similarGroups(to: group)
-        let guess = similar.isEmpty ? "" : "; did you mean \(similar.map { "'\($0)'" }.joined(separator: " or "))?"
+        let guess = similar.isEmpty ? "." : "; did you mean \(similar.map { "'\($0)'" }.joined(separator: " or "))?"
         return CommandFailure(
-            "no container for group '\(group)' (it would be \(resolution?.path ?? error.path ?? "?")): no process of this user has used it\(guess.isEmpty ? "." : guess) Nothing was created; '\(command("send", "IDENTIFIER", "..."))' creates it",
+            "no container for group '\(group)' (it would be \(resolution?.path ?? error.path ?? "?")): no process of this user has used it\(guess) \(hint)",
             exitCode: WormholeExitCode.noMessage)
     }
 

@@ -23,7 +23,8 @@ struct Listen: ParsableCommand {
             go on.
 
             On a terminal it says on standard error where it listens; --verbose says so \
-            in any case.
+            in any case, which rule chose the container, and for each message the \
+            process and user that passed it.
 
             Exit status: 0 when --count messages arrived, --no-follow printed what was \
             there (or on a plain end); 2 when --timeout passed first (fewer than --count \
@@ -75,7 +76,7 @@ struct Listen: ParsableCommand {
     @Flag(name: .long, help: "Stop after the messages already there (the history, the latest, or what a durable name has not printed yet) instead of following new ones.")
     var noFollow = false
 
-    @Flag(name: .long, help: "Print one JSON object per line: identifier, sequence, time, pid (of the sender), kind and payload.")
+    @Flag(name: .long, help: "Print one JSON object per line: identifier, sequence, time, pid and uid (of the sender), kind and payload.")
     var json = false
 
     @Flag(name: .long, help: "Prefix each line with the identifier and ': '.")
@@ -168,7 +169,7 @@ struct Listen: ParsableCommand {
                 // that arrives after the end (--count reached, a signal) is not printed: the
                 // listeners stop before this call returns, so it is not counted as handled.
                 let listener: @Sendable (WormholeRecord) -> Void = { record in
-                    if !session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) {
+                    if !session.admit({ Self.print(record, format: format, terminal: terminal, verbose: verbose) }) {
                         tokens.withLock { $0 }.forEach { $0.cancel() }
                     } else if noFollow {
                         let done = remaining.withLock { remaining -> Bool in
@@ -203,6 +204,12 @@ struct Listen: ParsableCommand {
         }
     }
 
+    /// Writes `record` out; with --verbose, says on standard error who passed it.
+    static func print(_ record: WormholeRecord, format: RecordFormat, terminal: Bool, verbose: Bool) {
+        if verbose { Output.error("'\(record.identifier)' #\(record.sequence) from \(RecordFormat.sender(record))") }
+        Output.write(format.render(record, forTerminal: terminal))
+    }
+
     /// --all: every identifier, those created later included, until --count, --timeout
     /// or a signal.
     func listenToAll() throws {
@@ -215,8 +222,9 @@ struct Listen: ParsableCommand {
             session.queue.suspend()
             var suspended = true
             defer { if suspended { session.queue.resume() } }
+            let verbose = self.verbose
             let started = try wormhole.listenForAllRecords(queue: session.queue, onError: { Output.error($0.description) }) { record in
-                if !session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) {
+                if !session.admit({ Self.print(record, format: format, terminal: terminal, verbose: verbose) }) {
                     tap.withLock { $0 }?.cancel()
                 }
             }

@@ -101,16 +101,20 @@ struct Forget: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.existingWormhole()
+            let noName = CommandFailure("no durable listener named '\(name)' here; '\(container.command("status"))' lists them", exitCode: WormholeExitCode.noMessage)
+            let wormhole: Wormhole
+            do {
+                wormhole = try container.existingWormhole()
+            } catch let failure as CommandFailure where failure.exitCode == WormholeExitCode.noMessage {
+                throw noName
+            }
             var removed = 0
             if identifiers.isEmpty {
                 removed = try wormhole.forgetDurableListener(named: name)
             } else {
                 for identifier in identifiers { removed += try wormhole.forgetDurableListener(named: name, identifier: identifier) }
             }
-            if removed == 0 {
-                throw CommandFailure("no durable listener named '\(name)' here; '\(container.command("status"))' lists them", exitCode: WormholeExitCode.noMessage)
-            }
+            if removed == 0 { throw noName }
             Output.error("forgot the durable listener '\(name)' (\(removed) identifier\(removed == 1 ? "" : "s"))")
         }
     }

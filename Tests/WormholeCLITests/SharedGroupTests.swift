@@ -104,6 +104,9 @@ struct SharedGroupTests {
         #expect(heardByService.lines == (1...40).map { "from widget \($0)" })
         #expect(heardByWidget.lines == (1...40).map { "from service \($0)" }, "\(heardByWidget.stderr)")
         #expect(heardByService.stderr.contains(deployment.container), "the service resolved the shared container: \(heardByService.stderr)")
+        // Each record carries its sender's uid, and --verbose names the user.
+        let desktopUID = try #require(Deployment.uid(deployment.desktop))
+        #expect(heardByService.stderr.contains("'to-service' #1 from pid ") && heardByService.stderr.contains("uid \(desktopUID) (\(deployment.desktop))"), "\(heardByService.stderr)")
 
         // The durable name resumes after what it printed, from a message the other user
         // passed while it was not running; the other member sees it in status.
