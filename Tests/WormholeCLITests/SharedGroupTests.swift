@@ -136,6 +136,24 @@ struct SharedGroupTests {
         #expect(try await deployment.share(["--revoke"]).output.contains("nothing changed"))
     }
 
+    @Test("the Today example as a deployment: the app as a system service's user and the widget as a desktop user, both through Wormhole(applicationGroupIdentifier:), meet in the shared container both ways",
+          .timeLimit(.minutes(2)))
+    func todayAppAndWidgetAsTwoUsers() async throws {
+        let deployment = try Deployment()
+        #expect(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
+        let app = try deployment.start(as: deployment.service, ["app", "--group", deployment.group, "--interval", "0.1", "--increment", "100", "--updates", "80"],
+                                       command: Products.path("today-widget"))
+        #expect(await app.waitForStandardOutput(containing: "app: sharing in \(deployment.container)/wormhole"))
+        #expect(await app.waitForStandardOutput(containing: "update #2"))
+        let widget = try await deployment.run(as: deployment.desktop, ["widget", "--group", deployment.group, "--press", "--once"],
+                                              command: Products.path("today-widget"))
+        #expect(widget.status == 0, "\(widget.stderr)")
+        #expect(widget.output.contains("widget: pressed [ Reset ]") && widget.output.contains(" of 10,000 steps"), "\(widget.output)")
+        #expect(await app.waitForStandardOutput(containing: "pressed reset"), "the app, another user, heard the widget's button")
+        let ended = await app.finish()
+        #expect(ended.status == 0, "\(ended.stderr)")
+    }
+
     @Test("an outsider's attacks on a shared group are each refused: pass, read, list, status, listen, clear, --directory, listing or reading its files, share; a member cannot rename or replace the container; a directory planted in /dev/shm does not capture a member",
           .timeLimit(.minutes(3)))
     func outsiderAndMemberAttacksAreRefused() async throws {

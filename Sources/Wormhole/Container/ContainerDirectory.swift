@@ -219,11 +219,26 @@ final class ContainerDirectory: Sendable {
         }
         let parentFD: FileDescriptor
         switch parent {
-        case .success(let value): parentFD = FileDescriptor(rawValue: value)
-        case .failure(let errno): throw unavailable(path.description, errno)
+        case .success(let value):
+            parentFD = FileDescriptor(rawValue: value)
+        case .failure(.permissionDenied):
+            // A directory in a shared container of a group this user is not in: say so.
+            if case .success(let status) = Syscalls.linkStatus(parentPath) {
+                _ = try ContainerAccess.of(status, path: parentPath)
+            }
+            throw unavailable(path.description, .permissionDenied)
+        case .failure(let errno):
+            throw unavailable(path.description, errno)
         }
         defer { try? parentFD.close() }
-        if create { _ = Syscalls.makeDirectory(path.name, in: parentFD) }
+        let parentStatus = try Syscalls.status(parentFD).orThrow("inspect", path: parentPath)
+        // A directory in a shared container (an optional directory of a shared group) is
+        // shared as its parent is: made 2770 with its group, usable by every member.
+        let sharedParent: ContainerAccess? = switch try? ContainerAccess.of(parentStatus, path: parentPath) {
+        case .shared(let group)?: .shared(groupID: group)
+        default: nil
+        }
+        if create { _ = Syscalls.makeDirectory(path.name, in: parentFD, permissions: sharedParent?.directoryMode ?? 0o700) }
         let fd: FileDescriptor
         switch Syscalls.open(path.name, in: parentFD, .directory) {
         case .success(let opened): fd = opened
@@ -242,9 +257,16 @@ final class ContainerDirectory: Sendable {
             throw unavailable(path.description, errno)
         }
         do throws(WormholeError) {
-            let status = try Syscalls.status(fd).orThrow("inspect", path: path.description)
+            var status = try Syscalls.status(fd).orThrow("inspect", path: path.description)
+            if let sharedParent {
+                if status.modeBits != sharedParent.directoryMode {
+                    sharedParent.settle(fd, status: status, directory: true)
+                    status = try Syscalls.status(fd).orThrow("inspect", path: path.description)
+                }
+                try sharedParent.checkSubdirectory(status, path: path.description)
+                return (fd, status, sharedParent)
+            }
             let access = try ContainerAccess.of(status, path: path.description)
-            let parentStatus = try Syscalls.status(parentFD).orThrow("inspect", path: parentPath)
             try access.checkParent(parentStatus, parentPath: parentPath, path: path.description)
             return (fd, status, access)
         } catch {
