@@ -190,17 +190,22 @@ struct Listen: ParsableCommand {
             }
             session.queue.resume()
             suspended = false
-            // A person at a terminal sees where it listens; a script asks with --verbose.
-            let place = container.place(of: wormhole)
-            if verbose {
-                Output.error("listening to \(Self.names(identifiers)) in \(place)")
-                Output.error("  chosen by: \(container.reason())")
-            } else if Output.errorIsTerminal && !noFollow {
-                Output.error("listening to \(Self.names(identifiers)) in \(place); Ctrl-C stops")
-            }
+            announce(Self.names(identifiers), in: wormhole)
             try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.withLock { $0 }.forEach { $0.cancel() }
             }
+        }
+    }
+
+    /// A person at a terminal sees where it listens; a script asks with --verbose, which
+    /// also says which rule chose the container.
+    func announce(_ what: String, in wormhole: Wormhole) {
+        let place = container.place(of: wormhole)
+        if verbose {
+            Output.error("listening to \(what) in \(place)")
+            Output.error("  chosen by: \(container.reason())")
+        } else if Output.errorIsTerminal && !noFollow {
+            Output.error("listening to \(what) in \(place); Ctrl-C stops")
         }
     }
 
@@ -232,13 +237,7 @@ struct Listen: ParsableCommand {
             defer { started.cancel() }
             session.queue.resume()
             suspended = false
-            let place = container.place(of: wormhole)
-            if verbose {
-                Output.error("listening to every identifier in \(place)")
-                Output.error("  chosen by: \(container.reason())")
-            } else if Output.errorIsTerminal {
-                Output.error("listening to every identifier in \(place); Ctrl-C stops")
-            }
+            announce("every identifier", in: wormhole)
             try session.finish(count: count, timeout: timeout, what: "messages", names: "any identifier") {
                 started.cancel()
             }

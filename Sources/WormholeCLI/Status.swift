@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import ArgumentParser
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -13,7 +16,7 @@ struct Status: ParsableCommand {
         abstract: "Show who listens to each identifier: running listeners and durable names, with how far behind they are.",
         discussion: """
             One line per listener: the identifier, the durable name ('-' for a listener \
-            without one), whether it runs, its process, the sequence number of the last \
+            without one), whether it runs, its process and user, the sequence number of the last \
             message it read (a durable one: handled), how many were passed after it, and \
             when a durable listener last handled one.
 
@@ -54,19 +57,26 @@ struct Status: ParsableCommand {
         let seen = status.lastSeen.map { RecordFormat.quoted(RecordFormat.timestamp($0)) } ?? "null"
         let pid = status.processID.map(String.init) ?? "null"
         let namespace = status.pidNamespace.map(String.init) ?? "null"
+        let uid = status.userID.map(String.init) ?? "null"
         return "{\"identifier\":\(RecordFormat.quoted(status.identifier)),\"durable\":\(name),\"running\":\(status.isRunning),"
-            + "\"pid\":\(pid),\"pidNamespace\":\(namespace),\"samePIDNamespace\":\(status.isInThisPIDNamespace),"
+            + "\"pid\":\(pid),\"pidNamespace\":\(namespace),\"samePIDNamespace\":\(status.isInThisPIDNamespace),\"uid\":\(uid),"
             + "\"position\":\(status.position),\"behind\":\(status.behind),\"lastSeen\":\(seen)}"
     }
 
     static func table(_ statuses: [WormholeListenerStatus]) -> String {
-        let header = ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "POSITION", "BEHIND", "LAST SEEN"]
+        let header = ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "USER", "POSITION", "BEHIND", "LAST SEEN"]
         let rows = statuses.map { status in
             [status.identifier, status.durableName ?? "-",
-             status.isRunning ? "yes" : "no", pid(status),
+             status.isRunning ? "yes" : "no", pid(status), user(status),
              String(status.position), String(status.behind), status.lastSeen.map(RecordFormat.timestamp) ?? "-"]
         }
         return Columns.format([header] + rows)
+    }
+
+    /// The listener's user: its name, or its uid when this system has no name for it.
+    static func user(_ status: WormholeListenerStatus) -> String {
+        guard let uid = status.userID else { return "-" }
+        return getpwuid(uid_t(uid)).map { String(cString: $0.pointee.pw_name) } ?? String(uid)
     }
 
     /// The process id as this process can use it: a process of another PID namespace

@@ -20,11 +20,11 @@ struct DurableCommandTests {
 
         let status = try await sandbox.run(["status"])
         #expect(status.status == 0)
-        #expect(status.lines.first?.split(separator: " ").map(String.init) == ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "POSITION", "BEHIND", "LAST", "SEEN"],
+        #expect(status.lines.first?.split(separator: " ").map(String.init) == ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "USER", "POSITION", "BEHIND", "LAST", "SEEN"],
                 "\(status.output)")
         let row = try #require(status.lines.first { $0.contains("archiver") })
         let cells = row.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-        #expect(Array(cells.prefix(3)) == ["chat", "archiver", "no"] && cells[4] == "4" && cells[5] == "0", "\(row)")
+        #expect(Array(cells.prefix(3)) == ["chat", "archiver", "no"] && cells[4] == "root" && cells[5] == "4" && cells[6] == "0", "\(row)")
         let json = try await sandbox.run(["status", "--json", "chat"])
         #expect(json.output.contains("\"durable\":\"archiver\",\"running\":false"), "\(json.output)")
 

@@ -113,6 +113,7 @@ struct SharedGroupTests {
         #expect(try await deployment.run(as: deployment.desktop, ["send", "to-service", "while away"] + group).status == 0)
         let seen = try await deployment.run(as: deployment.desktop, ["status", "to-service"] + group)
         #expect(seen.status == 0 && seen.output.contains("svc"), "a member sees the other's durable listener: \(seen.output) \(seen.stderr)")
+        #expect(seen.lines.contains { $0.contains(" svc ") && $0.contains(" \(deployment.service) ") }, "status names the listener's user: \(seen.output)")
         let resumed = try await deployment.run(as: deployment.service, ["listen", "--durable", "svc", "--count", "1", "--timeout", "20", "to-service"] + group)
         #expect(resumed.status == 0 && resumed.lines == ["while away"], "\(resumed.stderr)")
 

@@ -285,7 +285,7 @@ final class ListenerCursor {
                     processID: value.map { Int32(bitPattern: $0.processID) }, isRunning: running,
                     position: position, behind: lastSequence > position ? lastSequence - position : 0,
                     lastSeen: Date(timeIntervalSince1970: Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9),
-                    pidNamespace: value.flatMap { $0.pidNamespace == 0 ? nil : $0.pidNamespace }))
+                    pidNamespace: value.flatMap { $0.pidNamespace == 0 ? nil : $0.pidNamespace }, userID: status.userID.rawValue))
             } else if running {
                 let claim = readClaim(fd)
                 let position = claim.keeps(afterIn: logID)
@@ -293,7 +293,7 @@ final class ListenerCursor {
                 result.append(WormholeListenerStatus(
                     identifier: identifier, durableName: nil, processID: pid, isRunning: true,
                     position: position, behind: lastSequence > position ? lastSequence - position : 0, lastSeen: nil,
-                    pidNamespace: claim.pidNamespace))
+                    pidNamespace: claim.pidNamespace, userID: status.userID.rawValue))
             }
         }
         return result
