@@ -90,14 +90,20 @@ struct SharedGroupTests {
 
         let group = ["--group", deployment.group]
         // The service listens under a durable name; the widget listens live.
-        let service = try deployment.start(as: deployment.service, ["listen", "--durable", "svc", "--count", "40", "--timeout", "60", "--verbose", "to-service"] + group)
-        let widget = try deployment.start(as: deployment.desktop, ["listen", "--count", "40", "--timeout", "60", "--verbose", "to-widget"] + group)
+        let service = try deployment.start(as: deployment.service, ["listen", "--durable", "svc", "--count", "40", "--timeout", "150", "--verbose", "to-service"] + group)
+        let widget = try deployment.start(as: deployment.desktop, ["listen", "--count", "40", "--timeout", "150", "--verbose", "to-widget"] + group)
         #expect(await service.waitForStandardError(containing: "listening to"))
         #expect(await widget.waitForStandardError(containing: "listening to"))
-        for n in 1...40 {
-            #expect(try await deployment.run(as: deployment.desktop, ["send", "to-service", "from widget \(n)"] + group).status == 0)
-            #expect(try await deployment.run(as: deployment.service, ["send", "to-widget", "from service \(n)"] + group).status == 0)
+        // Each side passes 40 messages from one shell of its user (a process per message,
+        // as a script's sends are), both at once.
+        func sends(_ identifier: String, _ text: String) -> [String] {
+            ["-c", "for n in $(seq 1 40); do \"$0\" send --group \(deployment.group) \(identifier) \"\(text) $n\" || exit 1; done", Products.path("wormhole")]
         }
+        let widgetSends = try deployment.start(as: deployment.desktop, sends("to-service", "from widget"), command: "/bin/sh")
+        let serviceSends = try deployment.start(as: deployment.service, sends("to-widget", "from service"), command: "/bin/sh")
+        let widgetSent = await widgetSends.finish(seconds: 150)
+        let serviceSent = await serviceSends.finish(seconds: 150)
+        #expect(widgetSent.status == 0 && serviceSent.status == 0, "\(widgetSent.stderr) \(serviceSent.stderr)")
         let heardByService = await service.finish()
         let heardByWidget = await widget.finish()
         #expect(heardByService.status == 0, "\(heardByService.stderr)")
