@@ -186,7 +186,7 @@ _wormhole() {
 
 _wormhole_send() {
     repeating_flags=()
-    non_repeating_flags=(--json --print-sequence --version -h --help)
+    non_repeating_flags=(--json --lines --print-sequence --version -h --help)
     repeating_options=()
     non_repeating_options=(--file --group --directory --optional-directory)
     __wormhole_offer_flags_options 2

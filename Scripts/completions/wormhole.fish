@@ -23,7 +23,7 @@ function __wormhole_parse_tokens -S
         __wormhole_parse_subcommand 0 'version' 'h/help'
         switch $unparsed_tokens[1]
         case 'send'
-            __wormhole_parse_subcommand 2 'file=' 'json' 'print-sequence' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
+            __wormhole_parse_subcommand 2 'file=' 'json' 'lines' 'print-sequence' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
         case 'listen'
             __wormhole_parse_subcommand -r 1 'all' 'c/count=' 't/timeout=' 'history' 'latest' 'durable=' 'no-follow' 'json' 'prefix' 'raw' 'v/verbose' 'group=' 'directory=' 'optional-directory=' 'version' 'h/help'
         case 'read'
@@ -121,7 +121,8 @@ complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "w
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'help' -d 'Show subcommand help information.'
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" file' -l 'file' -d 'Send the bytes of this file, unchanged (\'-\' for standard input).' -rfka ''
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" json' -l 'json' -d 'Check that the message is JSON and store it as a JSON message.'
-complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" print-sequence' -l 'print-sequence' -d 'Print the message\'s sequence number in the identifier\'s order.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" lines' -l 'lines' -d 'Pass each line of standard input as a message of its own, in batches.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" print-sequence' -l 'print-sequence' -d 'Print the message\'s sequence number in the identifier\'s order (with --lines: the first and last, \'A-B\').'
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" group' -l 'group' -d 'The application group whose container holds the messages (default: $WORMHOLE_GROUP, else group.wormhole.default).' -rfka ''
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" directory' -l 'directory' -d 'Use this directory as the container instead of a group\'s; created 0700 when missing (default: $WORMHOLE_DIRECTORY).' -rfka ''
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_flags_or_options "wormhole send" optional-directory' -l 'optional-directory' -d 'A sub-directory of the group\'s container, as MMWormhole\'s optionalDirectory.' -rfka ''

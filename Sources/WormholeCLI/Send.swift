@@ -27,6 +27,11 @@ struct Send: ParsableCommand {
               echo hello | wormhole send chat
               wormhole send --json status '{"battery": 87}'
               wormhole send --file photo.jpg photo
+              seq 100000 | wormhole send --lines numbers
+
+            With --lines, each line of standard input (without its newline) is a \
+            message of its own, passed in batches: one lock and one write for up to 1,024 \
+            lines, each still a separate message to listeners.
             """)
 
     @Argument(help: "The identifier to pass the message under, such as 'chat'.")
@@ -41,7 +46,10 @@ struct Send: ParsableCommand {
     @Flag(name: .long, help: "Check that the message is JSON and store it as a JSON message.")
     var json = false
 
-    @Flag(name: .long, help: "Print the message's sequence number in the identifier's order.")
+    @Flag(name: .long, help: "Pass each line of standard input as a message of its own, in batches.")
+    var lines = false
+
+    @Flag(name: .long, help: "Print the message's sequence number in the identifier's order (with --lines: the first and last, 'A-B').")
     var printSequence = false
 
     @OptionGroup(title: "Container") var container: ContainerOptions
@@ -49,6 +57,9 @@ struct Send: ParsableCommand {
     func validate() throws {
         if file != nil, let message, message != "-" {
             throw ValidationError("Give the message as an argument or with --file, not both.")
+        }
+        if lines, (message.map { $0 != "-" } ?? false) || (file.map { $0 != "-" } ?? false) {
+            throw ValidationError("--lines reads its messages from standard input: give no message argument and no --file.")
         }
     }
 
@@ -66,6 +77,9 @@ struct Send: ParsableCommand {
     }
 
     func run() throws {
+        if lines {
+            return try SendLines.pass(identifier: identifier, json: json, printSequence: printSequence, container: container.choice)
+        }
         try Self.pass(identifier: identifier, source: source, fromFile: file != nil, json: json,
                       printSequence: printSequence, container: container.choice)
     }

@@ -47,7 +47,47 @@ final class PostgresNotifier: Sendable {
     /// returns, every pass committed from now on wakes the handler.
     func subscribe(_ identifier: String, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
         try ensureListening()
-        return state.withLock { state in
+        return register(identifier, handler)
+    }
+
+    /// ``subscribe(_:handler:)`` for asynchronous callers: the LISTEN connection, when
+    /// there is none, is made and set up while the caller is suspended.
+    func subscribe(_ identifier: String, handler: @escaping Handler) async throws(WormholeError) -> UInt64 {
+        let (closed, current) = state.withLock { ($0.closed, $0.connection) }
+        if closed { throw WormholeError(.databaseError, "the PostgreSQL back end for \(session.server) was closed") }
+        if current == nil || current!.isClosed {
+            let connection = try await session.connect()
+            connection.addListener(channel: channel) { [weak self] _, notification in
+                self?.deliver(notification.payload)
+            }
+            do {
+                _ = try await connection.query(PostgresQuery(unsafeSQL: "LISTEN \"\(channel)\""), logger: session.logger).get()
+            } catch {
+                PostgresSession.closeConnection(connection)
+                throw PostgresSession.describe(error, doing: "LISTEN on \(session.server)")
+            }
+            install(connection)
+        }
+        return register(identifier, handler)
+    }
+
+    /// Makes `connection` (listening) the notifier's, unless another thread installed one
+    /// meanwhile: then this one is closed.
+    private func install(_ connection: PostgresConnection) {
+        let installed = state.withLock { state -> Bool in
+            if let current = state.connection, !current.isClosed { return false }
+            state.connection = connection
+            return true
+        }
+        if installed {
+            connection.closeFuture.whenComplete { [weak self] _ in self?.lost(connection) }
+        } else {
+            PostgresSession.closeConnection(connection)
+        }
+    }
+
+    private func register(_ identifier: String, _ handler: @escaping Handler) -> UInt64 {
+        state.withLock { state in
             let id = state.nextID
             state.nextID += 1
             state.observers[identifier, default: [:]][id] = handler
@@ -89,8 +129,7 @@ final class PostgresNotifier: Sendable {
                 try? connection.close().wait()
                 throw PostgresSession.describe(error, doing: "LISTEN on \(session.server)")
             }
-            connection.closeFuture.whenComplete { [weak self] _ in self?.lost(connection) }
-            state.withLock { $0.connection = connection }
+            install(connection)
         }
     }
 

@@ -27,64 +27,39 @@ final class PostgresReader: WormholeTransitingReader {
     /// message is acknowledged.
     private let durableName: String?
     private var holdsDurable = false
+    /// Whether the durable name had been used before (it resumes after its position).
+    private var resumed = false
     /// Whether a jump past `delivered` is reported as missed messages: for a position
     /// that may be older than what is kept (a durable one, or `.after(sequence:)`).
     private var reportsGaps = false
 
-    init(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint, durableName: String? = nil) throws(WormholeError) {
+    /// The reader before it has claimed or looked at anything.
+    private init(transiting: PostgresTransiting, identifier: String, durableName: String?) {
         self.transiting = transiting
         self.identifier = identifier
         self.durableName = durableName
         self.claim = UUID().uuidString
         self.claimStep = UInt64(max(1, transiting.configuration.retainedMessageCount / 4))
-        let container = transiting.container
-        // Claim first (position 0: keep everything), then look: nothing can be pruned
-        // away between looking and claiming. A durable listener's position is its claim
-        // (taken at 0 when new).
-        if durableName == nil { transiting.claims.insert(claim) }
+    }
+
+    /// A reader that starts at `start` (or where the durable name stopped), blocking the
+    /// calling thread for its statements.
+    convenience init(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint, durableName: String? = nil) throws(WormholeError) {
+        self.init(transiting: transiting, identifier: identifier, durableName: durableName)
+        let session = transiting.session
         do throws(WormholeError) {
             var start = start
-            var resumed = false
             if let durableName {
-                let taken = try transiting.session.query(
-                    PostgresSchema.takeDurable(container: container, identifier: identifier, name: durableName, processID: getpid()),
-                    "take the durable listener '\(durableName)' of '\(identifier)' in \(transiting.server)")
-                guard let (position, created) = taken.first.flatMap({ try? $0.decode((Int64, Bool).self) }) else {
-                    let holder = try? transiting.session.query(PostgresSchema.durableHolder(container: container, identifier: identifier, name: durableName), "")
-                    let pid = holder?.first.flatMap { try? $0.decode(Int32.self) }.map { " (process \($0))" } ?? ""
-                    throw WormholeError(.durableNameInUse,
-                        "the durable listener '\(durableName)' of '\(identifier)' is already running\(pid); one process at a time uses a durable name: stop the other, or choose another name")
+                let taken = try session.query(takeQuery(durableName), takeDoing(durableName))
+                guard let resumed = try taking(taken, start) else {
+                    throw inUse(durableName, holder: try? session.query(holderQuery(durableName), ""))
                 }
-                holdsDurable = true
-                if !created {
-                    start = .after(sequence: UInt64(max(0, position)))
-                    resumed = true
-                }
+                start = resumed
+            } else {
+                try session.query(claimQuery, claimDoing)
             }
-            if durableName == nil {
-                try transiting.session.query(PostgresSchema.claim(listener: claim, container: container, identifier: identifier),
-                                             "register a listener of '\(identifier)' in \(transiting.server)")
-            }
-            let rows = try transiting.session.query(PostgresSchema.state(container: container, identifier: identifier),
-                                                    "read the state of '\(identifier)' in \(transiting.server)")
-            let state = rows.first.flatMap { try? $0.decode((Int64, Int64).self) }
-            let last = UInt64(state?.0 ?? 0)
-            let cleared = UInt64(state?.1 ?? 0)
-            switch start {
-            case .now:
-                delivered = last
-            case .latest:
-                delivered = max(cleared, last == 0 ? 0 : last - 1)
-            case .history:
-                let retained = UInt64(transiting.configuration.retainedMessageCount)
-                delivered = max(cleared, last > retained ? last - retained : 0)
-            case .after(let sequence):
-                delivered = max(sequence, cleared)
-                reportsGaps = true
-            }
-            if let durableName, !resumed {
-                try transiting.session.query(PostgresSchema.storeDurable(container: container, identifier: identifier, name: durableName, position: delivered),
-                                             "store the position of '\(durableName)' in \(transiting.server)")
+            if let store = try starting(at: start, state: try session.query(stateQuery, stateDoing)) {
+                try session.query(store, storeDoing)
             }
         } catch {
             close()
@@ -92,33 +67,147 @@ final class PostgresReader: WormholeTransitingReader {
         }
     }
 
+    /// ``init(transiting:identifier:start:durableName:)`` for asynchronous callers: its
+    /// statements suspend the caller instead of blocking a thread.
+    static func make(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint,
+                     durableName: String? = nil) async throws(WormholeError) -> PostgresReader {
+        let reader = PostgresReader(transiting: transiting, identifier: identifier, durableName: durableName)
+        let session = transiting.session
+        do throws(WormholeError) {
+            var start = start
+            if let durableName {
+                let taken = try await session.query(reader.takeQuery(durableName), reader.takeDoing(durableName))
+                guard let resumed = try reader.taking(taken, start) else {
+                    throw reader.inUse(durableName, holder: try? await session.query(reader.holderQuery(durableName), ""))
+                }
+                start = resumed
+            } else {
+                try await session.query(reader.claimQuery, reader.claimDoing)
+            }
+            if let store = try reader.starting(at: start, state: try await session.query(reader.stateQuery, reader.stateDoing)) {
+                try await session.query(store, reader.storeDoing)
+            }
+        } catch {
+            reader.close()
+            throw error
+        }
+        return reader
+    }
+
+    // MARK: - Starting: the statements, and what their rows decide
+
+    private func takeQuery(_ name: String) -> PostgresQuery {
+        PostgresSchema.takeDurable(container: transiting.container, identifier: identifier, name: name, processID: getpid())
+    }
+    private func takeDoing(_ name: String) -> String { "take the durable listener '\(name)' of '\(identifier)' in \(transiting.server)" }
+    private func holderQuery(_ name: String) -> PostgresQuery {
+        PostgresSchema.durableHolder(container: transiting.container, identifier: identifier, name: name)
+    }
+    private var claimQuery: PostgresQuery { PostgresSchema.claim(listener: claim, container: transiting.container, identifier: identifier) }
+    private var claimDoing: String { "register a listener of '\(identifier)' in \(transiting.server)" }
+    private var stateQuery: PostgresQuery { PostgresSchema.state(container: transiting.container, identifier: identifier) }
+    private var stateDoing: String { "read the state of '\(identifier)' in \(transiting.server)" }
+    private var storeDoing: String { "store the position of '\(durableName ?? "")' in \(transiting.server)" }
+
+    /// After taking the durable name: where to start (after its position when it was
+    /// used before); `nil` when another session holds it.
+    private func taking(_ rows: [PostgresRow], _ start: Wormhole.StartingPoint) throws(WormholeError) -> Wormhole.StartingPoint? {
+        guard let (position, created) = rows.first.flatMap({ try? $0.decode((Int64, Bool).self) }) else { return nil }
+        holdsDurable = true
+        if created { return start }
+        resumed = true
+        return .after(sequence: UInt64(max(0, position)))
+    }
+
+    private func inUse(_ name: String, holder: [PostgresRow]?) -> WormholeError {
+        let pid = holder?.first.flatMap { try? $0.decode(Int32.self) }.map { " (process \($0))" } ?? ""
+        return WormholeError(.durableNameInUse,
+            "the durable listener '\(name)' of '\(identifier)' is already running\(pid); one process at a time uses a durable name: stop the other, or choose another name")
+    }
+
+    /// Sets the position from the identifier's state; returns the statement that stores
+    /// a new durable name's first position, when there is one to store.
+    private func starting(at start: Wormhole.StartingPoint, state rows: [PostgresRow]) throws(WormholeError) -> PostgresQuery? {
+        let state = rows.first.flatMap { try? $0.decode((Int64, Int64).self) }
+        let last = UInt64(state?.0 ?? 0)
+        let cleared = UInt64(state?.1 ?? 0)
+        switch start {
+        case .now:
+            delivered = last
+        case .latest:
+            delivered = max(cleared, last == 0 ? 0 : last - 1)
+        case .history:
+            let retained = UInt64(transiting.configuration.retainedMessageCount)
+            delivered = max(cleared, last > retained ? last - retained : 0)
+        case .after(let sequence):
+            delivered = max(sequence, cleared)
+            reportsGaps = true
+        }
+        guard let durableName, !resumed else { return nil }
+        return PostgresSchema.storeDurable(container: transiting.container, identifier: identifier, name: durableName, position: delivered)
+    }
+
     deinit { close() }
 
+    // MARK: - Reading
+
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
-        guard !closed, maximumCount > 0 else { return [] }
+        guard let plan = plan(maximumCount) else { return [] }
+        let rows = try transiting.session.query(plan.query, plan.doing)
+        let state = firstBeyondGap(rows) == nil ? nil : try? transiting.session.query(stateQuery, "")
+        return finish(rows, plan, state: state)
+    }
+
+    func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
+        guard let plan = plan(maximumCount) else { return [] }
+        let rows = try await transiting.session.query(plan.query, plan.doing)
+        let state = firstBeyondGap(rows) == nil ? nil : try? await transiting.session.query(stateQuery, "")
+        return finish(rows, plan, state: state)
+    }
+
+    /// One read's statement, or `nil` when nothing new can have come.
+    private struct Plan {
+        let query: PostgresQuery
+        let doing: String
+        let generation: UInt64?
+        let moveClaim: Bool
+        let maximumCount: Int
+    }
+
+    private func plan(_ maximumCount: Int) -> Plan? {
+        guard !closed, maximumCount > 0 else { return nil }
         // Taken before the query: a message committed after the query's snapshot is
         // notified after it, and moves the count.
         let generation = transiting.notifier.generation
-        if let quietSince, quietSince == generation { return [] }
+        if let quietSince, quietSince == generation { return nil }
         let moveClaim = durableName == nil && delivered - claimed >= claimStep
-        let rows = try transiting.session.query(
-            PostgresSchema.read(listener: claim, container: transiting.container, identifier: identifier,
-                                after: delivered, limit: maximumCount, claim: moveClaim),
-            "read the messages of '\(identifier)' in \(transiting.server)")
-        if moveClaim { claimed = delivered }
+        return Plan(query: PostgresSchema.read(listener: claim, container: transiting.container, identifier: identifier,
+                                               after: delivered, limit: maximumCount, claim: moveClaim),
+                    doing: "read the messages of '\(identifier)' in \(transiting.server)",
+                    generation: generation, moveClaim: moveClaim, maximumCount: maximumCount)
+    }
+
+    /// The first row's sequence when it is past the next one expected and a gap may have
+    /// to be reported (which needs the cleared count).
+    private func firstBeyondGap(_ rows: [PostgresRow]) -> UInt64? {
+        guard reportsGaps || durableName != nil, let first = rows.first.flatMap({ try? $0.makeRandomAccess()[0].decode(Int64.self) }),
+              UInt64(first) > delivered + 1 else { return nil }
+        return UInt64(first)
+    }
+
+    private func finish(_ rows: [PostgresRow], _ plan: Plan, state: [PostgresRow]?) -> [Result<WormholeRecord, WormholeError>] {
+        if plan.moveClaim { claimed = delivered }
         var results: [Result<WormholeRecord, WormholeError>] = []
         results.reserveCapacity(rows.count + 1)
-        if reportsGaps || durableName != nil, let first = rows.first.flatMap({ try? $0.makeRandomAccess()[0].decode(Int64.self) }),
-           UInt64(first) > delivered + 1 {
+        if let first = firstBeyondGap(rows) {
             // Older than what is kept (a durable listener stopped past the backlog cap, or
             // a start after a sequence number no longer kept): say how many, unless they
             // were cleared.
-            let state = try? transiting.session.query(PostgresSchema.state(container: transiting.container, identifier: identifier), "")
             var cleared: UInt64 = 0
             if let row = state?.first, let counters = try? row.decode((Int64, Int64).self) { cleared = UInt64(max(0, counters.1)) }
             let from = max(delivered, cleared)
-            if UInt64(first) > from + 1 {
-                let missed = UInt64(first) - from - 1
+            if first > from + 1 {
+                let missed = first - from - 1
                 results.append(.failure(WormholeError(.messagesLost,
                     "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(from + 1)...\(first - 1)) were dropped before this listener read them: it started before the oldest message kept, or was stopped longer than the backlog cap keeps (Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount)",
                     missedMessageCount: missed)))
@@ -130,14 +219,25 @@ final class PostgresReader: WormholeTransitingReader {
             else if let sequence = try? row.makeRandomAccess()[0].decode(Int64.self) { delivered = UInt64(sequence) }
             results.append(result)
         }
-        quietSince = rows.count < maximumCount ? generation : nil
+        quietSince = rows.count < plan.maximumCount ? plan.generation : nil
         return results
     }
 
+    // MARK: - Acknowledging
+
     func acknowledge(_ sequence: UInt64) throws(WormholeError) {
-        guard let durableName, !closed else { return }
-        try transiting.session.query(PostgresSchema.storeDurable(container: transiting.container, identifier: identifier, name: durableName, position: sequence),
-                                     "store the position of '\(durableName)' in \(transiting.server)")
+        guard let store = storeQuery(sequence) else { return }
+        try transiting.session.query(store, storeDoing)
+    }
+
+    func acknowledge(_ sequence: UInt64) async throws(WormholeError) {
+        guard let store = storeQuery(sequence) else { return }
+        try await transiting.session.query(store, storeDoing)
+    }
+
+    private func storeQuery(_ sequence: UInt64) -> PostgresQuery? {
+        guard let durableName, !closed else { return nil }
+        return PostgresSchema.storeDurable(container: transiting.container, identifier: identifier, name: durableName, position: sequence)
     }
 
     func close() {

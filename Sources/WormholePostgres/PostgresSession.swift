@@ -23,7 +23,8 @@ final class PostgresSession: Sendable {
     private let closed = Atomic<Bool>(false)
     /// Called with each new connection before it is used (re-establishing state that
     /// lived in the old connection's session).
-    private let onConnect: Mutex<(@Sendable (PostgresConnection) throws(WormholeError) -> Void)?> = Mutex(nil)
+    /// The statement a new connection runs first, if any, and what it does (for errors).
+    private let onConnect: Mutex<(@Sendable () -> (PostgresQuery, String)?)?> = Mutex(nil)
 
     static var eventLoopGroup: MultiThreadedEventLoopGroup { .singleton }
 
@@ -32,7 +33,7 @@ final class PostgresSession: Sendable {
         self.logger = logger
     }
 
-    func setOnConnect(_ body: @escaping @Sendable (PostgresConnection) throws(WormholeError) -> Void) {
+    func setOnConnect(_ body: @escaping @Sendable () -> (PostgresQuery, String)?) {
         onConnect.withLock { $0 = body }
     }
 
@@ -48,12 +49,12 @@ final class PostgresSession: Sendable {
         return try connecting.withLock { (_: inout Void) throws(WormholeError) -> PostgresConnection in
             if let current = connection.withLock({ $0 }), !current.isClosed { return current }
             let fresh = try connect()
-            if let setUp = onConnect.withLock({ $0 }) {
-                do throws(WormholeError) {
-                    try setUp(fresh)
+            if let (setUp, doing) = onConnect.withLock({ $0 })?() {
+                do {
+                    _ = try fresh.query(setUp, logger: logger).wait()
                 } catch {
                     try? fresh.close().wait()
-                    throw error
+                    throw Self.describe(error, doing: doing)
                 }
             }
             connection.withLock { $0 = fresh }
@@ -68,6 +69,18 @@ final class PostgresSession: Sendable {
             return try PostgresConnection.connect(
                 on: Self.eventLoopGroup.next(), configuration: server.configuration, id: id, logger: logger
             ).wait()
+        } catch {
+            throw Self.describe(error, doing: "connect to \(server)")
+        }
+    }
+
+    /// ``connect()`` for asynchronous callers: suspends instead of blocking the thread.
+    func connect() async throws(WormholeError) -> PostgresConnection {
+        let id = connectionIDs.add(1, ordering: .relaxed).oldValue
+        do {
+            return try await PostgresConnection.connect(
+                on: Self.eventLoopGroup.next(), configuration: server.configuration, id: id, logger: logger
+            ).get()
         } catch {
             throw Self.describe(error, doing: "connect to \(server)")
         }
@@ -97,16 +110,39 @@ final class PostgresSession: Sendable {
         }
     }
 
-    /// The open connection; when there is none, ``open()`` runs on a dispatch thread
-    /// while the caller is suspended.
+    /// The open connection; when there is none, one is made while the caller is
+    /// suspended (no thread waits for the server). Two callers at the same moment may
+    /// both connect: the second to finish closes its own and uses the first's.
     private func openWithoutBlocking() async throws(WormholeError) -> PostgresConnection {
-        if !closed.load(ordering: .acquiring), let current = connection.withLock({ $0 }), !current.isClosed { return current }
-        let opened: Result<PostgresConnection, WormholeError> = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(returning: Result { () throws(WormholeError) in try self.open() })
+        if closed.load(ordering: .acquiring) {
+            throw WormholeError(.databaseError, "the PostgreSQL back end for \(server) was closed")
+        }
+        if let current = connection.withLock({ $0 }), !current.isClosed { return current }
+        let fresh = try await connect()
+        if let (setUp, doing) = onConnect.withLock({ $0 })?() {
+            do {
+                _ = try await fresh.query(setUp, logger: logger).get()
+            } catch {
+                Self.closeWithoutWaiting(fresh)
+                throw Self.describe(error, doing: doing)
             }
         }
-        return try opened.get()
+        let other = connection.withLock { current -> PostgresConnection? in
+            if let current, !current.isClosed { return current }
+            current = fresh
+            return nil
+        }
+        if let other {
+            Self.closeWithoutWaiting(fresh)
+            return other
+        }
+        return fresh
+    }
+
+    /// Starts closing `connection`; nothing waits for it.
+    private static func closeWithoutWaiting(_ connection: PostgresConnection) {
+        let closing: EventLoopFuture<Void> = connection.close()
+        _ = closing
     }
 
     /// Runs one statement without waiting for it (releasing a claim, say); a failure is

@@ -82,14 +82,9 @@ public final class PostgresTransiting: WormholeTransiting {
         self.channel = PostgresNotifier.channel(for: container)
         self.session = PostgresSession(server: server, logger: logger)
         self.notifier = PostgresNotifier(session: session, channel: channel)
-        session.setOnConnect { [claims] (connection) throws(WormholeError) in
+        session.setOnConnect { [claims] in
             let names = claims.all
-            guard !names.isEmpty else { return }
-            do {
-                _ = try connection.query(PostgresSchema.adoptClaims(names), logger: logger).wait()
-            } catch {
-                throw PostgresSession.describe(error, doing: "renew the listeners' claims on \(server)")
-            }
+            return names.isEmpty ? nil : (PostgresSchema.adoptClaims(names), "renew the listeners' claims on \(server)")
         }
         do throws(WormholeError) {
             try session.query(PostgresSchema.create, "create Wormhole's schema in \(server)")
@@ -307,6 +302,19 @@ public final class PostgresTransiting: WormholeTransiting {
         return try PostgresReader(transiting: self, identifier: identifier, start: start)
     }
 
+    /// ``makeReader(identifier:startingFrom:)`` without blocking the caller's thread.
+    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) async throws(WormholeError) -> any WormholeTransitingReader {
+        try Wormhole.validate(identifier: identifier)
+        return try await PostgresReader.make(transiting: self, identifier: identifier, start: start)
+    }
+
+    /// ``makeReader(identifier:startingFrom:durableName:)`` without blocking the caller's thread.
+    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader {
+        try Wormhole.validate(identifier: identifier)
+        try Wormhole.validate(identifier: name, kind: "durable listener name")
+        return try await PostgresReader.make(transiting: self, identifier: identifier, start: start, durableName: name)
+    }
+
     /// A reader that resumes after the last row the durable listener `name` handled; its
     /// position is kept in a table.
     public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
@@ -353,6 +361,14 @@ public final class PostgresTransiting: WormholeTransiting {
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Wormhole.validate(identifier: identifier)
         let id = try notifier.subscribe(identifier, handler: handler)
+        return Observation(notifier: notifier, identifier: identifier, id: id)
+    }
+
+    /// ``observe(identifier:handler:)`` without blocking the caller's thread: the LISTEN
+    /// connection, when there is none yet, is made while the caller is suspended.
+    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation {
+        try Wormhole.validate(identifier: identifier)
+        let id = try await notifier.subscribe(identifier, handler: handler)
         return Observation(notifier: notifier, identifier: identifier, id: id)
     }
 

@@ -445,12 +445,15 @@ do {
             print(outcome)
         }
         switch scenario {
-        case "pass", "clear":
+        case "pass", "clear", "batch":
             SystemCallFaults.arm(plan)
             do throws(WormholeError) {
                 if scenario == "pass" {
                     let sequence = try wormhole.passMessage("f", identifier: "walk")
                     finish("ok \(sequence)")
+                } else if scenario == "batch" {
+                    let sequences = try wormhole.passMessages(["f1", "f2", "f3"], identifier: "walk")
+                    finish("ok \(sequences.lowerBound)")
                 } else {
                     try wormhole.clearMessageContents(forIdentifier: "walk")
                     finish("ok")

@@ -91,7 +91,7 @@ struct FaultWalkTests {
     }
 
     @Test("each system call of an operation failing in turn, or the process ending after it: no message lost or repeated in silence, no number reused, nothing hangs",
-          .timeLimit(.minutes(10)), arguments: ["pass", "clear", "listen", "drain", "durable"])
+          .timeLimit(.minutes(10)), arguments: ["pass", "batch", "clear", "listen", "drain", "durable"])
     func walk(scenario: String) async throws {
         let extra = scenario == "drain" || scenario == "durable" ? ["m1", "m2", "m3"] : []
         // A dry run counts the calls.
@@ -101,14 +101,14 @@ struct FaultWalkTests {
         try #require(total > 0)
         var runs = 0, checks = 0, faulted = [String: Int]()
         var violations: [String] = []
-        // WORMHOLE_FAULT_WALK=scenario:kind:N (or N-M) runs those cases alone (to look into them).
+        // WORMHOLE_FAULT_WALK=scenario[:kind[:N or N-M]] runs those cases alone (to look into them).
         let only = ProcessInfo.processInfo.environment["WORMHOLE_FAULT_WALK"]?.split(separator: ":").map(String.init)
         if let only, only.first != scenario { return }
         // Scaled runs (the sanitizers': WORMHOLE_TEST_SCALE=0.25) take every 4th call of
         // each kind, a different quarter for each kind, so that every call is still faulted.
         let stride = max(1, 100 / scaled(100))
-        for (index, kind) in Self.kinds.enumerated() where only.map({ $0[1] == kind }) ?? true {
-            for at in 1...total where only.map({ Self.selects($0[2], at) }) ?? ((at + index) % stride == 0) {
+        for (index, kind) in Self.kinds.enumerated() where only.map({ $0.count < 2 || $0[1] == kind }) ?? true {
+            for at in 1...total where only.map({ $0.count < 3 || Self.selects($0[2], at) }) ?? ((at + index) % stride == 0) {
                 let setting = try await Setting()
                 let outcome = try await Self.runAgent(setting.directory.path, scenario, at, kind, passing: extra, with: setting.wormhole)
                 runs += 1
@@ -140,6 +140,13 @@ struct FaultWalkTests {
                     let expected = outcome.ok ? before + ["f", "s"] : outcome.failed ? before + ["s"] : nil
                     if let expected { check(payloads == expected, "\(outcome.line): the listener got \(payloads)") }
                     else { check(payloads == before + ["s"] || payloads == before + ["f", "s"], "killed: the listener got \(payloads)") }
+                case "batch":
+                    // All three, none, or (a write that failed part-way) the first ones, as
+                    // many as the error says; killed: the first ones, any number.
+                    let batch = ["f1", "f2", "f3"]
+                    let passed = outcome.ok ? 3 : outcome.failed ? Self.passedCount(outcome.line) : nil
+                    if let passed { check(payloads == before + batch.prefix(passed) + ["s"], "\(outcome.line): the listener got \(payloads)") }
+                    else { check((0...3).contains { payloads == before + batch.prefix($0) + ["s"] }, "killed: the listener got \(payloads)") }
                 case "clear", "listen":
                     check(payloads == before + ["s"], "the listener got \(payloads)")
                 default:
@@ -191,6 +198,12 @@ struct FaultWalkTests {
         }
         print("fault walk (\(scenario)): \(total) calls x \(Self.kinds.count) kinds = \(runs) runs; faults that showed (an error, a report or a death) by kind: \(faulted.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")); \(checks) invariant checks, \(violations.count) violations")
         #expect(violations.isEmpty, "\(violations.prefix(10).joined(separator: "\n"))")
+    }
+
+    /// How many messages of a batch a failed pass says were passed ("2 of the 3 messages ... were passed"); 0 when it says none.
+    static func passedCount(_ line: String) -> Int {
+        guard let range = line.range(of: " of the 3 messages") else { return 0 }
+        return Int(line[..<range.lowerBound].split(separator: " ").last ?? "") ?? 0
     }
 
     /// Whether `spec` ("7", or "3-9") takes the call `at`.

@@ -292,6 +292,86 @@ struct KeptPromisesTests {
         #expect(output.trimmingCharacters(in: .whitespacesAndNewlines) == "passed 400 failed 0 spare ok", "ulimit -n \(limit): \(output)")
     }
 
+    @Test("a listener whose container is replaced claims again in the new one: a compaction there keeps what it has not read, and its old claim goes",
+          .timeLimit(.minutes(1)))
+    func listenerClaimsAgainInAReplacedContainer() async throws {
+        let top = TemporaryDirectory()
+        let path = top.file("c")
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        let writer = try Wormhole(directory: path, configuration: configuration)
+        let listener = try Wormhole(directory: path, configuration: configuration)
+        try await writer.passMessage(0, identifier: "x")
+        let queue = DispatchQueue(label: "held")
+        let received = Collector<Int>()
+        let errors = Collector<WormholeError>()
+        let token = try listener.listenForMessage(withIdentifier: "x", as: Int.self, queue: queue, onError: { errors.append($0) }) { received.append($0) }
+        try await writer.passMessage(1, identifier: "x")
+        #expect(await received.wait(for: 1) == [1])
+        #expect(rename(path, path + ".old") == 0)
+        await settle(300)
+        try await writer.passMessage(2, identifier: "x")
+        #expect(await received.wait(for: 2) == [1, 2])
+        // Claimed in the new container, and the old claim withdrawn.
+        #expect(await eventually(seconds: 5) {
+            ((try? FileManager.default.contentsOfDirectory(atPath: path + "/.listeners/x")) ?? []).count == 1
+        })
+        // The old one is withdrawn: no longer held (a compaction there removes it).
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: path + ".old/.listeners/x")) ?? [] {
+            let fd = open(path + ".old/.listeners/x/" + name, O_RDONLY)
+            #expect(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "the old claim \(name) is still held")
+            close(fd)
+        }
+        // Held up while compactions in the new container keep 10: its claim keeps the rest.
+        queue.suspend()
+        for value in 3...60 { try await writer.passMessage(value, identifier: "x") }
+        queue.resume()
+        #expect(await received.wait(for: 60, seconds: 10) == Array(1...60))
+        #expect(errors.all.isEmpty, "\(errors.all)")
+        token.cancel()
+    }
+
+    @Test("a damaged last record (whole, its checksum wrong) is reported and skipped, not cut: the next message takes the next number and reaches a running listener",
+          .timeLimit(.minutes(1)))
+    func damagedLastRecordIsNotCutOrRenumbered() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<WormholeRecord>()
+        let errors = Collector<WormholeError>()
+        let token = try wormhole.listenForRecords(withIdentifier: "x", startingFrom: .after(sequence: 0), onError: { errors.append($0) }) { received.append($0) }
+        for text in ["one", "two", "three"] { try await wormhole.passMessage(text, identifier: "x") }
+        #expect(await received.wait(for: 3).count == 3)
+        // Flip a payload byte of "four" as it lies in the file: its checksum no longer matches.
+        try await wormhole.passMessage("four", identifier: "x")
+        _ = await received.wait(for: 4)
+        let path = directory.file("x.wormhole")
+        // In place, as a bit flip on the device would.
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        let at = bytes.count - LogFormat.recordTrailerSize - 1
+        let handle = try #require(FileHandle(forUpdatingAtPath: path))
+        try handle.seek(toOffset: UInt64(at))
+        try handle.write(contentsOf: Data([bytes[at] ^ 0x20]))
+        try handle.close()
+        // A new writer (it knows nothing of the file) and a new reader.
+        let other = try Wormhole(directory: directory.path)
+        let latest = #expect(throws: WormholeError.self) { try other.record(withIdentifier: "x") }
+        #expect(latest?.code == .corruptRecord && latest?.description.contains("the latest message of 'x' (4) is damaged") == true,
+                "\(String(describing: latest))")
+        #expect(try await other.passMessage("five", identifier: "x") == 5)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)).count == bytes.count + LogFormat.recordOverhead + 4)
+        let all = await received.wait(for: 5)
+        #expect(all.map(\.sequence) == [1, 2, 3, 4, 5])
+        #expect(errors.all.isEmpty, "the running listener had read 4 before it was damaged: \(errors.all)")
+        // A listener that reads the file now: 1...3, the damage, 5.
+        let later = Collector<WormholeRecord>()
+        let laterErrors = Collector<WormholeError>()
+        let second = try other.listenForRecords(withIdentifier: "x", startingFrom: .after(sequence: 0), onError: { laterErrors.append($0) }) { later.append($0) }
+        #expect(await later.wait(for: 4).map(\.sequence) == [1, 2, 3, 5])
+        #expect(laterErrors.all.map(\.code) == [.corruptRecord])
+        second.cancel()
+        token.cancel()
+    }
+
     /// Starts the test agent in a PID namespace of its own (`unshare --pid --fork`).
     private static func inPIDNamespace(_ arguments: [String]) throws -> Process {
         let process = Process()

@@ -30,6 +30,8 @@ struct Row: Sendable {
     /// Sender time per pass when paced, microseconds.
     var pacedSenderMicroseconds: Double?
     var residentKiB: UInt64?
+    /// The memory section: the listener's resident size (``residentKiB`` is the sender's).
+    var listenerResidentKiB: UInt64?
     /// PostgreSQL only: the server's WAL flushes and commits per message passed.
     var walFlushesPerMessage: Double?
     var commitsPerMessage: Double?

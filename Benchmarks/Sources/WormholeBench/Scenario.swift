@@ -9,6 +9,9 @@ enum Mechanism: String, Sendable {
     case socket = "unix-socket"
     case wormholeRaw = "wormhole-raw"
     case wormholeCodable = "wormhole-codable"
+    /// Raw bytes passed in batches of ``Scenario/batchSize`` (`passMessages`), one lock
+    /// and one write per batch.
+    case wormholeBatched = "wormhole-batched"
     case naive = "naive-rename"
     /// Wormhole over its PostgreSQL back end, raw bytes (sender and listeners each hold
     /// their own connections).
@@ -33,6 +36,7 @@ enum Mechanism: String, Sendable {
         case .socket: "Unix socket"
         case .wormholeRaw: "Wormhole, raw bytes"
         case .wormholeCodable: "Wormhole, Codable"
+        case .wormholeBatched: "Wormhole, raw bytes in batches of \(Scenario.batchSize) (passMessages)"
         case .naive: "naive file + rename (MMWormhole-style)"
         case .wormholePostgres: "Wormhole, PostgreSQL"
         case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
@@ -57,6 +61,8 @@ struct Scenario: Sendable {
     static let identifiersPerProcess = 5000
     /// 0: as fast as the sender can (a burst).
     var intervalNanoseconds: UInt64 = 300_000
+    /// The batch of the batched mechanism.
+    static let batchSize = 64
 }
 
 /// What one listener process reported.
@@ -254,7 +260,7 @@ struct Runner {
             listeners = [listener]
             _ = try listener.expect("READY", timeout: 30)
             sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
-        case .wormholeRaw, .wormholeCodable, .wormholePostgres, .postgresNotify, .floor, .dbus:
+        case .wormholeRaw, .wormholeCodable, .wormholeBatched, .wormholePostgres, .postgresNotify, .floor, .dbus:
             // These take part in the warm-up handshake: the listeners print READY, the
             // sender passes the warm-up and prints WARMED, the listeners print WARM once
             // they have read it, and the harness says GO.
@@ -302,6 +308,7 @@ struct Runner {
                 if !scenario.mechanism.usesPostgres { mkdir(directory, 0o700) }
                 listen = [listenRole] + common
                 send = [sendRole] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"]
+                if scenario.mechanism == .wormholeBatched { send += ["--batch", String(Scenario.batchSize)] }
             }
             if held {
                 listen.append("--hold")

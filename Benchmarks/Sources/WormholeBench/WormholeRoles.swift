@@ -78,17 +78,19 @@ enum WormholeRoles {
         return 0
     }
 
-    /// `wormhole-send (--dir D | --postgres URL --container NAME) [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable] [--handshake] [--hold]`
+    /// `wormhole-send (--dir D | --postgres URL --container NAME) [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable] [--batch B] [--handshake] [--hold]`
     ///
     /// Passes C messages round-robin over N identifiers, one every I nanoseconds (as
     /// fast as it can when I is 0), each stamped just before it is passed. Warm-up
-    /// messages go first, one per identifier at least.
+    /// messages go first, one per identifier at least. With `--batch B` (raw, one
+    /// identifier), every B messages are passed together with `passMessages`.
     static func send(_ options: Options) throws -> Int32 {
         let identifiers = try options.int("ids", default: 1)
         let count = try options.int("count", default: 2000)
         let size = max(Frame.minimumSize, try options.int("size", default: 16))
         let interval = UInt64(try options.int("interval-ns", default: 0))
         let codable = options.string("mode", default: "raw") == "codable"
+        let batchSize = max(1, try options.int("batch", default: 1))
         raiseDescriptorLimit(atLeast: 1024)
         var configuration = Wormhole.Configuration()
         configuration.maximumMessageSize = max(configuration.maximumMessageSize, size)
@@ -118,6 +120,19 @@ enum WormholeRoles {
             Monotonic.sleep(seconds: 0.05 + Double(identifiers) * 20e-6 + Double(size) * 20 / 1e9)
         }
         Monotonic.sleep(seconds: 0.01)
+        if batchSize > 1 {
+            // Stamped as each batch is passed; passed whenever B are ready, and at the end.
+            var batch: [(payload: Data, kind: WormholePayloadKind)] = []
+            try sendPaced(count: count, interval: interval, hold: options.flag("hold")) { index in
+                payload.withUnsafeMutableBytes { Frame.write(stamp: Monotonic.now(), index: UInt64(index), into: $0.baseAddress!) }
+                batch.append((payload, .data))
+                if batch.count == batchSize || index == count - 1 {
+                    try wormhole.passPayloads(batch, identifier: names[0])
+                    batch.removeAll(keepingCapacity: true)
+                }
+            }
+            return 0
+        }
         try sendPaced(count: count, interval: interval, hold: options.flag("hold")) { index in
             try pass(UInt64(index), names[identifierNumber(forMessage: index, of: identifiers)])
         }

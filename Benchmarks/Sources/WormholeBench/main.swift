@@ -26,6 +26,8 @@ do {
         status = 0
     case "wormhole-listen": status = try WormholeRoles.listen(options)
     case "wormhole-send": status = try WormholeRoles.send(options)
+    case "memory-listen": status = try MemoryRoles.listen(options)
+    case "memory-send": status = try MemoryRoles.send(options)
     case "stream-send": status = try BaselineRoles.streamSend(options)
     case "stream-receive": status = try BaselineRoles.streamReceive(options)
     case "naive-send": status = try BaselineRoles.naiveSend(options)
@@ -37,7 +39,7 @@ do {
             usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
                                      [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH] [--installed-cli PATH] [--postgres-url URL]
                                      [--c-bin DIR] [--dbus-address A --dbus-pid P --dbus-config FILE]
-            roles: wormhole-listen, wormhole-send, stream-send, stream-receive, naive-send, naive-listen, notify-send, notify-listen
+            roles: wormhole-listen, wormhole-send, memory-listen, memory-send, stream-send, stream-receive, naive-send, naive-listen, notify-send, notify-listen
             (wormhole-listen and wormhole-send take --dir D, or --postgres URL --container NAME)
             the C peers are programs of their own: floor send|listen --dir D, dbus_peer send|listen --address A
             """)

@@ -10,14 +10,17 @@ import Glibc
 /// sanitizer runs. `pthread_mutex_lock` is intercepted by the sanitizers, so the same
 /// code is checked for real.
 ///
-/// Like `Mutex`, it may hold values that are not `Sendable`: they are only reached
-/// inside ``withLock(_:)``. Decide under the lock, act after it: never call out of the
-/// library, resume a continuation or block while holding it.
+/// Like `Mutex`, it may hold values that are not `Sendable`, with `Mutex`'s rules, which
+/// the compiler checks: the value is handed over when the lock is made (`sending`: no
+/// other reference to it remains), is only reached inside ``withLock(_:)``, and what a
+/// body returns is handed over too (`sending`: never a reference into the protected
+/// state). Decide under the lock, act after it: never call out of the library, resume a
+/// continuation or block while holding it.
 final class Locked<Value>: @unchecked Sendable {
     private var value: Value
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
-    init(_ value: Value) {
+    init(_ value: sending Value) {
         self.value = value
         mutex = .allocate(capacity: 1)
         pthread_mutex_init(mutex, nil)
@@ -30,7 +33,7 @@ final class Locked<Value>: @unchecked Sendable {
 
     /// Runs `body` with exclusive access to the value.
     @inline(__always)
-    func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result) throws(Failure) -> Result {
+    func withLock<Result, Failure: Error>(_ body: (inout sending Value) throws(Failure) -> sending Result) throws(Failure) -> sending Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
@@ -39,7 +42,7 @@ final class Locked<Value>: @unchecked Sendable {
     /// Runs `body` with exclusive access to the value if no other thread holds the lock;
     /// `nil` without running it otherwise. For work that may be skipped, taken while
     /// another lock is held (where waiting could deadlock).
-    func withLockIfAvailable<Result>(_ body: (inout Value) -> Result) -> Result? {
+    func withLockIfAvailable<Result>(_ body: (inout sending Value) -> sending Result) -> sending Result? {
         guard pthread_mutex_trylock(mutex) == 0 else { return nil }
         defer { pthread_mutex_unlock(mutex) }
         return body(&value)

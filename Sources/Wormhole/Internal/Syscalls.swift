@@ -223,8 +223,15 @@ enum Syscalls {
     /// it all (it does for regular files unless the disk is full), looping on short
     /// writes. The corresponding C function is `pwritev`.
     static func write(_ fd: FileDescriptor, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0), at offset: Int64) -> Result<Void, Errno> {
-        let total = first.count + second.count
         var done = 0
+        return write(fd, first, second, at: offset, progress: &done)
+    }
+
+    /// ``write(_:_:_:at:)``, saying in `done` how many bytes were written, also when it fails.
+    static func write(_ fd: FileDescriptor, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
+                      at offset: Int64, progress done: inout Int) -> Result<Void, Errno> {
+        let total = first.count + second.count
+        done = 0
         while done < total {
             let result: Result<Int, Errno>
             if done < first.count {

@@ -219,10 +219,16 @@ final class DurablePosition {
     }
 
     /// The value in an open position file, when it holds a valid one.
-    static func read(_ fd: FileDescriptor) -> Value? {
+    /// ``read(_:)``, throwing when the file cannot be read at all (an I/O error), which is
+    /// not damage: a compaction must not take it for a position that keeps nothing.
+    static func readOrThrow(_ fd: FileDescriptor, path: String) throws(WormholeError) -> Value? {
         var bytes = [UInt8](repeating: 0, count: size)
-        let count = bytes.withUnsafeMutableBytes { Syscalls.read(fd, into: $0, at: 0) }
-        guard let count = try? count.get(), count >= legacySize else { return nil }
+        let count = try bytes.withUnsafeMutableBytes { Syscalls.read(fd, into: $0, at: 0) }.orThrow("read", path: path)
+        guard count >= legacySize else { return nil }
         return bytes.withUnsafeBytes { decode(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    }
+
+    static func read(_ fd: FileDescriptor) -> Value? {
+        (try? readOrThrow(fd, path: "")) ?? nil
     }
 }

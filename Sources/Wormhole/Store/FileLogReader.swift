@@ -43,6 +43,10 @@ final class FileLogReader: WormholeTransitingReader {
     /// rescan happens once per finding.
     private var rescannedAt = -1
     private var cursor: ListenerCursor?
+    /// The container's generation when the claim (or durable position) was made: a
+    /// container replaced since holds neither, and they are made again in it.
+    private var claimedGeneration: UInt64 = 0
+    private let claimStep: UInt64
     /// A durable listener's stored position, written as each message is handled.
     private var durable: DurablePosition?
     private let buffer = ReadBuffer()
@@ -55,9 +59,10 @@ final class FileLogReader: WormholeTransitingReader {
         self.maximumPayload = transiting.configuration.maximumMessageSize
         // Claim first (0: keep everything), then look: nothing can be compacted away
         // between looking and claiming. A durable listener's position is its claim.
+        claimStep = UInt64(max(1, transiting.configuration.retainedMessageCount / 4))
+        claimedGeneration = container.current.generation
         if durableName == nil {
-            cursor = try ListenerCursor(container: container, identifier: identifier,
-                                        step: UInt64(max(1, transiting.configuration.retainedMessageCount / 4)))
+            cursor = try ListenerCursor(container: container, identifier: identifier, step: claimStep)
         }
         do throws(WormholeError) {
             try begin(start: start, durableName: durableName, retained: UInt64(transiting.configuration.retainedMessageCount))
@@ -340,6 +345,25 @@ final class FileLogReader: WormholeTransitingReader {
             missedMessageCount: missed)))
     }
 
+    /// After the container was replaced (deleted and made again, or another directory
+    /// moved to its path), this listener's claim, or its durable position, is in the old
+    /// directory: made again in the new one, before its log is opened (as a new listener
+    /// claims before it looks), so that compactions there keep what it has not read.
+    private func claimAgainIfReplaced() throws(WormholeError) {
+        let generation = container.current.generation
+        guard generation != claimedGeneration else { return }
+        if cursor != nil {
+            let fresh = try ListenerCursor(container: container, identifier: identifier, step: claimStep)
+            cursor?.close()
+            cursor = fresh
+        } else if let durable {
+            let fresh = try DurablePosition(container: container, identifier: identifier, name: durable.name)
+            durable.close()
+            self.durable = fresh
+        }
+        claimedGeneration = generation
+    }
+
     /// Looks at the file at the log's name once the held one is read to its end. Returns
     /// whether the state changed (a new file to read).
     private func openCurrent() throws(WormholeError) -> Bool {
@@ -347,6 +371,7 @@ final class FileLogReader: WormholeTransitingReader {
         // A listener follows the directory at the path but never makes it: only passes
         // and posts recreate a deleted container.
         _ = try? container.refresh(create: false)
+        try claimAgainIfReplaced()
         let opened: LogFile?
         do throws(WormholeError) {
             opened = try LogFile.open(identifier, in: container, access: .readOnly, create: false)

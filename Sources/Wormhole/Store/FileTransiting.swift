@@ -32,7 +32,7 @@ public final class FileTransiting: WormholeTransiting {
     let container: ContainerDirectory
 
     /// Open logs kept for writing, at most ``cachedLogLimit`` of them.
-    private let logs = Locked<[String: LogHandle]>([:])
+    private let logs = Locked<[String: LogWriter]>([:])
 
     /// A pass to a log that is not cached costs an `open` and the `close` of another:
     /// about as much again as the pass itself. The limit is an eighth of the process's
@@ -131,58 +131,148 @@ public final class FileTransiting: WormholeTransiting {
                                             userID: Syscalls.effectiveUserID, kind: kind,
                                             expires: attributes.expires?.nanosecondsSince1970 ?? 0,
                                             correlation: attributes.correlation, role: attributes.role)
-        var sequence: UInt64?
-        // Set when the append itself failed (its error says all); other failures for
-        // want of space come from creating or extending the log, and are said again below.
-        var appendFailed = false
-        do throws(WormholeError) {
-            for _ in 0..<4 {
-                let handle = handle(for: identifier)
-                sequence = try handle.withLockedLog(self, create: true) { (log: LogFile, header: LogFormat.Header, tail: inout LogFile.Tail) throws(WormholeError) in
-                    let sequence = tail.lastSequence + 1
-                    let written: Result<Void, Errno> = payload.withUnsafeBytes { payload in
-                        withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize + LogFormat.recordTrailerSize, alignment: 8) { frame in
-                            let head = UnsafeMutableRawBufferPointer(rebasing: frame[0..<LogFormat.recordHeaderSize])
-                            let trailer = UnsafeMutableRawBufferPointer(rebasing: frame[LogFormat.recordHeaderSize...])
-                            LogFormat.writeRecordFrame(into: head, trailer: trailer, logID: header.logID, sequence: sequence,
-                                                       fields: fields, payload: payload)
-                            return Syscalls.write(log.fd, header: UnsafeRawBufferPointer(head), payload: payload,
-                                                  trailer: UnsafeRawBufferPointer(trailer), at: Int64(tail.end))
-                        }
-                    }
-                    if case .failure(let errno) = written {
-                        appendFailed = true
-                        // Whatever part was written is cut: earlier messages stay whole.
-                        _ = Syscalls.truncate(log.fd, to: Int64(tail.end))
-                        if errno == .noSpace {
-                            throw WormholeError(.systemError,
-                                "no space left on the device of '\(log.path)': the message for '\(identifier)' was not passed; earlier messages are intact. Free some space and pass it again",
-                                path: log.path, errno: errno)
-                        }
-                        throw WormholeError.system("append to", errno, path: log.path)
-                    }
-                    tail = LogFile.Tail(end: tail.end + LogFormat.recordOverhead + payload.count, lastSequence: sequence, lastRecordOffset: tail.end)
-                    return sequence
+        let what = "the message for '\(identifier)' was not passed"
+        let sequence = try appendUnderLock(identifier, what: what) { (locked: inout LogWriter.LockedLog) -> Result<UInt64, WormholeError> in
+            let (log, header, tail) = (locked.log, locked.header, locked.tail)
+            let sequence = tail.lastSequence + 1
+            // Header, payload and trailer in one `pwritev`: no copy of the message.
+            let written: Result<Void, Errno> = payload.withUnsafeBytes { payload in
+                withUnsafeTemporaryAllocation(byteCount: LogFormat.recordHeaderSize + LogFormat.recordTrailerSize, alignment: 8) { frame in
+                    let head = UnsafeMutableRawBufferPointer(rebasing: frame[0..<LogFormat.recordHeaderSize])
+                    let trailer = UnsafeMutableRawBufferPointer(rebasing: frame[LogFormat.recordHeaderSize...])
+                    LogFormat.writeRecordFrame(into: head, trailer: trailer, logID: header.logID, sequence: sequence,
+                                               fields: fields, payload: payload)
+                    return Syscalls.write(log.fd, header: UnsafeRawBufferPointer(head), payload: payload,
+                                          trailer: UnsafeRawBufferPointer(trailer), at: Int64(tail.end))
                 }
-                if sequence != nil { break }
             }
-        } catch where (error.errno == .noSpace || error.errno == .diskQuotaExceeded) && !appendFailed {
-            // Out of inodes or quota when the log is created or extended.
-            throw WormholeError(error.code,
-                "\(error.message): the filesystem is full (no space or no inodes left: see 'df' and 'df -i'); the message for '\(identifier)' was not passed, earlier messages are intact",
-                path: error.path, errno: error.errno)
-        }
-        guard let sequence else {
-            throw WormholeError(.systemError, "'\(logPath(identifier))' kept being replaced while this process tried to append to it", path: logPath(identifier))
+            if case .failure(let errno) = written {
+                // Whatever part was written is cut: earlier messages stay whole.
+                _ = Syscalls.truncate(log.fd, to: Int64(tail.end))
+                return .failure(Self.appendError(errno, log: log, what: what))
+            }
+            locked.tail = LogFile.Tail(end: tail.end + LogFormat.recordOverhead + payload.count, lastSequence: sequence, lastRecordOffset: tail.end)
+            return .success(sequence)
         }
         return WormholeRecord(identifier: identifier, sequence: sequence, fields: fields, payload: payload)
+    }
+
+    /// Passes `batch` as consecutive messages of `identifier`, under one lock with one
+    /// write: each record still complete in itself (its own length, checksum and
+    /// trailer), so a reader takes them one by one as it would separate passes. Returns
+    /// their sequence numbers (an empty range for an empty batch, which writes nothing).
+    ///
+    /// If the write fails part-way (a full disk), the records written whole before the
+    /// failure are kept (a listener may have read them) and the error says how many of
+    /// the batch were passed; the rest is cut.
+    public func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64> {
+        try Identifier.validate(identifier)
+        guard !batch.isEmpty else { return 0..<0 }
+        var total = 0
+        for entry in batch {
+            try configuration.checkMessageSize(entry.payload.count, identifier: identifier)
+            total += LogFormat.recordOverhead + entry.payload.count
+        }
+        let nanoseconds = Syscalls.wallClockNanoseconds()
+        // The records, payloads in place; their headers are written under the lock,
+        // when the sequence numbers are known.
+        var bytes = [UInt8](repeating: 0, count: total)
+        var ends: [Int] = []
+        ends.reserveCapacity(batch.count)
+        bytes.withUnsafeMutableBytes { bytes in
+            var offset = 0
+            for entry in batch {
+                entry.payload.withUnsafeBytes { payload in
+                    if !payload.isEmpty {
+                        (bytes.baseAddress! + offset + LogFormat.recordHeaderSize).copyMemory(from: payload.baseAddress!, byteCount: payload.count)
+                    }
+                }
+                offset += LogFormat.recordOverhead + entry.payload.count
+                ends.append(offset)
+            }
+        }
+        let what = "the \(batch.count) messages for '\(identifier)' were not passed"
+        let first = try appendUnderLock(identifier, what: what) { (locked: inout LogWriter.LockedLog) -> Result<UInt64, WormholeError> in
+            let (log, header, tail) = (locked.log, locked.header, locked.tail)
+            let first = tail.lastSequence + 1
+            var progress = 0
+            let written = bytes.withUnsafeMutableBytes { bytes -> Result<Void, Errno> in
+                var start = 0
+                for (index, entry) in batch.enumerated() {
+                    let end = ends[index]
+                    let record = UnsafeMutableRawBufferPointer(rebasing: bytes[start..<end])
+                    let fields = LogFormat.RecordFields(nanoseconds: nanoseconds, processID: Syscalls.cachedProcessID,
+                                                        userID: Syscalls.effectiveUserID, kind: entry.kind)
+                    LogFormat.writeRecordFrame(into: UnsafeMutableRawBufferPointer(rebasing: record[0..<LogFormat.recordHeaderSize]),
+                                               trailer: UnsafeMutableRawBufferPointer(rebasing: record[(record.count - LogFormat.recordTrailerSize)...]),
+                                               logID: header.logID, sequence: first + UInt64(index), fields: fields,
+                                               payload: UnsafeRawBufferPointer(rebasing: record[LogFormat.recordHeaderSize..<(record.count - LogFormat.recordTrailerSize)]))
+                    start = end
+                }
+                return Syscalls.write(log.fd, UnsafeRawBufferPointer(bytes), at: Int64(tail.end), progress: &progress)
+            }
+            if case .failure(let errno) = written {
+                // Whole records written before the failure stay (a listener may have read
+                // them); the rest is cut.
+                let whole = ends.lastIndex { $0 <= progress }.map { $0 + 1 } ?? 0
+                let kept = whole == 0 ? 0 : ends[whole - 1]
+                _ = Syscalls.truncate(log.fd, to: Int64(tail.end + kept))
+                if whole > 0 {
+                    locked.tail = LogFile.Tail(end: tail.end + kept, lastSequence: first + UInt64(whole - 1),
+                                               lastRecordOffset: tail.end + (whole >= 2 ? ends[whole - 2] : 0))
+                }
+                let partly = whole == 0 ? what
+                    : "\(whole) of the \(batch.count) messages for '\(identifier)' were passed (\(first)...\(first + UInt64(whole - 1))), the other \(batch.count - whole) were not"
+                return .failure(Self.appendError(errno, log: log, what: partly))
+            }
+            locked.tail = LogFile.Tail(end: tail.end + total, lastSequence: first + UInt64(batch.count - 1),
+                                       lastRecordOffset: tail.end + (batch.count >= 2 ? ends[batch.count - 2] : 0))
+            return .success(first)
+        }
+        return first..<(first + UInt64(batch.count))
+    }
+
+    /// Runs `write` on the locked log (it appends at `locked.tail` and moves the tail past
+    /// what it wrote), opening, creating, repairing or converting the log as needed. A
+    /// write that failed is `write`'s result, already worded; a full filesystem met while
+    /// the log is created or extended is said here, with `what` (what was not passed).
+    private func appendUnderLock<T: Sendable>(_ identifier: String, what: String,
+                                    _ write: (inout LogWriter.LockedLog) -> Result<T, WormholeError>) throws(WormholeError) -> T {
+        var outcome: Result<T, WormholeError>?
+        do throws(WormholeError) {
+            for _ in 0..<4 {
+                outcome = try writer(for: identifier).withLockedLog(self, create: true) { (locked: inout LogWriter.LockedLog) throws(WormholeError) in
+                    write(&locked)
+                }
+                if outcome != nil { break }
+            }
+        } catch where error.errno == .noSpace || error.errno == .diskQuotaExceeded {
+            // Out of blocks, inodes or quota when the log is created or extended.
+            throw WormholeError(error.code,
+                "\(error.message): the filesystem is full (no space or no inodes left: see 'df' and 'df -i'); \(what), earlier messages are intact",
+                path: error.path, errno: error.errno)
+        }
+        guard let outcome else {
+            throw WormholeError(.systemError, "'\(logPath(identifier))' kept being replaced while this process tried to append to it", path: logPath(identifier))
+        }
+        return try outcome.get()
+    }
+
+    /// The error of an append whose write failed with `errno`; `what` says what was not passed.
+    private static func appendError(_ errno: Errno, log: LogFile, what: String) -> WormholeError {
+        if errno == .noSpace {
+            return WormholeError(.systemError,
+                "no space left on the device of '\(log.path)': \(what); earlier messages are intact. Free some space and pass it again",
+                path: log.path, errno: errno)
+        }
+        return WormholeError.system("append to", errno, path: log.path)
     }
 
     public func clearMessageContents(identifier: String) throws(WormholeError) {
         try Identifier.validate(identifier)
         guard try LogFile.open(identifier, in: container, access: .readOnly, create: false).map({ $0.close() }) != nil else { return }
         for _ in 0..<4 {
-            let done = try handle(for: identifier).withLockedLog(self, create: false, clearing: true) { _, _, _ throws(WormholeError) in true }
+            let done = try writer(for: identifier).withLockedLog(self, create: false, clearing: true) { _ throws(WormholeError) in true }
             if done != nil { return }
         }
     }
@@ -225,7 +315,11 @@ public final class FileTransiting: WormholeTransiting {
                 path: log.path)
         }
         let bytes = try buffer.read(log.fd, from: offset, count: tail.end - offset, path: log.path)
-        guard case .record(let frame, _) = LogFormat.parse(bytes, at: 0, logID: header.logID, layout: header.layout, maximumPayload: configuration.maximumMessageSize) else {
+        let parsed = LogFormat.parse(bytes, at: 0, logID: header.logID, layout: header.layout, maximumPayload: configuration.maximumMessageSize)
+        guard case .record(let frame, _) = parsed else {
+            if case .corrupt(let detail, _) = parsed {
+                throw WormholeError.corrupt("the latest message of '\(identifier)' (\(tail.lastSequence)) is damaged: \(detail), at offset \(offset)", path: log.path)
+            }
             throw WormholeError.corrupt("the last record changed while it was read", path: log.path)
         }
         return LogFormat.record(frame, in: bytes, at: 0, identifier: identifier)
@@ -356,256 +450,18 @@ public final class FileTransiting: WormholeTransiting {
 
     // MARK: - The locked log
 
-    private func handle(for identifier: String) -> LogHandle {
-        let (handle, evicted) = logs.withLock { logs -> (LogHandle, [LogHandle]) in
-            if let handle = logs[identifier] { return (handle, []) }
-            var evicted: [LogHandle] = []
+    private func writer(for identifier: String) -> LogWriter {
+        let (writer, evicted) = logs.withLock { logs -> (LogWriter, [LogWriter]) in
+            if let writer = logs[identifier] { return (writer, []) }
+            var evicted: [LogWriter] = []
             while logs.count >= Self.cachedLogLimit, let key = logs.keys.first {
                 evicted.append(logs.removeValue(forKey: key)!)
             }
-            let handle = LogHandle(identifier: identifier)
-            logs[identifier] = handle
-            return (handle, evicted)
+            let writer = LogWriter(identifier: identifier)
+            logs[identifier] = writer
+            return (writer, evicted)
         }
         for old in evicted { old.retire() }
-        return handle
-    }
-
-    /// A cached descriptor for one identifier's log, with what a writer learned of it.
-    /// Its mutex keeps threads of this process apart (a `flock` is shared by every
-    /// thread using the same descriptor). Once retired (evicted from the cache, or its
-    /// wormhole released) its descriptor is closed; a call that took the handle before
-    /// that still completes, with a descriptor opened for that call alone.
-    final class LogHandle: Sendable {
-        let identifier: String
-        private let state = Locked(State())
-
-        private struct State {
-            var log: LogFile?
-            var tail: LogFile.Tail?
-            var retired = false
-            /// The container's generation when the log was opened.
-            var generation: UInt64 = 0
-            var buffer: ReadBuffer?
-        }
-
-        init(identifier: String) { self.identifier = identifier }
-
-        func retire() {
-            state.withLock { Self.retire(&$0) }
-        }
-
-        /// Retires the handle unless another thread is inside ``withLockedLog``; returns
-        /// whether it did. Never waits: the caller may hold another handle's lock.
-        func retireIfIdle() -> Bool {
-            state.withLockIfAvailable { Self.retire(&$0) } != nil
-        }
-
-        private static func retire(_ state: inout State) {
-            state.retired = true
-            state.log?.close()
-            state.log = nil
-            state.tail = nil
-        }
-
-        /// Runs `body` with the log locked against every other writer, its header and
-        /// the tail (the end of its whole records; a torn tail was cut). The log is opened
-        /// (and created when `create`) as needed; one that was replaced or deleted since it
-        /// was opened is opened again. After `body` the log is compacted when due (always
-        /// when `clearing`). Returns `nil` when the handle was retired meanwhile, or when
-        /// the log does not exist and `create` is false.
-        func withLockedLog<T>(_ transiting: FileTransiting, create: Bool, clearing: Bool = false,
-                              _ body: (LogFile, LogFormat.Header, inout LogFile.Tail) throws(WormholeError) -> T) throws(WormholeError) -> T? {
-            try state.withLock { (state: inout State) throws(WormholeError) -> T? in
-                // A retired handle (evicted by another thread after this one took it)
-                // still works, for this call: it opens the log and closes it after.
-                defer {
-                    if state.retired {
-                        state.log?.close()
-                        state.log = nil
-                        state.tail = nil
-                    }
-                }
-                transiting.noticeContainerMoves()
-                let generation = transiting.container.current.generation
-                if state.log != nil, state.generation != generation {
-                    // The container was replaced: this log belongs to the old directory.
-                    state.log?.close()
-                    state.log = nil
-                    state.tail = nil
-                }
-                let configuration = transiting.configuration
-                let buffer = state.buffer ?? ReadBuffer()
-                state.buffer = buffer
-                for _ in 0..<64 {
-                    if state.log == nil {
-                        let opened: LogFile?
-                        var openedIn = generation
-                        do throws(WormholeError) {
-                            opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
-                        } catch where error.errno == .tooManyOpenFiles && transiting.releaseIdleLogs(except: identifier) > 0 {
-                            // Out of descriptors, some held by this cache: freed, tried once more.
-                            opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
-                        } catch where error.code == .containerUnavailable && create {
-                            // The container was deleted (or moved away): make it again, as
-                            // the listeners expect, and open the log in the new one.
-                            try transiting.container.refresh()
-                            openedIn = transiting.container.current.generation
-                            opened = try LogFile.open(identifier, in: transiting.container, access: .readWrite, create: create)
-                        }
-                        guard let opened else { return nil }
-                        state.log = opened
-                        state.generation = openedIn
-                        state.tail = nil
-                    }
-                    var log = state.log!
-                    try Syscalls.lock(log.fd).orThrow("lock", path: log.path)
-                    do throws(WormholeError) {
-                        let status = try log.status()
-                        if status.linkCount == 0 {
-                            // Replaced by a compaction, or deleted: this inode is no longer the log.
-                            Syscalls.unlock(log.fd)
-                            log.close()
-                            state.log = nil
-                            continue
-                        }
-                        let size = Int(status.size)
-                        let header: LogFormat.Header
-                        if let known = log.header, size >= state.tail?.end ?? LogFormat.headerSize {
-                            header = known
-                        } else if let known = log.header {
-                            // Shorter than this process left it: emptied or cut by a
-                            // program that does not follow the protocol.
-                            let repair = LogRepair(log: log, identifier: identifier, container: transiting.container,
-                                                   maximumPayload: configuration.maximumMessageSize, buffer: buffer)
-                            let repaired = try repair.repairShrunk(known: known, knownTail: state.tail, size: size)
-                            header = repaired.header
-                            state.tail = repaired.tail
-                        } else if size == 0 {
-                            header = Self.newHeader(configuration)
-                            try header.encoded().withUnsafeBytes { Syscalls.write(log.fd, $0, at: 0) }.orThrow("write the header of", path: log.path)
-                            state.tail = LogFile.Tail(end: LogFormat.headerSize, lastSequence: 0, lastRecordOffset: nil)
-                        } else {
-                            guard let read = try log.readHeader() else { throw WormholeError(.unsupportedFormat, "'\(log.path)' has no header", path: log.path) }
-                            header = read
-                        }
-                        log.header = header
-                        state.log = log
-                        let cold = state.tail == nil
-                        var tail = try Self.currentTail(log, header: header, size: max(size, LogFormat.headerSize), known: state.tail,
-                                                        maximumPayload: configuration.maximumMessageSize, buffer: buffer)
-                        if cold {
-                            // This process does not know what was handed out: the listeners'
-                            // positions in this log say at least that much. Above the file's
-                            // last record, the log was cut behind everyone's back.
-                            let repair = LogRepair(log: log, identifier: identifier, container: transiting.container,
-                                                   maximumPayload: configuration.maximumMessageSize, buffer: buffer)
-                            repair.noticeCut(header: header, tail: &tail)
-                        }
-                        if tail.end < size {
-                            // A record torn by a writer that was killed: cut it.
-                            try Syscalls.truncate(log.fd, to: Int64(tail.end)).orThrow("cut the torn end of", path: log.path)
-                        }
-                        state.tail = tail
-                        if header.version != LogFormat.version && !clearing {
-                            // A log of an earlier version: converted to this one (a
-                            // compaction that writes each record again) before anything
-                            // else, then locked again as this version's log.
-                            let compaction = LogCompaction(container: transiting.container, identifier: identifier, configuration: configuration)
-                            let (newLog, newTail) = try compaction.compact(log, header: header, tail: tail, clearing: false, buffer: buffer)
-                            Syscalls.unlock(log.fd)
-                            log.close()
-                            Syscalls.unlock(newLog.fd)
-                            state.log = newLog
-                            state.tail = newTail
-                            continue
-                        }
-                        let result = try body(log, header, &tail)
-                        state.tail = tail
-                        if clearing || tail.end > header.compactionByteThreshold
-                            || tail.lastSequence &- header.baseSequence > header.compactionRecordThreshold {
-                            do throws(WormholeError) {
-                                let compaction = LogCompaction(container: transiting.container, identifier: identifier, configuration: configuration)
-                                let (newLog, newTail) = try compaction.compact(log, header: header, tail: tail, clearing: clearing, buffer: buffer)
-                                Syscalls.unlock(log.fd)
-                                log.close()
-                                state.log = newLog
-                                state.tail = newTail
-                                Syscalls.unlock(newLog.fd)
-                                buffer.shrink()
-                                return result
-                            } catch where clearing && (error.errno == .noSpace || error.errno == .diskQuotaExceeded) {
-                                // No room for the cleared copy (out of blocks or inodes): the
-                                // log gets a header with everything cleared and is emptied in
-                                // place, which frees its blocks (Protocol.md §10.3). Same
-                                // identity, numbering goes on; listeners that had not read
-                                // what was cleared are told how many they lost.
-                                let emptied = try Self.emptyInPlace(log, header: header, through: tail.lastSequence, configuration)
-                                log.header = emptied.header
-                                state.log = log
-                                state.tail = emptied.tail
-                                Syscalls.unlock(log.fd)
-                                return result
-                            } catch {
-                                if clearing { throw error }
-                                // The message is committed; compaction is tried again by the next pass.
-                                Logger(label: "Wormhole").warning("could not compact '\(log.path)': \(error)")
-                            }
-                        }
-                        Syscalls.unlock(log.fd)
-                        return result
-                    } catch {
-                        Syscalls.unlock(log.fd)
-                        if error.code == .unsupportedFormat {
-                            log.close()
-                            state.log = nil
-                        }
-                        throw error
-                    }
-                }
-                throw WormholeError(.systemError, "'\(transiting.logPath(identifier))' kept being replaced while this process tried to lock it", path: transiting.logPath(identifier))
-            }
-        }
-
-        /// Empties the locked `log` and writes its header again, with every message up to
-        /// `last` cleared: a clear with no room for a cleared copy. Returns the new tail.
-        private static func emptyInPlace(_ log: LogFile, header: LogFormat.Header, through last: UInt64,
-                                         _ configuration: WormholeConfiguration) throws(WormholeError) -> (header: LogFormat.Header, tail: LogFile.Tail) {
-            var emptied = newHeader(configuration)
-            emptied.logID = header.logID
-            emptied.baseSequence = last
-            emptied.clearedThrough = last
-            // The header first, over the old one (no new block needed), then the records
-            // go: a reader sees the old log or the emptied one, never an empty file.
-            try emptied.encoded().withUnsafeBytes { Syscalls.write(log.fd, $0, at: 0) }.orThrow("write the header of", path: log.path)
-            try Syscalls.truncate(log.fd, to: Int64(LogFormat.headerSize)).orThrow("empty", path: log.path)
-            return (emptied, LogFile.Tail(end: LogFormat.headerSize, lastSequence: last, lastRecordOffset: nil))
-        }
-
-        private static func newHeader(_ configuration: WormholeConfiguration) -> LogFormat.Header {
-            var header = LogFormat.Header()
-            header.logID = UInt64.random(in: 1...UInt64.max)
-            header.compactionByteThreshold = UInt64(LogFormat.headerSize)
-                + 2 * UInt64(configuration.retainedByteCount + configuration.retainedMessageCount * LogFormat.recordOverhead)
-            header.compactionRecordThreshold = 2 * UInt64(configuration.retainedMessageCount)
-            return header
-        }
-
-        /// The tail of a locked log of `size` bytes: what this process knows when nobody
-        /// wrote since its last pass, else what the records after that say, else found anew.
-        private static func currentTail(_ log: LogFile, header: LogFormat.Header, size: Int, known: LogFile.Tail?,
-                                        maximumPayload: Int, buffer: ReadBuffer) throws(WormholeError) -> LogFile.Tail {
-            if let known, known.end == size { return known }
-            if let known, known.end < size {
-                var tail = known
-                let end = try log.walk(from: known.end, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
-                    tail.advance(past: item)
-                    return true
-                }
-                tail.end = end
-                return tail
-            }
-            return try log.findTail(size: size, header: header, maximumPayload: maximumPayload, buffer: buffer)
-        }
+        return writer
     }
 }

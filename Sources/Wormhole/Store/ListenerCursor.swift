@@ -51,13 +51,14 @@ final class ListenerCursor {
         } else {
             switch Syscalls.open(claimsDirectory, in: container.current.descriptor, .directory) {
             case .success(let opened): top = opened
-            case .failure: return nil
+            case .failure(.noSuchFileOrDirectory): return nil
+            case .failure(let errno): throw WormholeError.system("open", errno, path: container.filePath(claimsDirectory))
             }
         }
         defer { try? top.close() }
-        let path = container.filePath(claimsDirectory + "/" + identifier)
-        if create { return try container.subdirectory(identifier, in: top, path: path, create: true) }
-        return try? container.subdirectory(identifier, in: top, path: path, create: false)
+        // Missing (not to be created): nil; any other failure (EMFILE, EIO) is thrown, so
+        // that compaction never takes an unreadable directory for no claim.
+        return try container.subdirectory(identifier, in: top, path: container.filePath(claimsDirectory + "/" + identifier), create: create)
     }
 
     /// Creates the claim, initially empty, which reads as 0 (keep everything), already
@@ -162,17 +163,17 @@ final class ListenerCursor {
     /// The lowest claim among live listeners of `identifier` and the durable positions
     /// in the log `logID` (running or not), deleting the claims of listeners that died.
     /// `nil` when there is neither.
-    static func lowestLiveClaim(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
+    static func lowestLiveClaim(container: ContainerDirectory, identifier: String, logID: UInt64) throws(WormholeError) -> UInt64? {
         var lowest: UInt64?
         /// Whether nobody is creating a claim now: the directory's lock, taken once, held
         /// until the directory is closed.
         var nobodyCreating: Bool?
-        forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: true) { name, fd, _, directory in
+        try forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: true) { name, fd, _, directory throws(WormholeError) in
             if name.hasPrefix(DurablePosition.prefix) {
                 // Kept whether its listener runs or not, until it is forgotten; a position
                 // in another log keeps all of this one (it resumes at its start); a damaged
-                // file keeps nothing.
-                if let value = DurablePosition.read(fd) {
+                // file keeps nothing; one that cannot be read stops the compaction.
+                if let value = try DurablePosition.readOrThrow(fd, path: container.filePath(claimsDirectory + "/" + identifier + "/" + name)) {
                     let claim = value.logID == 0 || value.logID == logID ? value.position : 0
                     lowest = min(lowest ?? claim, claim)
                 }
@@ -209,16 +210,30 @@ final class ListenerCursor {
     /// name order, and with the directory (for its lock and `unlinkat`). Nothing when the
     /// directory is missing. The one walk of the claims that compaction, writers and
     /// `status` share.
+    ///
+    /// A claims directory or a claim that cannot be read for a reason that is not about
+    /// the file (out of descriptors, an I/O error) throws: a compaction that went on
+    /// without it would drop messages that listener has not read. A file that went away,
+    /// a symbolic link, a device or a file this user may not read is not a claim.
     private static func forEachClaimFile(container: ContainerDirectory, identifier: String, includingBeingCreated: Bool,
-                                         _ visit: (_ name: String, _ fd: FileDescriptor, _ status: Stat, _ directory: FileDescriptor) -> Void) {
-        guard let directory = try? openDirectory(in: container, identifier: identifier, create: false) else { return }
+                                         _ visit: (_ name: String, _ fd: FileDescriptor, _ status: Stat, _ directory: FileDescriptor) throws(WormholeError) -> Void) throws(WormholeError) {
+        guard let directory = try openDirectory(in: container, identifier: identifier, create: false) else { return }
         defer { try? directory.close() }
-        guard case .success(let names) = Syscalls.directoryEntries(at: directory, name: ".") else { return }
+        let path = container.filePath(claimsDirectory + "/" + identifier)
+        let names = try Syscalls.directoryEntries(at: directory, name: ".").orThrow("list", path: path)
         for name in names.sorted() where includingBeingCreated || !name.hasPrefix(".") {
-            guard case .success(let fd) = Syscalls.open(name, in: directory, .read) else { continue }
+            let fd: FileDescriptor
+            switch Syscalls.open(name, in: directory, .read) {
+            case .success(let opened): fd = opened
+            case .failure(.noSuchFileOrDirectory), .failure(.tooManySymbolicLinkLevels), .failure(.noSuchAddressOrDevice),
+                 .failure(.permissionDenied), .failure(.notPermitted):
+                continue
+            case .failure(let errno): throw WormholeError.system("open", errno, path: path + "/" + name)
+            }
             defer { try? fd.close() }
-            guard let status = try? Syscalls.status(fd).get(), status.isRegularFile else { continue }
-            visit(name, fd, status, directory)
+            let status = try Syscalls.status(fd).orThrow("inspect", path: path + "/" + name)
+            guard status.isRegularFile else { continue }
+            try visit(name, fd, status, directory)
         }
     }
 
@@ -228,7 +243,7 @@ final class ListenerCursor {
     /// lower bound.
     static func highestPosition(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
         var highest: UInt64?
-        forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, _, _ in
+        try? forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, _, _ in
             let position: UInt64?
             if name.hasPrefix(DurablePosition.prefix) {
                 position = DurablePosition.read(fd).flatMap { $0.logID == logID ? $0.position : nil }
@@ -267,7 +282,7 @@ final class ListenerCursor {
     /// describe its log now (0 when it has none), to say how far behind each one is.
     static func listeners(container: ContainerDirectory, identifier: String, logID: UInt64, lastSequence: UInt64) -> [WormholeListenerStatus] {
         var result: [WormholeListenerStatus] = []
-        forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, status, _ in
+        try? forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, status, _ in
             let running: Bool
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
             case .success:

@@ -25,11 +25,12 @@ import SystemPackage
 struct LogCompaction {
     let container: ContainerDirectory
     let identifier: String
-    let configuration: WormholeConfiguration
+    let policy: CompactionPolicy
+    var configuration: WormholeConfiguration { policy.configuration }
 
     /// Compacts `log` (locked, tail `tail`); `clearing` also marks every message so far
-    /// as cleared. Returns the new file, opened, with its tail, or throws and leaves the
-    /// log as it was.
+    /// as cleared. Returns the new file, opened and unlocked, with its tail, or throws and
+    /// leaves the log as it was.
     func compact(_ log: LogFile, header: LogFormat.Header, tail: LogFile.Tail, clearing: Bool, buffer: ReadBuffer) throws(WormholeError) -> (LogFile, LogFile.Tail) {
         // Where each whole record starts, its sequence number and size.
         var entries: [(offset: Int, sequence: UInt64, length: Int)] = []
@@ -65,7 +66,7 @@ struct LogCompaction {
         }
         // Live listeners' unread records, within the backlog cap. A claim is another
         // process's file: any value must be safe here.
-        if let claim = ListenerCursor.lowestLiveClaim(container: container, identifier: identifier, logID: header.logID),
+        if let claim = try ListenerCursor.lowestLiveClaim(container: container, identifier: identifier, logID: header.logID),
            case (let next, false) = claim.addingReportingOverflow(1), next < keepFrom {
             var count = 0
             var bytes = 0
@@ -83,9 +84,7 @@ struct LogCompaction {
         let kept = entries[firstKept...]
         let copiedBytes = kept.reduce(0) { $0 + $1.length + LogFormat.recordOverhead - layout.overhead }
         newHeader.baseSequence = kept.first.map { $0.sequence - 1 } ?? tail.lastSequence
-        newHeader.compactionByteThreshold = UInt64(LogFormat.headerSize)
-            + 2 * UInt64(max(configuration.retainedByteCount + configuration.retainedMessageCount * LogFormat.recordOverhead, copiedBytes))
-        newHeader.compactionRecordThreshold = 2 * UInt64(max(configuration.retainedMessageCount, kept.count))
+        (newHeader.compactionByteThreshold, newHeader.compactionRecordThreshold) = policy.thresholds(keptCount: kept.count, keptBytes: copiedBytes)
 
         let temporaryName = "." + identifier + LogFormat.fileSuffix + ".compacting"
         let temporaryPath = container.filePath(temporaryName)
@@ -125,8 +124,10 @@ struct LogCompaction {
                     target += bytes.count
                 }
             }
-            // Locked before it has its name: a writer that opens it next waits for this pass.
+            // Locked before it has its name, until this pass knows its tail: a writer that
+            // opens it waits for that.
             try Syscalls.lock(fd).orThrow("lock", path: temporaryPath)
+            defer { Syscalls.unlock(fd) }
             try container.rename(temporaryName, to: LogFile.name(identifier)).orThrow("replace", path: log.path)
             let status = try LogFile(fd: fd, path: log.path, device: 0, inode: 0, header: nil).status()
             let newLog = LogFile(fd: fd, path: log.path, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), header: newHeader)

@@ -39,6 +39,15 @@ struct LogFile {
 
     func close() { try? fd.close() }
 
+    /// Runs `body` with the file locked against every other writer (`flock(LOCK_EX)`),
+    /// and unlocks it in this one place, whatever `body` does. `body` must not close the
+    /// file: its descriptor number could be another file's by the time it is unlocked.
+    func whileLocked<T>(_ body: () throws(WormholeError) -> T) throws(WormholeError) -> T {
+        try Syscalls.lock(fd).orThrow("lock", path: path)
+        defer { Syscalls.unlock(fd) }
+        return try body()
+    }
+
     /// Reads and checks the header; `nil` for an empty file.
     func readHeader() throws(WormholeError) -> LogFormat.Header? {
         let path = self.path
@@ -71,6 +80,18 @@ struct LogFile {
         var lastSequence: UInt64
         /// Where the last whole record starts, when there is one.
         var lastRecordOffset: Int?
+        /// Where the last damage met by the walk that found this tail starts.
+        var lastDamageOffset: Int?
+
+        /// After a walk that ended at `end`: past the last whole record means a damaged
+        /// record, whole, ended the file; it took the next number (a reader skipped it),
+        /// which is not given again.
+        mutating func includeDamagedEnd(_ end: Int) {
+            guard end > self.end else { return }
+            self.end = end
+            lastSequence += 1
+            lastRecordOffset = lastDamageOffset
+        }
 
         /// Moves past a whole record met by ``walk(from:header:maximumPayload:buffer:_:)``
         /// (one too large for the walker counts: it is whole, just not read).
@@ -80,8 +101,8 @@ struct LogFile {
                 self = Tail(end: offset + length, lastSequence: max(lastSequence, frame.sequence), lastRecordOffset: offset)
             case .tooLarge(let sequence, let offset, let length):
                 self = Tail(end: offset + length, lastSequence: max(lastSequence, sequence), lastRecordOffset: offset)
-            case .corrupt:
-                break
+            case .corrupt(_, let offset):
+                lastDamageOffset = offset
             }
         }
     }
@@ -116,10 +137,11 @@ struct LogFile {
             }
         }
         var tail = empty
-        _ = try walk(from: LogFormat.headerSize, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
+        let end = try walk(from: LogFormat.headerSize, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
             tail.advance(past: item)
             return true
         }
+        tail.includeDamagedEnd(end)
         return tail
     }
 
@@ -201,6 +223,16 @@ struct LogFile {
                     continue outer
                 case .corrupt(let detail, let length):
                     if pendingDamage == nil { pendingDamage = (detail, position + local) }
+                    if let length, local + length == bytes.count, atEnd {
+                        // The last record, whole (its trailer repeats its length) but
+                        // damaged (Protocol.md §9.3): damage to report and skip, not a torn
+                        // tail to wait on or cut. It took a number: ``Tail`` counts it.
+                        if let (detail, at) = pendingDamage {
+                            pendingDamage = nil
+                            _ = visit(.corrupt(detail, offset: at))
+                        }
+                        return position + local + length
+                    }
                     if let length, local + length < bytes.count, LogFormat.peek(bytes, at: local + length, layout: layout) != nil {
                         local += length
                     } else if let next = LogFormat.nextMarker(in: bytes, after: local, layout: layout) {

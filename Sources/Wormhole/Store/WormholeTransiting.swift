@@ -21,6 +21,11 @@ public protocol WormholeTransiting: Sendable {
     func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
                 attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord
 
+    /// Stores `batch` under `identifier` as consecutive messages, for every listener,
+    /// never expiring; returns their sequence numbers (empty for an empty batch). A back
+    /// end that can writes them at once (the default implementation passes them one by one).
+    func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64>
+
     /// The newest message of `identifier` that was not cleared, or `nil`.
     func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord?
 
@@ -61,6 +66,15 @@ public protocol WormholeTransiting: Sendable {
     /// durable names. The default reports nothing.
     func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus]
 
+    /// ``makeReader(identifier:startingFrom:)`` for asynchronous callers (the async
+    /// `messages(...)` iteration): a back end that talks to a server implements it without
+    /// blocking a thread; the default calls the synchronous one.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader
+    /// ``makeReader(identifier:startingFrom:durableName:)`` for asynchronous callers.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader
+    /// ``observe(identifier:handler:)`` for asynchronous callers.
+    func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation
+
     /// Removes the durable position `name` of `identifier` (of every identifier when
     /// `nil`); returns how many were removed. Refused while its listener runs.
     func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int
@@ -78,6 +92,15 @@ public protocol WormholeTransiting: Sendable {
 /// pool. These defaults run the synchronous call: right for a back end whose calls do
 /// not wait on anything remote (the file back end's are a few system calls).
 extension WormholeTransiting {
+    public func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64> {
+        var range: Range<UInt64>?
+        for entry in batch {
+            let sequence = try append(entry.payload, kind: entry.kind, identifier: identifier).sequence
+            range = (range?.lowerBound ?? sequence)..<(sequence + 1)
+        }
+        return range ?? 0..<0
+    }
+
     /// Stores a message for every listener, that never expires.
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
         try append(payload, kind: kind, identifier: identifier, attributes: .message)
@@ -118,6 +141,18 @@ extension WormholeTransiting {
 
     public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] { [] }
 
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader {
+        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start) }
+    }
+
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader {
+        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start, durableName: name) }
+    }
+
+    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation {
+        try synchronously { () throws(WormholeError) in try observe(identifier: identifier, handler: handler) }
+    }
+
     public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
         throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
     }
@@ -136,6 +171,13 @@ public protocol WormholeTransitingReader: AnyObject {
     /// a record or the error that made it unreadable; the position moves past them.
     /// Empty when there is nothing new.
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
+
+    /// ``read(maximumCount:)`` for asynchronous callers: a reader of a server suspends
+    /// for the round trip (the default calls the synchronous read).
+    func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
+
+    /// ``acknowledge(_:)`` for asynchronous callers.
+    func acknowledge(_ sequence: UInt64) async throws(WormholeError)
 
     /// Releases the reader's resources; later reads return nothing.
     func close()
@@ -160,6 +202,16 @@ public protocol WormholeTransitingReader: AnyObject {
 }
 
 extension WormholeTransitingReader {
+    /// The synchronous read, for asynchronous callers of a reader that does not block on
+    /// a server (the files' reader reads a file).
+    public func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
+        try synchronously { () throws(WormholeError) in try read(maximumCount: maximumCount) }
+    }
+
+    public func acknowledge(_ sequence: UInt64) async throws(WormholeError) {
+        try synchronously { () throws(WormholeError) in try acknowledge(sequence) }
+    }
+
     public func invalidate() {}
     public func acknowledge(_ sequence: UInt64) throws(WormholeError) {}
     public var mayHaveMore: Bool { false }

@@ -38,14 +38,14 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
         /// cancelled. Throws when listening cannot start or go on.
         public mutating func next() async throws(WormholeError) -> Message? {
             if source == nil {
-                source = try Source(sequence)
+                source = try await Source.make(sequence)
             }
             guard let source else { return nil }
             // Asking for the next element says the previous one was handled. A position
             // that cannot be stored goes to onError: the element comes again when the
             // name resumes (repeated, never skipped).
             do throws(WormholeError) {
-                try source.acknowledgeDelivered()
+                try await source.acknowledgeDelivered()
             } catch {
                 sequence.onError(error)
             }
@@ -54,7 +54,7 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
                     source.close()
                     return nil
                 }
-                if let item = try source.nextBuffered() {
+                if let item = try await source.nextBuffered() {
                     switch item {
                     case .success(let record):
                         do throws(WormholeError) {
@@ -91,13 +91,24 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
         private var buffer: [Result<WormholeRecord, WormholeError>] = []
         private var index = 0
 
-        init(_ sequence: WormholeMessages) throws(WormholeError) {
-            try Identifier.validate(sequence.identifier)
-            wormhole = sequence.wormhole
+        private init(_ wormhole: Wormhole) {
+            self.wormhole = wormhole
             registration = wormhole.makeRegistrationID()
+        }
+
+        /// Watches the identifier, then opens the reader: with the back end's calls for
+        /// asynchronous callers, so that a back end on a server blocks no thread.
+        static func make(_ sequence: WormholeMessages) async throws(WormholeError) -> Source {
+            try Identifier.validate(sequence.identifier)
+            let source = Source(sequence.wormhole)
+            try await source.start(sequence)
+            return source
+        }
+
+        private func start(_ sequence: WormholeMessages) async throws(WormholeError) {
             let signal = self.signal
             let replaced = self.replaced
-            observation = try wormhole.transiting.observe(identifier: sequence.identifier) { event in
+            observation = try await wormhole.transiting.observe(identifier: sequence.identifier) { event in
                 switch event {
                 case .wake: signal.signal()
                 case .replaced:
@@ -108,9 +119,9 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
             }
             do throws(WormholeError) {
                 if let name = sequence.durableName {
-                    reader = try wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start, durableName: name)
+                    reader = try await wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start, durableName: name)
                 } else {
-                    reader = try wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start)
+                    reader = try await wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start)
                 }
             } catch {
                 observation?.cancel()
@@ -122,16 +133,16 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
         /// The last element handed out, not yet acknowledged.
         var delivered: UInt64?
 
-        func acknowledgeDelivered() throws(WormholeError) {
+        func acknowledgeDelivered() async throws(WormholeError) {
             guard let sequence = delivered else { return }
             delivered = nil
-            try reader?.acknowledge(sequence)
+            try await reader?.acknowledge(sequence)
         }
 
-        func nextBuffered() throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {
+        func nextBuffered() async throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {
             if index >= buffer.count {
                 if replaced.withLock({ flag in defer { flag = false }; return flag }) { reader?.invalidate() }
-                buffer = try reader?.read(maximumCount: 256) ?? []
+                buffer = try await reader?.read(maximumCount: 256) ?? []
                 index = 0
             }
             guard index < buffer.count else { return nil }
