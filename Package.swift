@@ -114,7 +114,9 @@ let package = Package(
                 "Wormhole", "ExampleSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
-            path: "Examples/TodayWidget"
+            path: "Examples/TodayWidget",
+            // The systemd units of the two-user deployment (Docs/Examples.md).
+            exclude: ["systemd"]
         ),
         // Argument parsing of the CLI, and end-to-end runs of the built binaries.
         .testTarget(

@@ -173,13 +173,13 @@ _wormhole() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    send|listen|read|clear|list|status|forget|doctor|post|observe|path|help)
+    send|listen|read|clear|list|status|forget|doctor|share|top|post|observe|path|help)
         # Offer subcommand argument completions
         "_wormhole_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'send listen read clear list status forget doctor post observe path help' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'send listen read clear list status forget doctor share top post observe path help' -- "${cur}"))
         ;;
     esac
 }
@@ -210,7 +210,7 @@ _wormhole_send() {
 
 _wormhole_listen() {
     repeating_flags=()
-    non_repeating_flags=(--history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
+    non_repeating_flags=(--all --history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
     non_repeating_options=(--count -c --timeout -t --durable --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
@@ -352,6 +352,48 @@ _wormhole_doctor() {
 
     # Offer option value completions
     case "${prev}" in
+    '--group')
+        return
+        ;;
+    '--directory')
+        return
+        ;;
+    '--optional-directory')
+        return
+        ;;
+    esac
+}
+
+_wormhole_share() {
+    repeating_flags=()
+    non_repeating_flags=(--revoke --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--unix-group)
+    __wormhole_offer_flags_options 1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--unix-group')
+        return
+        ;;
+    esac
+}
+
+_wormhole_top() {
+    repeating_flags=()
+    non_repeating_flags=(--json --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--interval -i --count -c --group --directory --optional-directory)
+    __wormhole_offer_flags_options 0
+
+    # Offer option value completions
+    case "${prev}" in
+    '--interval'|'-i')
+        return
+        ;;
+    '--count'|'-c')
+        return
+        ;;
     '--group')
         return
         ;;

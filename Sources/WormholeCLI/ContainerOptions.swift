@@ -135,13 +135,15 @@ struct ContainerOptions: ParsableArguments {
             return .group(chosenGroup, optionalDirectory: optionalDirectory)
         }
 
-        /// Opens the wormhole in the selected container, creating the container if needed.
-        func makeWormhole() throws -> Wormhole {
+        /// Opens the wormhole in the selected container, creating the container if needed
+        /// (and when `create`: commands that only read pass `false`, and a missing
+        /// container is then a ``WormholeError`` with `ENOENT`).
+        func makeWormhole(create: Bool = true) throws -> Wormhole {
             switch try location() {
             case .directory(let path):
-                return try Wormhole(directory: ContainerOptions.absolute(path))
+                return try Wormhole(directory: path, createIfMissing: create)
             case .group(let group, let sub):
-                return try Wormhole(applicationGroupIdentifier: group, optionalDirectory: sub)
+                return try Wormhole(applicationGroupIdentifier: group, optionalDirectory: sub, createIfMissing: create)
             case .postgres(let url, let group, let sub):
                 #if Postgres
                 return try Wormhole(postgresURL: url, applicationGroupIdentifier: group, optionalDirectory: sub)
@@ -163,6 +165,60 @@ struct ContainerOptions: ParsableArguments {
 
     /// Opens the wormhole in the selected container, creating the container if needed.
     func makeWormhole() throws -> Wormhole { try choice.makeWormhole() }
+
+    /// Opens the wormhole in the selected container, which must exist: `read`, `list`,
+    /// `status` and `doctor` never create one. A missing container is a failure (exit
+    /// status 2) that says where it would be and names the groups that look alike.
+    /// - Parameter identifier: The identifier the command reads, for the hint.
+    func existingWormhole(identifier: String = "IDENTIFIER") throws -> Wormhole {
+        do {
+            return try choice.makeWormhole(create: false)
+        } catch let error as WormholeError where error.errno == .noSuchFileOrDirectory && error.code == .containerUnavailable {
+            throw missingContainer(error, identifier: identifier)
+        }
+    }
+
+    /// "no container ...; did you mean ...", for ``existingWormhole(identifier:)``.
+    func missingContainer(_ error: WormholeError, identifier: String) -> CommandFailure {
+        let hint = "Nothing was created; send one with '\(command("send", identifier, "..."))'"
+        guard case .group(let group, let sub)? = try? location() else {
+            return CommandFailure("\(error.description): nothing has been sent there. \(hint)", exitCode: WormholeExitCode.noMessage)
+        }
+        let resolution = try? WormholeContainer.resolve(applicationGroupIdentifier: group)
+        if let sub, resolution?.exists == true {
+            return CommandFailure("the container of group \(group) has no sub-directory '\(sub)' (\(error.path ?? sub)): nothing has been sent to it. \(hint)",
+                                  exitCode: WormholeExitCode.noMessage)
+        }
+        let similar = WormholeContainer.similarGroups(to: group)
+        let guess = similar.isEmpty ? "." : "; did you mean \(similar.map { "'\($0)'" }.joined(separator: " or "))?"
+        return CommandFailure(
+            "no container for group '\(group)' (it would be \(resolution?.path ?? error.path ?? "?")): no process of this user has used it\(guess) \(hint)",
+            exitCode: WormholeExitCode.noMessage)
+    }
+
+    /// Which option, variable or rule chose the container, as `--verbose` and `doctor`
+    /// say it: an override (`--directory`, `WORMHOLE_DIRECTORY`,
+    /// `WORMHOLE_APP_GROUPS_DIRECTORY`) is named as one.
+    func reason(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        func set(_ name: String) -> Bool { !(environment[name] ?? "").isEmpty }
+        guard let location = try? location(environment: environment) else { return "?" }
+        switch location {
+        case .directory:
+            return directory != nil ? "--directory (an override: the group's own container is not used)"
+                : "\(Self.directoryVariable) (an override: the group's own container is not used; no --group or --directory given)"
+        case .group(let group, _):
+            let named = group != Self.defaultGroup || self.group != nil
+                ? (self.group != nil ? "--group \(group)" : set(Self.groupVariable) ? "\(Self.groupVariable)=\(group)" : "the default group \(group)")
+                : "the default group \(group): no --group, --directory, \(Self.groupVariable) or \(Self.directoryVariable)"
+            guard let resolution = try? WormholeContainer.resolve(applicationGroupIdentifier: group, environment: environment) else { return named }
+            if resolution.source == .environmentOverride {
+                return "\(named), under \(WormholeContainer.environmentOverride) (an override: processes without it use another container)"
+            }
+            return "\(named), \(resolution)"
+        case .postgres:
+            return postgres != nil ? "--postgres" : "\(Self.postgresVariable)"
+        }
+    }
 
     /// Where `wormhole`'s messages are, as a person reads it: its directory, or the
     /// location the options select (a PostgreSQL container has no directory).
@@ -202,12 +258,6 @@ struct ContainerOptions: ParsableArguments {
         return masked
     }
 
-    /// A relative `--directory` is taken from the current directory.
-    static func absolute(_ path: String) -> String {
-        if path.hasPrefix("/") { return path }
-        let current = FileManager.default.currentDirectoryPath
-        return current.hasSuffix("/") ? current + path : current + "/" + path
-    }
 }
 
 /// `--group`, `--directory` and `--optional-directory`: the container options of every

@@ -42,15 +42,13 @@ struct Doctor: ParsableCommand {
             throw ExitCode(failure.exitCode.rawValue)
         }
         line("container: \(location)")
-        line("  chosen by: \(Self.reason(for: location, options: container, environment: environment))")
-        if case .group = location, let groups = try? WormholeContainer.groupsDirectory(environment: environment) {
-            let why = environment[WormholeContainer.environmentOverride].map { _ in "\(WormholeContainer.environmentOverride)" }
-                ?? (groups.hasPrefix(environment["XDG_RUNTIME_DIR"] ?? "\u{0}") ? "XDG_RUNTIME_DIR" : "the per-user default: no XDG_RUNTIME_DIR of this user's own")
-            line("  application groups under: \(groups) (\(why))")
-        }
+        line("  chosen by: \(container.reason(environment: environment))")
         let wormhole: Wormhole
         do {
-            wormhole = try container.makeWormhole()
+            wormhole = try container.existingWormhole()
+        } catch let failure as CommandFailure where failure.exitCode == WormholeExitCode.noMessage {
+            line("problem: \(failure.description)")
+            throw ExitCode.failure
         } catch let error as WormholeError {
             line("problem: \(error.description)")
             throw ExitCode.failure
@@ -65,7 +63,10 @@ struct Doctor: ParsableCommand {
                 let mode = String(status.st_mode & 0o7777, radix: 8)
                 let owner = getpwuid(status.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
                 line("  owner: \(owner) (uid \(status.st_uid)), mode 0\(mode)")
-                if status.st_uid != geteuid() {
+                if status.st_mode & S_ISGID != 0 && status.st_mode & 0o070 == 0o070 {
+                    let group = getgrgid(status.st_gid).map { String(cString: $0.pointee.gr_name) } ?? String(status.st_gid)
+                    line("  shared with the members of Unix group \(group) (gid \(status.st_gid))")
+                } else if status.st_uid != geteuid() {
                     problems.append("the container belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): run as that user, or choose a container of your own with --group or --directory")
                 }
             }
@@ -94,7 +95,23 @@ struct Doctor: ParsableCommand {
             line("  note: no process listens in this container now. If yours does, it uses another container: run 'wormhole doctor' with its options and environment, and compare the paths")
         }
 
-        // 4. A test message, watched as a listener would.
+        // 4. Other containers of the same group: processes there never hear this one.
+        if case .group(let group, let sub) = location {
+            let here = wormhole.directory ?? ""
+            let suffix = sub.map { "/" + $0 } ?? ""
+            let others = (WormholeContainer.candidateDirectories(forApplicationGroupIdentifier: group, environment: environment)
+                + WormholeContainer.otherUsersDirectories(forApplicationGroupIdentifier: group))
+                .map { $0 + suffix }
+                .filter { $0 != here && FileManager.default.fileExists(atPath: $0) }
+            for other in others {
+                line("  also: \(other) (\(Self.describe(other)))")
+            }
+            if !others.isEmpty {
+                problems.append("group \(group) has \(others.count + 1) containers (\(([here] + others).joined(separator: ", "))): processes that use different ones never hear each other. Use one: remove the others once no process uses them, unset \(WormholeContainer.environmentOverride) where it differs, or share the group between users with 'wormhole share'")
+            }
+        }
+
+        // 5. A test message, watched as a listener would.
         switch Self.testMessage(wormhole) {
         case .success(let text): line(text)
         case .failure(let problem): problems.append(problem.description)
@@ -134,18 +151,21 @@ struct Doctor: ParsableCommand {
         }
     }
 
-    /// Why the options and environment select `location`.
-    static func reason(for location: ContainerOptions.Location, options: ContainerOptions, environment: [String: String]) -> String {
-        func set(_ name: String) -> Bool { !(environment[name] ?? "").isEmpty }
-        switch location {
-        case .directory:
-            return options.directory != nil ? "--directory" : "\(ContainerOptions.directoryVariable) (no --group or --directory given)"
-        case .group(let group, _):
-            if options.group != nil { return "--group \(group)" }
-            if set(ContainerOptions.groupVariable) { return "\(ContainerOptions.groupVariable)=\(group) (no --group or --directory given)" }
-            return "the default group \(group): no --group, --directory, \(ContainerOptions.groupVariable) or \(ContainerOptions.directoryVariable)"
-        case .postgres:
-            return options.postgres != nil ? "--postgres" : "\(ContainerOptions.postgresVariable)"
+    /// Another container of the group, as a person reads it: its owner and who listens
+    /// there, or why it cannot be opened.
+    static func describe(_ path: String) -> String {
+        var status = stat()
+        let owner = lstat(path, &status) == 0
+            ? "owner \(getpwuid(status.st_uid).map { String(cString: $0.pointee.pw_name) } ?? String(status.st_uid))" : "owner ?"
+        do {
+            let other = try Wormhole(directory: path, createIfMissing: false)
+            let running = try other.listeners().filter(\.isRunning)
+            let pids = Set(running.compactMap(\.processID)).sorted().map(String.init)
+            let identifiers = Set(running.map(\.identifier)).sorted().map { "'\($0)'" }
+            return running.isEmpty ? "\(owner), no listener running"
+                : "\(owner), \(running.count) listener(s) running on \(identifiers.joined(separator: ", ")) in process(es) \(pids.joined(separator: ", "))"
+        } catch {
+            return "\(owner); cannot be opened by this user: \(error)"
         }
     }
 

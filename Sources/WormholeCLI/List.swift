@@ -32,7 +32,7 @@ struct List: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
+            let wormhole = try container.existingWormhole()
             let every = try wormhole.summaries()
             let summaries = every
                 .filter { all || $0.messageCount > 0 }

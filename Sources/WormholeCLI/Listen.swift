@@ -23,14 +23,20 @@ struct Listen: ParsableCommand {
             go on.
 
             On a terminal it says on standard error where it listens; --verbose says so \
-            in any case.
+            in any case, which rule chose the container, and for each message the \
+            process and user that passed it.
 
             Exit status: 0 when --count messages arrived, --no-follow printed what was \
             there (or on a plain end); 2 when --timeout passed first (fewer than --count \
             messages, or none at all), or --no-follow found nothing to print.
 
+            With --all it listens to every identifier of the container, those created \
+            later included, each line prefixed by its identifier (with --json, the \
+            object names it): a tap on all the traffic, for operators.
+
             Examples:
               wormhole listen chat
+              wormhole listen --all
               wormhole listen --count 1 --timeout 10 reply
               wormhole listen --history --json chat status
               wormhole listen --history --no-follow chat
@@ -47,7 +53,10 @@ struct Listen: ParsableCommand {
             """)
 
     @Argument(help: "The identifiers to listen to.")
-    var identifiers: [String]
+    var identifiers: [String] = []
+
+    @Flag(name: .long, help: "Listen to every identifier of the container, those created later included; each line is prefixed by its identifier.")
+    var all = false
 
     @Option(name: .shortAndLong, help: "Exit after this many messages (across all identifiers).")
     var count: Int?
@@ -67,7 +76,7 @@ struct Listen: ParsableCommand {
     @Flag(name: .long, help: "Stop after the messages already there (the history, the latest, or what a durable name has not printed yet) instead of following new ones.")
     var noFollow = false
 
-    @Flag(name: .long, help: "Print one JSON object per line: identifier, sequence, time, pid (of the sender), kind and payload.")
+    @Flag(name: .long, help: "Print one JSON object per line: identifier, sequence, time, pid and uid (of the sender), kind and payload.")
     var json = false
 
     @Flag(name: .long, help: "Prefix each line with the identifier and ': '.")
@@ -82,8 +91,14 @@ struct Listen: ParsableCommand {
     @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
-        if identifiers.isEmpty {
-            throw ValidationError("Name at least one identifier to listen to, such as 'wormhole listen chat'.")
+        if all && !identifiers.isEmpty {
+            throw ValidationError("--all listens to every identifier; name none with it.")
+        }
+        if all && (durable != nil || history || latest || noFollow) {
+            throw ValidationError("--all hears the messages passed from now on; --durable, --history, --latest and --no-follow need named identifiers.")
+        }
+        if identifiers.isEmpty && !all {
+            throw ValidationError("Name at least one identifier to listen to, such as 'wormhole listen chat', or listen to all with --all.")
         }
         if let count, count < 1 {
             throw ValidationError("--count must be at least 1, not \(count).")
@@ -111,10 +126,11 @@ struct Listen: ParsableCommand {
     }
 
     var format: RecordFormat {
-        json ? .json : raw ? .raw : .lines(prefixIdentifier: prefix)
+        json ? .json : raw ? .raw : .lines(prefixIdentifier: prefix || all)
     }
 
     func run() throws {
+        if all { return try listenToAll() }
         try Failures.reported {
             // Signals first: a process out of descriptors must still stop on Ctrl-C.
             let session = try ListeningSession(limit: count)
@@ -158,7 +174,7 @@ struct Listen: ParsableCommand {
                 // that arrives after the end (--count reached, a signal) is not printed: the
                 // listeners stop before this call returns, so it is not counted as handled.
                 let listener: @Sendable (WormholeRecord) -> Void = { record in
-                    if !session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) {
+                    if !session.admit({ Self.print(record, format: format, terminal: terminal, verbose: verbose) }) {
                         tokens.withLock { $0 }.forEach { $0.cancel() }
                     } else if noFollow, Self.passed(identifier, record.sequence, in: remaining) {
                         session.finish(.reachedCount)
@@ -175,13 +191,7 @@ struct Listen: ParsableCommand {
             }
             session.queue.resume()
             suspended = false
-            // A person at a terminal sees where it listens; a script asks with --verbose.
-            let place = container.place(of: wormhole)
-            if verbose {
-                Output.error("listening to \(Self.names(identifiers)) in \(place)")
-            } else if Output.errorIsTerminal && !noFollow {
-                Output.error("listening to \(Self.names(identifiers)) in \(place); Ctrl-C stops")
-            }
+            announce(Self.names(identifiers), in: wormhole)
             try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.withLock { $0 }.forEach { $0.cancel() }
             }
@@ -195,6 +205,53 @@ struct Listen: ParsableCommand {
             guard let last = remaining[identifier] else { return false }
             if sequence >= last { remaining[identifier] = nil }
             return remaining.isEmpty
+        }
+    }
+
+    /// A person at a terminal sees where it listens; a script asks with --verbose, which
+    /// also says which rule chose the container.
+    func announce(_ what: String, in wormhole: Wormhole) {
+        let place = container.place(of: wormhole)
+        if verbose {
+            Output.error("listening to \(what) in \(place)")
+            Output.error("  chosen by: \(container.reason())")
+        } else if Output.errorIsTerminal && !noFollow {
+            Output.error("listening to \(what) in \(place); Ctrl-C stops")
+        }
+    }
+
+    /// Writes `record` out; with --verbose, says on standard error who passed it.
+    static func print(_ record: WormholeRecord, format: RecordFormat, terminal: Bool, verbose: Bool) {
+        if verbose { Output.error("'\(record.identifier)' #\(record.sequence) from \(RecordFormat.sender(record))") }
+        Output.write(format.render(record, forTerminal: terminal))
+    }
+
+    /// --all: every identifier, those created later included, until --count, --timeout
+    /// or a signal.
+    func listenToAll() throws {
+        try Failures.reported {
+            let session = try ListeningSession(limit: count)
+            let wormhole = try container.makeWormhole()
+            let format = self.format
+            let terminal = Output.outputIsTerminal
+            let tap = Mutex<WormholeTap?>(nil)
+            session.queue.suspend()
+            var suspended = true
+            defer { if suspended { session.queue.resume() } }
+            let verbose = self.verbose
+            let started = try wormhole.listenForAllRecords(queue: session.queue, onError: { Output.error($0.description) }) { record in
+                if !session.admit({ Self.print(record, format: format, terminal: terminal, verbose: verbose) }) {
+                    tap.withLock { $0 }?.cancel()
+                }
+            }
+            tap.withLock { $0 = started }
+            defer { started.cancel() }
+            session.queue.resume()
+            suspended = false
+            announce("every identifier", in: wormhole)
+            try session.finish(count: count, timeout: timeout, what: "messages", names: "any identifier") {
+                started.cancel()
+            }
         }
     }
 

@@ -83,6 +83,14 @@ final class ListeningSession: Sendable {
         return state.withLock { $0.outcome } ?? .timedOut
     }
 
+    /// Waits up to `seconds` for the session to end (a signal, or ``finish(_:)``),
+    /// without ending it when they pass: for a command that works at intervals (`top`).
+    /// Returns how it ended, or `nil` when it goes on.
+    func outcome(within seconds: Double) -> Outcome? {
+        _ = ended.wait(timeout: seconds)
+        return state.withLock { $0.outcome }
+    }
+
     /// Waits for the count, the timeout or a signal, stops what was listening, and turns
     /// how the wait ended into the command's result: a timeout before anything (or before
     /// the count) arrived is "no message" (exit status 2); a signal ends the process by it.

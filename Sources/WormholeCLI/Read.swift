@@ -21,7 +21,7 @@ struct Read: ParsableCommand {
     @Argument(help: "The identifier to read.")
     var identifier: String
 
-    @Flag(name: .long, help: "Print one JSON object: identifier, sequence, time, pid (of the sender), kind and payload.")
+    @Flag(name: .long, help: "Print one JSON object: identifier, sequence, time, pid and uid (of the sender), kind and payload.")
     var json = false
 
     @Flag(name: .long, help: "Write the payload exactly as it is, with no newline added.")
@@ -37,7 +37,8 @@ struct Read: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
+            try Wormhole.validate(identifier: identifier)
+            let wormhole = try container.existingWormhole(identifier: identifier)
             guard let record = try wormhole.record(withIdentifier: identifier) else {
                 throw CommandFailure("no message under '\(identifier)' in \(wormhole.directory ?? "the container"); send one with '\(container.command("send", identifier, "..."))'",
                                      exitCode: WormholeExitCode.noMessage)

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -11,7 +14,7 @@ enum RecordFormat: Sendable {
     case lines(prefixIdentifier: Bool)
     /// The payload's bytes exactly, nothing added.
     case raw
-    /// One JSON object a line: identifier, sequence, time, sending process, kind, payload.
+    /// One JSON object a line: identifier, sequence, time, sending process and user, kind, payload.
     case json
 
     /// The bytes to write for `record`. For a terminal, `.lines` shows control
@@ -33,7 +36,9 @@ enum RecordFormat: Sendable {
     }
 
     /// The record as one line of JSON, keys in a fixed order:
-    /// `{"identifier":…,"sequence":…,"time":…,"pid":…,"kind":…,"payload":…}`.
+    /// `{"identifier":…,"sequence":…,"time":…,"pid":…,"uid":…,"kind":…,"payload":…}`;
+    /// `uid` is the sender's effective user id, `null` when the record does not say
+    /// (written before protocol version 3).
     ///
     /// The payload is a string for text, the JSON value itself for JSON, and base64 for
     /// raw bytes (and for text or JSON that is not valid, with `"kind":"data"`).
@@ -57,8 +62,17 @@ enum RecordFormat: Sendable {
             payload = quoted(record.payload.base64EncodedString())
         }
         return "{\"identifier\":\(quoted(record.identifier)),\"sequence\":\(record.sequence),"
-            + "\"time\":\(quoted(timestamp(record.date))),\"pid\":\(record.processID),"
+            + "\"time\":\(quoted(timestamp(record.date))),\"pid\":\(record.processID),\"uid\":\(record.senderUID.map(String.init) ?? "null"),"
             + "\"kind\":\(quoted(kind.description)),\"payload\":\(payload)}"
+    }
+
+    /// Who passed `record`, as `listen --verbose` says it: `pid 4242, uid 1001 (alice)`;
+    /// the uid is left out when the record does not carry it. Both are what the sender
+    /// wrote: a member of a shared group can write others (Security.md).
+    static func sender(_ record: WormholeRecord) -> String {
+        guard let uid = record.senderUID else { return "pid \(record.processID)" }
+        let name = getpwuid(uid_t(uid)).map { " (" + String(cString: $0.pointee.pw_name) + ")" } ?? ""
+        return "pid \(record.processID), uid \(uid)\(name)"
     }
 
     /// Valid JSON with its DEL and C1 characters (possible only inside strings) written

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import ArgumentParser
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -13,7 +16,7 @@ struct Status: ParsableCommand {
         abstract: "Show who listens to each identifier: running listeners and durable names, with how far behind they are.",
         discussion: """
             One line per listener: the identifier, the durable name ('-' for a listener \
-            without one), whether it runs, its process, the sequence number of the last \
+            without one), whether it runs, its process and user, the sequence number of the last \
             message it read (a durable one: handled), how many were passed after it, and \
             when a durable listener last handled one.
 
@@ -33,7 +36,8 @@ struct Status: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
+            for identifier in identifiers { try Wormhole.validate(identifier: identifier) }
+            let wormhole = try container.existingWormhole()
             var statuses: [WormholeListenerStatus] = []
             if identifiers.isEmpty {
                 statuses = try wormhole.listeners()
@@ -53,19 +57,26 @@ struct Status: ParsableCommand {
         let seen = status.lastSeen.map { RecordFormat.quoted(RecordFormat.timestamp($0)) } ?? "null"
         let pid = status.processID.map(String.init) ?? "null"
         let namespace = status.pidNamespace.map(String.init) ?? "null"
+        let uid = status.userID.map(String.init) ?? "null"
         return "{\"identifier\":\(RecordFormat.quoted(status.identifier)),\"durable\":\(name),\"running\":\(status.isRunning),"
-            + "\"pid\":\(pid),\"pidNamespace\":\(namespace),\"samePIDNamespace\":\(status.isInThisPIDNamespace),"
+            + "\"pid\":\(pid),\"pidNamespace\":\(namespace),\"samePIDNamespace\":\(status.isInThisPIDNamespace),\"uid\":\(uid),"
             + "\"position\":\(status.position),\"behind\":\(status.behind),\"lastSeen\":\(seen)}"
     }
 
     static func table(_ statuses: [WormholeListenerStatus]) -> String {
-        let header = ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "POSITION", "BEHIND", "LAST SEEN"]
+        let header = ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "USER", "POSITION", "BEHIND", "LAST SEEN"]
         let rows = statuses.map { status in
             [status.identifier, status.durableName ?? "-",
-             status.isRunning ? "yes" : "no", pid(status),
+             status.isRunning ? "yes" : "no", pid(status), user(status),
              String(status.position), String(status.behind), status.lastSeen.map(RecordFormat.timestamp) ?? "-"]
         }
         return Columns.format([header] + rows)
+    }
+
+    /// The listener's user: its name, or its uid when this system has no name for it.
+    static func user(_ status: WormholeListenerStatus) -> String {
+        guard let uid = status.userID else { return "-" }
+        return getpwuid(uid_t(uid)).map { String(cString: $0.pointee.pw_name) } ?? String(uid)
     }
 
     /// The process id as this process can use it: a process of another PID namespace
@@ -100,16 +111,20 @@ struct Forget: ParsableCommand {
 
     func run() throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
+            let noName = CommandFailure("no durable listener named '\(name)' here; '\(container.command("status"))' lists them", exitCode: WormholeExitCode.noMessage)
+            let wormhole: Wormhole
+            do {
+                wormhole = try container.existingWormhole()
+            } catch let failure as CommandFailure where failure.exitCode == WormholeExitCode.noMessage {
+                throw noName
+            }
             var removed = 0
             if identifiers.isEmpty {
                 removed = try wormhole.forgetDurableListener(named: name)
             } else {
                 for identifier in identifiers { removed += try wormhole.forgetDurableListener(named: name, identifier: identifier) }
             }
-            if removed == 0 {
-                throw CommandFailure("no durable listener named '\(name)' here; '\(container.command("status"))' lists them", exitCode: WormholeExitCode.noMessage)
-            }
+            if removed == 0 { throw noName }
             Output.error("forgot the durable listener '\(name)' (\(removed) identifier\(removed == 1 ? "" : "s"))")
         }
     }

@@ -56,10 +56,4 @@ struct ContainerOptionsTests {
             #expect(WormholeCommand.exitCode(for: error).rawValue == 64)
         }
     }
-
-    @Test func aRelativeDirectoryIsTakenFromTheCurrentDirectory() {
-        #expect(ContainerOptions.absolute("/abs/path") == "/abs/path")
-        #expect(ContainerOptions.absolute("rel").hasSuffix("/rel"))
-        #expect(ContainerOptions.absolute("rel").hasPrefix("/"))
-    }
 }

@@ -58,17 +58,26 @@ struct DocumentationTests {
         }
     }
 
-    @Test func theContainerWithoutXDGRuntimeDirIsWhereGettingStartedSays() async throws {
+    @Test("the container is where GettingStarted says, with or without XDG_RUNTIME_DIR")
+    func theContainerIsWhereGettingStartedSays() async throws {
         let sandbox = Sandbox(extra: [:])
+        let runtime = TemporaryDirectory()
         var environment = sandbox.environment
         environment.removeValue(forKey: "WORMHOLE_APP_GROUPS_DIRECTORY")
         environment.removeValue(forKey: "XDG_RUNTIME_DIR")
-        let path = try await RunningCommand("wormhole", ["path", "--group", "group.docs.check"], environment: environment, input: nil, in: sandbox.root).finish()
+        let group = "group.docs.check-\(getpid())"
+        let path = try await RunningCommand("wormhole", ["path", "--group", group], environment: environment, input: nil, in: sandbox.root).finish()
+        environment["XDG_RUNTIME_DIR"] = runtime.path
+        let again = try await RunningCommand("wormhole", ["path", "--group", group], environment: environment, input: nil, in: sandbox.root).finish()
         var isDirectory: ObjCBool = false
         let parent = FileManager.default.fileExists(atPath: "/dev/shm", isDirectory: &isDirectory) && isDirectory.boolValue ? "/dev/shm" : "/tmp"
-        #expect(path.output == "\(parent)/app-groups-\(geteuid())/group.docs.check\n")
-        #expect(try Self.read("Docs/GettingStarted.md").contains("`/dev/shm/app-groups-<uid>/`"))
-        try? FileManager.default.removeItem(atPath: "\(parent)/app-groups-\(geteuid())/group.docs.check")
+        let runtimeParent = "/run/user/\(geteuid())"
+        let expected = FileManager.default.fileExists(atPath: runtimeParent) ? "\(runtimeParent)/app-groups/\(group)" : "\(parent)/app-groups-\(geteuid())/\(group)"
+        #expect(path.output == expected + "\n")
+        #expect(again.output == path.output, "XDG_RUNTIME_DIR does not move it")
+        let guide = try Self.read("Docs/GettingStarted.md")
+        #expect(guide.contains("`/run/user/<uid>/app-groups/<group>`") && guide.contains("`/dev/shm/app-groups-<uid>/<group>`"))
+        try? FileManager.default.removeItem(atPath: expected)
     }
 }
 

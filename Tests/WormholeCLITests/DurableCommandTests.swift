@@ -20,11 +20,11 @@ struct DurableCommandTests {
 
         let status = try await sandbox.run(["status"])
         #expect(status.status == 0)
-        #expect(status.lines.first?.split(separator: " ").map(String.init) == ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "POSITION", "BEHIND", "LAST", "SEEN"],
+        #expect(status.lines.first?.split(separator: " ").map(String.init) == ["IDENTIFIER", "DURABLE", "RUNNING", "PID", "USER", "POSITION", "BEHIND", "LAST", "SEEN"],
                 "\(status.output)")
         let row = try #require(status.lines.first { $0.contains("archiver") })
         let cells = row.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-        #expect(Array(cells.prefix(3)) == ["chat", "archiver", "no"] && cells[4] == "4" && cells[5] == "0", "\(row)")
+        #expect(Array(cells.prefix(3)) == ["chat", "archiver", "no"] && cells[4] == "root" && cells[5] == "4" && cells[6] == "0", "\(row)")
         let json = try await sandbox.run(["status", "--json", "chat"])
         #expect(json.output.contains("\"durable\":\"archiver\",\"running\":false"), "\(json.output)")
 
@@ -46,21 +46,29 @@ struct DurableCommandTests {
 
     @Test("doctor on a working set-up: the container and why, the limits, the listeners, a test message; exit 0")
     func doctorOnAWorkingSetUp() async throws {
-        let sandbox = Sandbox()
+        // A group of this test's own: the machine's own containers of the default group
+        // (outside the sandbox) would be another container of it, which doctor reports.
+        let group = "group.test.doctor-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let sandbox = Sandbox(extra: ["WORMHOLE_GROUP": group])
         let listener = try sandbox.start(["listen", "-v", "chat"])
         #expect(await listener.waitForStandardError(containing: "listening to"))
         let result = try await sandbox.run(["doctor"])
         #expect(result.status == 0, "\(result.output)\(result.stderr)")
-        #expect(result.output.contains("chosen by: the default group group.wormhole.default"))
-        #expect(result.output.contains("path: \(sandbox.defaultContainer)"))
+        #expect(result.output.contains("chosen by: WORMHOLE_GROUP=\(group)"))
+        #expect(result.output.contains("path: \(sandbox.root.file("app-groups"))/\(group)"))
         #expect(result.output.contains("mode 0700"))
         #expect(result.output.contains("listeners: 1 running (on 'chat')"), "\(result.output)")
         #expect(result.output.contains("reached a listener in"))
         #expect(result.lines.last == "all is well")
-        // Another group: nobody listens there, and doctor says what that means.
+        // Another group, which exists: nobody listens there, and doctor says what that means.
+        #expect(try await sandbox.run(["send", "--group", "group.other", "x", "1"]).status == 0)
         let other = try await sandbox.run(["doctor", "--group", "group.other"])
         #expect(other.output.contains("chosen by: --group group.other"))
         #expect(other.output.contains("no process listens in this container now"))
+        // A group a typo away: doctor creates nothing and names the group that exists.
+        let typo = try await sandbox.run(["doctor", "--group", "group.ohter"])
+        #expect(typo.status == 1 && typo.output.contains("did you mean 'group.other'?"), "\(typo.output)")
+        #expect(!FileManager.default.fileExists(atPath: sandbox.root.file("app-groups/group.ohter")))
         listener.send(SIGINT)
         _ = await listener.finish()
     }
@@ -69,6 +77,7 @@ struct DurableCommandTests {
           .enabled(if: ResourceLimitTests.userNamespaces, "needs unshare -U -r and a writable /proc/sys/user"))
     func doctorOnABrokenSetUp() async throws {
         let sandbox = Sandbox()
+        #expect(try await sandbox.run(["send", "x", "1"]).status == 0, "doctor never creates the container")
         let script = "echo 1 > /proc/sys/user/max_inotify_watches && exec \"$0\" \"$@\""
         let result = try await sandbox.run(["-U", "-r", "sh", "-c", script, Products.path("wormhole"), "doctor"],
                                            product: "/usr/bin/unshare", seconds: 30)

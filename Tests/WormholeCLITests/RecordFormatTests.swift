@@ -26,7 +26,16 @@ struct RecordFormatTests {
 
     @Test func jsonLinesCarryTheRecordsFieldsInOrder() {
         let line = text(RecordFormat.json.render(record(Data("say \"hi\"\n\tnow".utf8), kind: .text)))
-        #expect(line == #"{"identifier":"chat","sequence":7,"time":"2027-01-15T08:00:00.250Z","pid":4242,"kind":"text","payload":"say \"hi\"\n\tnow"}"# + "\n")
+        #expect(line == #"{"identifier":"chat","sequence":7,"time":"2027-01-15T08:00:00.250Z","pid":4242,"uid":null,"kind":"text","payload":"say \"hi\"\n\tnow"}"# + "\n")
+    }
+
+    @Test("--json and --verbose carry the sender's uid when the record has it (protocol version 3)")
+    func theSendersUIDIsShown() {
+        let record = WormholeRecord(identifier: "chat", sequence: 7, date: Date(timeIntervalSince1970: 1_800_000_000.25),
+                                    processID: 4242, kind: .text, payload: Data("hi".utf8), senderUID: 0)
+        #expect(text(RecordFormat.json.render(record)).contains(#""pid":4242,"uid":0,"kind":"text""#))
+        #expect(RecordFormat.sender(record) == "pid 4242, uid 0 (root)")
+        #expect(RecordFormat.sender(self.record(Data(), kind: .text)) == "pid 4242")
     }
 
     @Test func jsonMessagesAreEmbeddedAsValuesOnOneLine() throws {

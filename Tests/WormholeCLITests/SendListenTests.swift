@@ -187,6 +187,7 @@ struct SendListenTests {
 
     @Test func readPrintsTheLatestMessageAndExitsTwoWhenThereIsNone() async throws {
         let sandbox = Sandbox()
+        _ = try await sandbox.run(["send", "other", "x"])
         let none = try await sandbox.run(["read", "status"])
         #expect(none.status == 2)
         #expect(none.stderrLines.count == 1)

@@ -109,6 +109,16 @@ final class Tally: @unchecked Sendable {
 
 let arguments = CommandLine.arguments.dropFirst().map { $0 }
 guard let command = arguments.first else { fail("no command") }
+/// Appends lines to the file at `path`, one `write` per line: a kill leaves whole lines only.
+func lineAppender(_ path: String) -> @Sendable (String) -> Void {
+    let output = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+    guard output >= 0 else { fail("cannot open \(path)") }
+    return { line in
+        let bytes = Array((line + "\n").utf8)
+        _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+    }
+}
+
 func argument(_ index: Int) -> String {
     guard index < arguments.count else { fail("missing argument \(index) for \(command)") }
     return arguments[index]
@@ -288,13 +298,7 @@ do {
 
     case "durable":
         let wormhole = try AgentLocation.wormhole(argument(1))
-        let output = Glibc.open(argument(4), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard output >= 0 else { fail("cannot open \(argument(4))") }
-        // One write per line: a kill leaves whole lines only.
-        let append: @Sendable (String) -> Void = { line in
-            let bytes = Array((line + "\n").utf8)
-            _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
-        }
+        let append = lineAppender(argument(4))
         let done = DispatchSemaphore(value: 0)
         func listen() throws(WormholeError) -> ListenerToken {
             try wormhole.listenForRecords(withIdentifier: argument(2), durableName: argument(3), startingFrom: .history, onError: { error in
@@ -321,6 +325,34 @@ do {
         _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
         done.wait()
         token?.cancel()
+
+    case "sidecar":
+        // sidecar DIR NAME INBOUND OUTBOUND COUNT OUTFILE RETAIN: a durable listener NAME
+        // on INBOUND (lines "sequence payload" to OUTFILE, "lost N" for a gap) that ends
+        // on "end", and, once OUTFILE.go exists, COUNT passes "NAME i" to OUTBOUND, with
+        // RETAIN messages kept per identifier (so that passes compact).
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = Int(argument(7)) ?? 4
+        let wormhole = try AgentLocation.wormhole(argument(1), configuration: configuration)
+        let name = argument(2)
+        let append = lineAppender(argument(6))
+        let done = DispatchSemaphore(value: 0)
+        let token = try wormhole.listenForRecords(withIdentifier: argument(3), durableName: name, startingFrom: .history, onError: { error in
+            if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code)") }
+        }) { record in
+            let payload = String(decoding: record.payload, as: UTF8.self)
+            if payload == "end" { done.signal() } else { append("\(record.sequence) \(payload)") }
+        }
+        _ = FileManager.default.createFile(atPath: argument(6) + ".ready", contents: nil)
+        // Passing starts once the test says so (the file ARGUMENT6.go): when the other
+        // side's durable listener exists too.
+        while !FileManager.default.fileExists(atPath: argument(6) + ".go") { usleep(10_000) }
+        for index in 1...max(1, Int(argument(5)) ?? 0) {
+            try wormhole.passMessage("\(name) \(index)", identifier: argument(4))
+            usleep(500)
+        }
+        if done.wait(timeout: .now() + 120) == .timedOut { fail("no 'end' within 120 s") }
+        token.cancel()
 
     case "instances":
         let wormhole = try AgentLocation.wormhole(argument(1))

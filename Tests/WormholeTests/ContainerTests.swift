@@ -16,31 +16,48 @@ struct ContainerTests {
         #expect(lstat(path, &status) == 0 && status.st_mode & 0o777 == 0o700)
     }
 
-    @Test func xdgRuntimeDirectoryIsUsedWhenSet() throws {
+    @Test("XDG_RUNTIME_DIR, HOME and the rest of the environment do not move a group's container: every process of the user resolves it alike")
+    func environmentDoesNotSplitAGroup() throws {
         let runtime = TemporaryDirectory()
-        let path = try WormholeContainer.directory(forApplicationGroupIdentifier: "group.example",
-                                                   environment: ["XDG_RUNTIME_DIR": runtime.path])
-        #expect(path == runtime.path + "/app-groups/group.example")
+        let group = "group.example.split-\(getpid())"
+        let plain = try WormholeContainer.resolve(applicationGroupIdentifier: group, environment: [:])
+        let other = try WormholeContainer.resolve(applicationGroupIdentifier: group,
+                                                  environment: ["XDG_RUNTIME_DIR": runtime.path, "HOME": runtime.path])
+        #expect(plain == other)
+        #expect(plain.path.hasSuffix("app-groups-\(geteuid())/\(group)") || plain.path == "/run/user/\(geteuid())/app-groups/\(group)")
+        let made = try WormholeContainer.directory(forApplicationGroupIdentifier: group, environment: ["XDG_RUNTIME_DIR": runtime.path])
+        defer { rmdir(made) }
+        #expect(made == plain.path)
+        #expect(!FileManager.default.fileExists(atPath: runtime.path + "/app-groups"))
+        #expect(try WormholeContainer.resolve(applicationGroupIdentifier: group, environment: [:]).exists)
     }
 
-    @Test("XDG_RUNTIME_DIR that is not the user's own 0700 directory is not used; the private fallback is")
-    func xdgRuntimeDirectoryOfAnotherUserOrOpenModeIsNotUsed() throws {
-        let open = TemporaryDirectory()
-        chmod(open.path, 0o755)
-        let fallback = try WormholeContainer.groupsDirectory(environment: [:])
-        #expect(try WormholeContainer.groupsDirectory(environment: ["XDG_RUNTIME_DIR": open.path]) == fallback)
-        #expect(!FileManager.default.fileExists(atPath: open.path + "/app-groups"))
-        if geteuid() == 0 {
-            let foreign = TemporaryDirectory()
-            chown(foreign.path, 65534, 65534)
-            #expect(try WormholeContainer.groupsDirectory(environment: ["XDG_RUNTIME_DIR": foreign.path]) == fallback)
-            #expect(!FileManager.default.fileExists(atPath: foreign.path + "/app-groups"))
-        }
+    @Test("Resolving a group creates nothing; a wormhole that only reads gets 'no container' and leaves none behind")
+    func readingDoesNotCreateAContainer() throws {
+        let base = TemporaryDirectory()
+        let environment = [WormholeContainer.environmentOverride: base.file("groups")]
+        let resolution = try WormholeContainer.resolve(applicationGroupIdentifier: "group.com.exmaple.thermo", environment: environment)
+        #expect(!resolution.exists && resolution.source == .environmentOverride)
+        let error = #expect(throws: WormholeError.self) { try Wormhole(directory: resolution.path, createIfMissing: false) }
+        #expect(error?.code == .containerUnavailable && error?.errno == .noSuchFileOrDirectory)
+        #expect(!FileManager.default.fileExists(atPath: resolution.path))
+        _ = try WormholeContainer.directory(forApplicationGroupIdentifier: "group.com.example.thermo", environment: environment)
+        #expect(WormholeContainer.similarGroups(to: "group.com.exmaple.thermo", environment: environment) == ["group.com.example.thermo"])
+        #expect(WormholeContainer.similarGroups(to: "group.org.unrelated", environment: environment).isEmpty)
+    }
+
+    @Test("A container path is normalised once: relative from the current directory, no '.', no repeated or trailing slash; '..' refused")
+    func containerPathIsNormalisedOnce() throws {
+        #expect(try ContainerPath("/a/./b//c/").description == "/a/b/c")
+        #expect(try ContainerPath("rel/x").description == FileManager.default.currentDirectoryPath + "/rel/x")
+        #expect(try ContainerPath("/a/b").parent == "/a" && ContainerPath("/a/b").name == "b" && ContainerPath("/a").parent == "/")
+        let error = #expect(throws: WormholeError.self) { try ContainerPath("/a/../b") }
+        #expect(error?.description.contains("'..'") == true)
     }
 
     @Test func fallbackIsAPrivatePerUserDirectory() throws {
         let path = try WormholeContainer.groupsDirectory(environment: [:])
-        #expect(path.hasSuffix("/app-groups-\(geteuid())"))
+        #expect(path.hasSuffix("/app-groups-\(geteuid())") || path == "/run/user/\(geteuid())/app-groups")
         var status = stat()
         #expect(lstat(path, &status) == 0)
         #expect(status.st_uid == geteuid() && status.st_mode & 0o077 == 0)

@@ -8,10 +8,9 @@ import Synchronization
 /// one descriptor, never by a path that could be redirected.
 ///
 /// The directory is opened with `O_DIRECTORY | O_NOFOLLOW` relative to its parent, after
-/// `.` and trailing slashes are removed from the path (so `/link/.` cannot pass for the
-/// directory behind `link`), and is then checked on the open descriptor: owned by this
-/// user, no access for other users, and a parent that other users cannot use to replace
-/// it (not writable by them, or sticky). Files are opened with `openat` and
+/// the path is normalised once (``ContainerPath``), and is then checked on the open
+/// descriptor: private to this user, or shared by a Unix group this process belongs to
+/// (``ContainerAccess``), and a parent that other users cannot use to replace it. Files are opened with `openat` and
 /// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`, and only regular files are used: a symbolic
 /// link, a FIFO or a device in the container is an error, never followed, never waited on.
 ///
@@ -20,24 +19,31 @@ import Synchronization
 final class ContainerDirectory: Sendable {
     /// The absolute path, normalised.
     let path: String
+    private let location: ContainerPath
     private let state: Locked<State>
 
     private struct State {
         var descriptor: FileDescriptor
+        var access: ContainerAccess
         var device: UInt64
         var inode: UInt64
         /// Bumped each time the directory is opened anew.
         var generation: UInt64
     }
 
-    /// Opens (creating with mode 0700, and its parents when `createParents`) and checks
-    /// the directory at `path`.
-    init(path: String, createParents: Bool = true) throws(WormholeError) {
-        let normalized = try Self.normalize(path)
-        self.path = normalized
-        let (descriptor, status) = try Self.open(normalized, createParents: createParents)
-        state = Locked(State(descriptor: descriptor, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), generation: 1))
+    /// Opens (creating with mode 0700 when `create`, and its parents when
+    /// `createParents`) and checks the directory at `path`. Without `create`, a missing
+    /// directory is ``WormholeError/Code/containerUnavailable`` with `ENOENT`.
+    init(path: String, create: Bool = true, createParents: Bool = true) throws(WormholeError) {
+        let location = try ContainerPath(path)
+        self.location = location
+        self.path = location.description
+        let (descriptor, status, access) = try Self.open(location, create: create, createParents: createParents && create)
+        state = Locked(State(descriptor: descriptor, access: access, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), generation: 1))
     }
+
+    /// Who may use the container: this user, or a Unix group's members.
+    var access: ContainerAccess { state.withLock { $0.access } }
 
     deinit {
         state.withLock { try? $0.descriptor.close() }
@@ -59,12 +65,13 @@ final class ContainerDirectory: Sendable {
         let held = state.withLock { ($0.device, $0.inode) }
         if let status, UInt64(status.deviceID.rawValue) == held.0 && UInt64(status.inode.rawValue) == held.1 { return nil }
         if status == nil && !create { return nil }
-        let (descriptor, opened) = try Self.open(path, createParents: true)
+        let (descriptor, opened, access) = try Self.open(location, create: true, createParents: true)
         return state.withLock { state -> UInt64 in
             // Descriptors of the old directory may be in use by another thread's call:
             // it is kept open until this object goes (at most one per refresh).
             retired.withLock { $0.append(state.descriptor) }
             state.descriptor = descriptor
+            state.access = access
             state.device = UInt64(opened.deviceID.rawValue)
             state.inode = UInt64(opened.inode.rawValue)
             state.generation += 1
@@ -87,7 +94,8 @@ final class ContainerDirectory: Sendable {
     func openFile(_ name: String, _ access: Access, create: Bool = false) throws(WormholeError) -> (FileDescriptor, Stat)? {
         let mode: Syscalls.OpenMode = create ? .createOrOpen : access == .readOnly ? .read : .readWrite
         let fd: FileDescriptor
-        switch Syscalls.open(name, in: current.descriptor, mode) {
+        let sharing = self.access
+        switch Syscalls.open(name, in: current.descriptor, mode, permissions: sharing.fileMode) {
         case .success(let opened): fd = opened
         case .failure(.noSuchFileOrDirectory) where !create: return nil
         case .failure(let errno): throw fileError(name, errno)
@@ -106,16 +114,18 @@ final class ContainerDirectory: Sendable {
                 "'\(filePath(name))' is not a regular file (\(status.kindDescription)); Wormhole neither reads nor waits on it. Remove it",
                 path: filePath(name))
         }
+        if create { sharing.settle(fd, status: status) }
         return (fd, status)
     }
 
-    /// Creates `name` exclusively with mode 0600 after removing a leftover of that name
-    /// (a link someone planted there is removed, never written through).
+    /// Creates `name` exclusively with the container's file mode (0600, or 0660 when it
+    /// is shared) after removing a leftover of that name (a link someone planted there is
+    /// removed, never written through).
     func createExclusive(_ name: String) throws(WormholeError) -> FileDescriptor {
         let directory = current.descriptor
         for _ in 0..<4 {
             Syscalls.remove(name, in: directory)
-            switch Syscalls.open(name, in: directory, .createExclusive) {
+            switch createFile(name, in: directory) {
             case .success(let fd): return fd
             case .failure(.fileExists): continue
             case .failure(let errno): throw fileError(name, errno)
@@ -134,22 +144,45 @@ final class ContainerDirectory: Sendable {
         Syscalls.remove(name, in: current.descriptor, flags: isDirectory ? AT_REMOVEDIR : 0)
     }
 
-    /// Creates the sub-directory `name` (0700) if missing and checks it like the
-    /// container; returns it opened.
+    /// Creates the file `name` in `directory` (the container or one of its
+    /// sub-directories) exclusively, with the container's file mode, whatever the umask.
+    func createFile(_ name: String, in directory: FileDescriptor) -> Result<FileDescriptor, Errno> {
+        let sharing = access
+        let created = Syscalls.open(name, in: directory, .createExclusive, permissions: sharing.fileMode)
+        if case .success(let fd) = created { sharing.settle(fd) }
+        return created
+    }
+
+    /// Creates the sub-directory `name` of the container (0700, or 2770 when it is
+    /// shared) if missing and checks it as ``ContainerAccess`` says; returns it opened.
     func subdirectory(_ name: String) throws(WormholeError) -> FileDescriptor {
-        let directory = current.descriptor
-        _ = Syscalls.makeDirectory(name, in: directory)
-        switch Syscalls.open(name, in: directory, .directory) {
+        try subdirectory(name, in: current.descriptor, path: filePath(name), create: true)!
+    }
+
+    /// The sub-directory `name` of `parent` (the container or one of its
+    /// sub-directories), created when `create`, checked, opened; `nil` when it is missing
+    /// and not to be created.
+    func subdirectory(_ name: String, in parent: FileDescriptor, path: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
+        let sharing = access
+        if create { _ = Syscalls.makeDirectory(name, in: parent, permissions: sharing.directoryMode) }
+        switch Syscalls.open(name, in: parent, .directory) {
         case .success(let fd):
             do throws(WormholeError) {
-                try Self.checkOwnership(fd, path: filePath(name))
+                var status = try Syscalls.status(fd).orThrow("inspect", path: path)
+                if create && status.modeBits != sharing.directoryMode, case .shared = sharing {
+                    sharing.settle(fd, status: status, directory: true)
+                    status = try Syscalls.status(fd).orThrow("inspect", path: path)
+                }
+                try sharing.checkSubdirectory(status, path: path)
             } catch {
                 try? fd.close()
                 throw error
             }
             return fd
+        case .failure(.noSuchFileOrDirectory) where !create:
+            return nil
         case .failure(let errno):
-            throw fileError(name, errno)
+            throw fileError(String(path.dropFirst(self.path.count + 1)), errno)
         }
     }
 
@@ -172,72 +205,74 @@ final class ContainerDirectory: Sendable {
 
     // MARK: - Opening and checking the directory
 
-    /// The absolute path without `.` components, repeated or trailing slashes; `..` is
-    /// refused, since it would make the last component something other than what the
-    /// path names.
-    static func normalize(_ path: String) throws(WormholeError) -> String {
-        let absolute = path.hasPrefix("/") ? path : Syscalls.currentDirectory() + "/" + path
-        var components: [Substring] = []
-        for component in absolute.split(separator: "/", omittingEmptySubsequences: true) {
-            if component == "." { continue }
-            if component == ".." {
-                throw WormholeError(.containerUnavailable,
-                    "container path '\(path)' contains '..'; give the directory's path without it", path: path)
-            }
-            components.append(component)
+    /// Opens the directory at `path` through its parent, creating what is missing when
+    /// `create`, and checks it and its parent.
+    static func open(_ path: ContainerPath, create: Bool, createParents: Bool) throws(WormholeError) -> (FileDescriptor, Stat, ContainerAccess) {
+        guard !path.isRoot else {
+            throw WormholeError(.containerInsecure, "the root directory cannot be a container; choose a directory of your own", path: path.description)
         }
-        return "/" + components.joined(separator: "/")
-    }
-
-    /// Opens the directory at the normalised `path` through its parent, creating what is
-    /// missing, and checks it.
-    static func open(_ path: String, createParents: Bool) throws(WormholeError) -> (FileDescriptor, Stat) {
-        guard path != "/" else {
-            throw WormholeError(.containerInsecure, "the root directory cannot be a container; choose a directory of your own", path: path)
-        }
-        let slash = path.lastIndex(of: "/")!
-        let parentPath = slash == path.startIndex ? "/" : String(path[..<slash])
-        let name = String(path[path.index(after: slash)...])
+        let parentPath = path.parent
         var parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         if case .failure(.noSuchFileOrDirectory) = parent, createParents {
-            try createAncestors(of: path)
+            try path.createAncestors()
             parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         }
         let parentFD: FileDescriptor
         switch parent {
-        case .success(let value): parentFD = FileDescriptor(rawValue: value)
-        case .failure(let errno): throw unavailable(path, errno)
+        case .success(let value):
+            parentFD = FileDescriptor(rawValue: value)
+        case .failure(.permissionDenied):
+            // A directory in a shared container of a group this user is not in: say so.
+            if case .success(let status) = Syscalls.linkStatus(parentPath) {
+                _ = try ContainerAccess.of(status, path: parentPath)
+            }
+            throw unavailable(path.description, .permissionDenied)
+        case .failure(let errno):
+            throw unavailable(path.description, errno)
         }
         defer { try? parentFD.close() }
-        _ = Syscalls.makeDirectory(name, in: parentFD)
+        let parentStatus = try Syscalls.status(parentFD).orThrow("inspect", path: parentPath)
+        // A directory in a shared container (an optional directory of a shared group) is
+        // shared as its parent is: made 2770 with its group, usable by every member.
+        let sharedParent: ContainerAccess? = switch try? ContainerAccess.of(parentStatus, path: parentPath) {
+        case .shared(let group)?: .shared(groupID: group)
+        default: nil
+        }
+        if create { _ = Syscalls.makeDirectory(path.name, in: parentFD, permissions: sharedParent?.directoryMode ?? 0o700) }
         let fd: FileDescriptor
-        switch Syscalls.open(name, in: parentFD, .directory) {
+        switch Syscalls.open(path.name, in: parentFD, .directory) {
         case .success(let opened): fd = opened
         case .failure(.tooManySymbolicLinkLevels), .failure(.notDirectory):
-            if (try? FilePath(name).stat(relativeTo: parentFD, flags: .symlinkNoFollow))?.isSymbolicLink == true {
-                throw symbolicLinkRefused(path)
+            if (try? FilePath(path.name).stat(relativeTo: parentFD, flags: .symlinkNoFollow))?.isSymbolicLink == true {
+                throw symbolicLinkRefused(path.description)
             }
-            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
+            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path.description)
+        case .failure(.permissionDenied):
+            // A shared container of a group this user is not in: say so.
+            if case .success(let status) = Syscalls.linkStatus(path.description) {
+                _ = try ContainerAccess.of(status, path: path.description)
+            }
+            throw unavailable(path.description, .permissionDenied)
         case .failure(let errno):
-            throw unavailable(path, errno)
+            throw unavailable(path.description, errno)
         }
         do throws(WormholeError) {
-            let status = try checkOwnership(fd, path: path)
-            try checkParent(parentFD, parentPath: parentPath, path: path)
-            return (fd, status)
+            var status = try Syscalls.status(fd).orThrow("inspect", path: path.description)
+            if let sharedParent {
+                if status.modeBits != sharedParent.directoryMode {
+                    sharedParent.settle(fd, status: status, directory: true)
+                    status = try Syscalls.status(fd).orThrow("inspect", path: path.description)
+                }
+                try sharedParent.checkSubdirectory(status, path: path.description)
+                return (fd, status, sharedParent)
+            }
+            let access = try ContainerAccess.of(status, path: path.description)
+            try access.checkParent(parentStatus, parentPath: parentPath, path: path.description)
+            return (fd, status, access)
         } catch {
             try? fd.close()
             throw error
         }
-    }
-
-    /// Checks on the open descriptor that the directory is owned by this user and that
-    /// no other user may write to it.
-    @discardableResult
-    static func checkOwnership(_ fd: FileDescriptor, path: String) throws(WormholeError) -> Stat {
-        let status = try Syscalls.status(fd).orThrow("inspect", path: path)
-        try checkOwnership(status, path: path)
-        return status
     }
 
     /// The error for a container path that is a symbolic link.
@@ -247,61 +282,11 @@ final class ContainerDirectory: Sendable {
             path: path)
     }
 
-    /// The checks of ``checkOwnership(_:path:)`` on a status already taken (by `fstat`
-    /// on a descriptor, or `lstat` on a path that is not a link).
-    static func checkOwnership(_ status: Stat, path: String) throws(WormholeError) {
-        guard status.isDirectory else {
-            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
-        }
-        let me = Syscalls.effectiveUserID
-        if status.userID.rawValue != me {
-            throw WormholeError(.containerInsecure,
-                "container '\(path)' belongs to user \(status.userID.rawValue), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory",
-                path: path)
-        }
-        if status.modeBits & 0o022 != 0 {
-            let mode = String(status.modeBits, radix: 8)
-            throw WormholeError(.containerInsecure,
-                "container '\(path)' has mode \(mode): other users may write to it. Run 'chmod go-w \(path)' or choose another directory",
-                path: path)
-        }
-    }
-
-    /// A parent that another user may write to, without the sticky bit, lets that user
-    /// rename the container away and put one of hers in its place; so does a parent that
-    /// another user owns, sticky or not (the sticky bit lets a directory's owner rename
-    /// any entry). Refused, unless the parent is owned by this user or root, and others
-    /// may write to it only with the sticky bit (`/tmp`, `/dev/shm`).
-    static func checkParent(_ parent: FileDescriptor, parentPath: String, path: String) throws(WormholeError) {
-        let status = try Syscalls.status(parent).orThrow("inspect", path: parentPath)
-        let sticky = status.permissions.contains(.saveText)
-        let othersMayWrite = status.modeBits & 0o022 != 0
-        let ownedBySomeoneElse = status.userID.rawValue != Syscalls.effectiveUserID && status.userID.rawValue != 0
-        if othersMayWrite && !sticky {
-            throw WormholeError(.containerInsecure,
-                "the parent of container '\(path)', '\(parentPath)', has mode \(String(status.modeBits, radix: 8)) without the sticky bit: another user could replace the container with one of hers. Run 'chmod +t \(parentPath)' or 'chmod go-w \(parentPath)', or choose another directory",
-                path: parentPath)
-        }
-        if ownedBySomeoneElse {
-            throw WormholeError(.containerInsecure,
-                "the parent of container '\(path)', '\(parentPath)', belongs to user \(status.userID.rawValue): that user could replace the container. Choose a directory under one of your own",
-                path: parentPath)
-        }
-    }
-
-    private static func createAncestors(of path: String) throws(WormholeError) {
-        var prefix = ""
-        for component in path.split(separator: "/").dropLast() {
-            prefix += "/" + component
-            switch Syscalls.makeDirectory(prefix) {
-            case .success, .failure(.fileExists): continue
-            case .failure(let errno): throw unavailable(prefix, errno)
-            }
-        }
-    }
-
     static func unavailable(_ path: String, _ errno: Errno) -> WormholeError {
-        WormholeError(.containerUnavailable, "cannot create or open container '\(path)': \(errno.description)", path: path, errno: errno)
+        if errno == .noSuchFileOrDirectory {
+            return WormholeError(.containerUnavailable, "no container at '\(path)'", path: path, errno: errno)
+        }
+        return WormholeError(.containerUnavailable, "cannot create or open container '\(path)': \(errno.description)", path: path, errno: errno)
     }
 }
 

@@ -7,23 +7,32 @@ import FoundationEssentials
 import Foundation
 #endif
 import SystemPackage
-import Logging
 
 /// Finds and secures the shared directory that processes of one application group use,
 /// the Linux analogue of an iOS App Group container.
 ///
-/// The directory for a group is resolved in this order:
-/// 1. an explicit directory, when the caller gives one (``Wormhole/init(directory:configuration:jsonCoding:)``);
+/// Every process of a user resolves a group to the same directory, whatever started it
+/// (a desktop session, systemd's system or user manager, cron, sudo, su, SSH without a
+/// login): the place depends on the effective user id, never on `XDG_RUNTIME_DIR` or
+/// `HOME`. In order (Protocol.md §4):
+/// 1. an explicit directory, when the caller gives one (``Wormhole/init(directory:configuration:jsonCoding:createIfMissing:)``);
 /// 2. `$WORMHOLE_APP_GROUPS_DIRECTORY/<group>` when that environment variable is set
 ///    (sandboxes and tests point every group somewhere else with it);
-/// 3. `$XDG_RUNTIME_DIR/app-groups/<group>`: tmpfs, private to the user, fast;
-/// 4. `/dev/shm/app-groups-<uid>/<group>` (or `/tmp/app-groups-<uid>/<group>` where
-///    `/dev/shm` is missing) when `XDG_RUNTIME_DIR` is unset.
+/// 3. `/run/wormhole/app-groups/<group>` when it exists: the group's shared container,
+///    made by `wormhole share` for the members of a Unix group (``share(applicationGroupIdentifier:unixGroup:)``);
+/// 4. the user's own container that exists already, in this order:
+///    `/run/user/<uid>/app-groups/<group>`, then `/dev/shm/app-groups-<uid>/<group>`;
+/// 5. when none exists, a new one: `/run/user/<uid>/app-groups/<group>` when
+///    `/run/user/<uid>` is a directory of the user's own with mode 0700 (systemd-logind
+///    makes it while the user has a session or lingers), else
+///    `/dev/shm/app-groups-<uid>/<group>` (`/tmp/...` where `/dev/shm` is missing).
 ///
-/// Directories it creates are mode 0700. Before it uses one, it checks it with `lstat`:
-/// a symbolic link, something that is not a directory, a directory owned by another
-/// user, or one that other users may write to is refused with
-/// ``WormholeError/Code/containerInsecure`` and a message that says what to do.
+/// Directories it creates are mode 0700. Before it uses one, it checks it: a symbolic
+/// link, something that is not a directory, a directory owned by another user, or one
+/// that other users may write to is refused with ``WormholeError/Code/containerInsecure``
+/// and a message that says what to do; a shared container must be root's, setgid, mode
+/// 2770, of a Unix group this process is in (``WormholeError/Code/containerInsecure``
+/// otherwise, naming the group to join).
 ///
 /// ```swift
 /// let path = try WormholeContainer.directory(forApplicationGroupIdentifier: "group.com.example.notes")
@@ -32,6 +41,41 @@ public enum WormholeContainer {
     /// The environment variable that moves every application group's container under
     /// one directory.
     public static let environmentOverride = "WORMHOLE_APP_GROUPS_DIRECTORY"
+
+    /// The directory under which `wormhole share` makes shared containers: root's, mode
+    /// 0755 (every user sees which groups are shared; only members see inside one).
+    public static let sharedGroupsDirectory = "/run/wormhole/app-groups"
+
+    /// Where a group's container is, and which rule chose it.
+    public struct Resolution: Sendable, Hashable, CustomStringConvertible {
+        /// The rule of the resolution order that chose the path.
+        public enum Source: String, Sendable, Hashable {
+            /// `WORMHOLE_APP_GROUPS_DIRECTORY` is set.
+            case environmentOverride
+            /// The group is shared with a Unix group (`wormhole share`).
+            case sharedGroup
+            /// The user's container under `/run/user/<uid>`.
+            case userRuntimeDirectory
+            /// The user's container under `/dev/shm` (or `/tmp`).
+            case userFallback
+        }
+
+        /// The container's absolute path.
+        public let path: String
+        /// The rule that chose it.
+        public let source: Source
+        /// Whether the directory existed when it was resolved.
+        public let exists: Bool
+
+        public var description: String {
+            switch source {
+            case .environmentOverride: "\(WormholeContainer.environmentOverride) is set"
+            case .sharedGroup: "the group is shared with Unix group members (wormhole share)"
+            case .userRuntimeDirectory: "this user's runtime directory, /run/user/\(Syscalls.effectiveUserID)"
+            case .userFallback: "this user's fixed directory (no /run/user/\(Syscalls.effectiveUserID) container)"
+            }
+        }
+    }
 
     /// Resolves, creates if needed and checks the container of an application group.
     ///
@@ -46,100 +90,179 @@ public enum WormholeContainer {
         forApplicationGroupIdentifier applicationGroupIdentifier: String,
         environment: [String: String] = currentEnvironment()
     ) throws(WormholeError) -> String {
+        let resolution = try resolve(applicationGroupIdentifier: applicationGroupIdentifier, environment: environment)
+        if resolution.source != .sharedGroup {
+            let groups = try ContainerPath(resolution.path).parent
+            try prepare(groups, createParents: resolution.source == .environmentOverride)
+        }
+        try prepare(resolution.path, createParents: false)
+        return resolution.path
+    }
+
+    /// Where the container of an application group is, by the resolution order above,
+    /// without creating or checking anything.
+    ///
+    /// - Throws: ``WormholeError`` with ``WormholeError/Code/invalidIdentifier`` or,
+    ///   when `WORMHOLE_APP_GROUPS_DIRECTORY` is not absolute,
+    ///   ``WormholeError/Code/containerUnavailable``.
+    public static func resolve(
+        applicationGroupIdentifier: String,
+        environment: [String: String] = currentEnvironment()
+    ) throws(WormholeError) -> Resolution {
         try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
-        let base = try groupsDirectory(environment: environment)
-        let path = base + "/" + applicationGroupIdentifier
+        func exists(_ path: String) -> Bool { (try? Syscalls.linkStatus(path).get()) != nil }
+        if let base = try overrideDirectory(environment) {
+            let path = base + "/" + applicationGroupIdentifier
+            return Resolution(path: path, source: .environmentOverride, exists: exists(path))
+        }
+        let shared = sharedGroupsDirectory + "/" + applicationGroupIdentifier
+        if exists(shared) { return Resolution(path: shared, source: .sharedGroup, exists: true) }
+        let runtime = runtimeGroupsDirectory + "/" + applicationGroupIdentifier
+        if exists(runtime) { return Resolution(path: runtime, source: .userRuntimeDirectory, exists: true) }
+        let fallback = fallbackGroupsDirectory + "/" + applicationGroupIdentifier
+        if exists(fallback) { return Resolution(path: fallback, source: .userFallback, exists: true) }
+        if hasRuntimeDirectory { return Resolution(path: runtime, source: .userRuntimeDirectory, exists: false) }
+        return Resolution(path: fallback, source: .userFallback, exists: false)
+    }
+
+    /// The directory under which this user's application group containers are made,
+    /// created and checked: `$WORMHOLE_APP_GROUPS_DIRECTORY`, else
+    /// `/run/user/<uid>/app-groups` when `/run/user/<uid>` is the user's own, else
+    /// `/dev/shm/app-groups-<uid>`.
+    public static func groupsDirectory(environment: [String: String] = currentEnvironment()) throws(WormholeError) -> String {
+        if let base = try overrideDirectory(environment) {
+            try prepare(base, createParents: true)
+            return base
+        }
+        let path = hasRuntimeDirectory ? runtimeGroupsDirectory : fallbackGroupsDirectory
         try prepare(path, createParents: false)
         return path
     }
 
-    /// The directory under which application group containers live, created and checked.
-    public static func groupsDirectory(environment: [String: String] = currentEnvironment()) throws(WormholeError) -> String {
-        if let override = environment[environmentOverride], !override.isEmpty {
-            guard override.hasPrefix("/") else {
-                throw WormholeError(.containerUnavailable, "\(environmentOverride)='\(override)' must be an absolute path")
-            }
-            try prepare(override, createParents: true)
-            return normalized(override)
+    /// Every place a container of `applicationGroupIdentifier` may be for this user,
+    /// besides where it resolves: the user's other roots, the override, the shared
+    /// container, and `$XDG_RUNTIME_DIR/app-groups` (where versions before this
+    /// resolution put it). `wormhole doctor` looks in each for a split set-up.
+    public static func candidateDirectories(
+        forApplicationGroupIdentifier applicationGroupIdentifier: String,
+        environment: [String: String] = currentEnvironment()
+    ) -> [String] {
+        var roots: [String] = []
+        if let base = try? overrideDirectory(environment) { roots.append(base) }
+        roots += [sharedGroupsDirectory, runtimeGroupsDirectory, fallbackGroupsDirectory, "/tmp/app-groups-\(Syscalls.effectiveUserID)"]
+        if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/"), let path = try? ContainerPath(runtime) {
+            roots.append(path.description + "/app-groups")
         }
-        let shared = Syscalls.linkStatus("/dev/shm").map(\.isDirectory)
-        let parent = (try? shared.get()) == true ? "/dev/shm" : "/tmp"
-        // A world-writable parent: the directory is created 0700 and must then be ours,
-        // not a symlink or a directory someone else put there first.
-        let fallback = "\(parent)/app-groups-\(Syscalls.effectiveUserID)"
-        if let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/"),
-           case .success(let status) = Syscalls.linkStatus(runtime), status.isDirectory {
-            // The XDG Base Directory specification: the runtime directory is owned by the
-            // user and has mode 0700. One that is not (another user's home, say) is not used.
-            if status.userID.rawValue == Syscalls.effectiveUserID && status.modeBits & 0o077 == 0 {
-                let path = normalized(runtime) + "/app-groups"
-                try prepare(path, createParents: false)
-                return path
-            }
-            Logger(label: "Wormhole").warning(
-                "XDG_RUNTIME_DIR '\(runtime)' is not owned by this user with mode 0700 (owner \(status.userID.rawValue), mode \(String(status.modeBits, radix: 8))), as the XDG Base Directory specification requires; using \(fallback) instead")
-        }
-        try prepare(fallback, createParents: false)
-        return fallback
+        var seen = Set<String>()
+        return roots.map { $0 + "/" + applicationGroupIdentifier }.filter { seen.insert($0).inserted }
     }
 
-    /// Creates `path` (0700) if it is missing and checks that it is safe to use.
-    static func prepare(_ path: String, createParents: Bool) throws(WormholeError) {
-        switch Syscalls.makeDirectory(path) {
-        case .success, .failure(.fileExists):
-            break
-        case .failure(.noSuchFileOrDirectory) where createParents:
-            try createAncestors(of: path)
-            switch Syscalls.makeDirectory(path) {
-            case .success, .failure(.fileExists): break
-            case .failure(let errno): throw unavailable(path, errno)
-            }
-        case .failure(let errno):
-            throw unavailable(path, errno)
+    /// The containers of `applicationGroupIdentifier` that belong to other users, as far
+    /// as this process may see them (root sees every one; another user sees none, since
+    /// their roots are 0700): under `/run/user/*/app-groups` and `/dev/shm/app-groups-*`.
+    public static func otherUsersDirectories(forApplicationGroupIdentifier applicationGroupIdentifier: String) -> [String] {
+        let me = Syscalls.effectiveUserID
+        var found: [String] = []
+        for user in (try? FileManager.default.contentsOfDirectory(atPath: "/run/user")) ?? [] where UInt32(user) != nil && UInt32(user) != me {
+            found.append("/run/user/\(user)/app-groups/\(applicationGroupIdentifier)")
         }
-        try check(path)
-    }
-
-    /// Checks with `lstat` that `path` is a real directory owned by this user that no
-    /// other user can write to.
-    static func check(_ path: String) throws(WormholeError) {
-        let status: Stat
-        switch Syscalls.linkStatus(path) {
-        case .success(let value): status = value
-        case .failure(let errno): throw unavailable(path, errno)
-        }
-        if status.isSymbolicLink {
-            throw ContainerDirectory.symbolicLinkRefused(path)
-        }
-        try ContainerDirectory.checkOwnership(status, path: path)
-    }
-
-    private static func createAncestors(of path: String) throws(WormholeError) {
-        var prefix = ""
-        for component in path.split(separator: "/").dropLast() {
-            prefix += "/" + component
-            switch Syscalls.makeDirectory(prefix) {
-            case .success, .failure(.fileExists): continue
-            case .failure(let errno): throw unavailable(prefix, errno)
+        for root in ["/dev/shm", "/tmp"] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] where name.hasPrefix("app-groups-") && name != "app-groups-\(me)" {
+                found.append("\(root)/\(name)/\(applicationGroupIdentifier)")
             }
         }
+        return found.filter { (try? Syscalls.linkStatus($0).get()) != nil }.sorted()
     }
 
-    private static func unavailable(_ path: String, _ errno: Errno) -> WormholeError {
-        WormholeError(.containerUnavailable, "cannot create or open container '\(path)': \(errno.description)", path: path, errno: errno)
-    }
-
-    /// `path` made absolute (a relative path is taken from the current directory) and
-    /// without trailing slashes: every later step, creating parents among them, works on
-    /// the absolute path.
-    static func normalized(_ path: String) -> String {
-        var result = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
-        while result.count > 1 && result.hasSuffix("/") { result.removeLast() }
-        return result
+    /// The names of existing groups that look like `applicationGroupIdentifier` (a typo
+    /// away: at most two edits, or one contains the other), in the user's groups
+    /// directory, the override and the shared groups: what "did you mean" offers.
+    public static func similarGroups(
+        to applicationGroupIdentifier: String,
+        environment: [String: String] = currentEnvironment()
+    ) -> [String] {
+        var roots = [sharedGroupsDirectory, runtimeGroupsDirectory, fallbackGroupsDirectory]
+        if let base = try? overrideDirectory(environment) { roots = [base] }
+        var names = Set<String>()
+        for root in roots {
+            guard let entries = try? FileManager.default.contentsOfDirectory(atPath: root) else { continue }
+            for name in entries where name != applicationGroupIdentifier && !name.hasPrefix(".")
+                && looksAlike(name, applicationGroupIdentifier) {
+                names.insert(name)
+            }
+        }
+        return names.sorted()
     }
 
     /// The environment of this process.
     public static func currentEnvironment() -> [String: String] {
         ProcessInfo.processInfo.environment
+    }
+
+    // MARK: - The rule's directories
+
+    /// `/run/user/<uid>/app-groups`.
+    static var runtimeGroupsDirectory: String { "/run/user/\(Syscalls.effectiveUserID)/app-groups" }
+
+    /// `/dev/shm/app-groups-<uid>`, or `/tmp/app-groups-<uid>` where `/dev/shm` is missing.
+    static var fallbackGroupsDirectory: String {
+        let shm = (try? Syscalls.linkStatus("/dev/shm").get())?.isDirectory == true
+        return "\(shm ? "/dev/shm" : "/tmp")/app-groups-\(Syscalls.effectiveUserID)"
+    }
+
+    /// Whether `/run/user/<uid>` is a directory of this user's own with no access for
+    /// others (what systemd-logind makes, and the XDG Base Directory specification asks).
+    static var hasRuntimeDirectory: Bool {
+        guard case .success(let status) = Syscalls.linkStatus("/run/user/\(Syscalls.effectiveUserID)") else { return false }
+        return status.isDirectory && status.userID.rawValue == Syscalls.effectiveUserID && status.modeBits & 0o077 == 0
+    }
+
+    /// `$WORMHOLE_APP_GROUPS_DIRECTORY`, normalised; `nil` when unset or empty.
+    static func overrideDirectory(_ environment: [String: String]) throws(WormholeError) -> String? {
+        guard let override = environment[environmentOverride], !override.isEmpty else { return nil }
+        guard override.hasPrefix("/") else {
+            throw WormholeError(.containerUnavailable, "\(environmentOverride)='\(override)' must be an absolute path")
+        }
+        return try ContainerPath(override).description
+    }
+
+    /// Creates `path` (0700) if it is missing and checks it as a container (with `lstat`:
+    /// a link is refused, never followed).
+    static func prepare(_ path: String, createParents: Bool) throws(WormholeError) {
+        let location = try ContainerPath(path)
+        switch Syscalls.makeDirectory(location.description) {
+        case .success, .failure(.fileExists):
+            break
+        case .failure(.noSuchFileOrDirectory) where createParents:
+            try location.createAncestors()
+            switch Syscalls.makeDirectory(location.description) {
+            case .success, .failure(.fileExists): break
+            case .failure(let errno): throw ContainerDirectory.unavailable(location.description, errno)
+            }
+        case .failure(let errno):
+            throw ContainerDirectory.unavailable(location.description, errno)
+        }
+        let status: Stat
+        switch Syscalls.linkStatus(location.description) {
+        case .success(let value): status = value
+        case .failure(let errno): throw ContainerDirectory.unavailable(location.description, errno)
+        }
+        if status.isSymbolicLink { throw ContainerDirectory.symbolicLinkRefused(location.description) }
+        _ = try ContainerAccess.of(status, path: location.description)
+    }
+
+    /// Whether two group names are a typo apart.
+    static func looksAlike(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        if abs(x.count - y.count) > 2 { return a.contains(b) || b.contains(a) }
+        var previous = Array(0...y.count)
+        for i in 1...max(1, x.count) where !x.isEmpty {
+            var row = [i] + Array(repeating: 0, count: y.count)
+            for j in 1...max(1, y.count) where !y.isEmpty {
+                row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (x[i - 1] == y[j - 1] ? 0 : 1))
+            }
+            previous = row
+        }
+        return previous[y.count] <= 2
     }
 }

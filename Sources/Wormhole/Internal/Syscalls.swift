@@ -101,16 +101,16 @@ enum Syscalls {
         }
     }
 
-    /// Opens `name` relative to the directory `directory`. The corresponding C function
-    /// is `openat`.
-    static func open(_ name: String, in directory: FileDescriptor, _ mode: OpenMode) -> Result<FileDescriptor, Errno> {
-        retrying("openat") { openat(directory.rawValue, name, mode.flags, mode_t(0o600)) }.map(FileDescriptor.init(rawValue:))
+    /// Opens `name` relative to the directory `directory`; a file it creates gets
+    /// `permissions` less the umask. The corresponding C function is `openat`.
+    static func open(_ name: String, in directory: FileDescriptor, _ mode: OpenMode, permissions: mode_t = 0o600) -> Result<FileDescriptor, Errno> {
+        retrying("openat") { openat(directory.rawValue, name, mode.flags, permissions) }.map(FileDescriptor.init(rawValue:))
     }
 
-    /// Makes the directory `name` (0700) in `directory`; one that exists is fine. The
-    /// corresponding C function is `mkdirat`.
-    static func makeDirectory(_ name: String, in directory: FileDescriptor) -> Result<Void, Errno> {
-        switch retrying("mkdirat", { mkdirat(directory.rawValue, name, 0o700) }) {
+    /// Makes the directory `name` (`permissions` less the umask, 0700 by default) in
+    /// `directory`; one that exists is fine. The corresponding C function is `mkdirat`.
+    static func makeDirectory(_ name: String, in directory: FileDescriptor, permissions: mode_t = 0o700) -> Result<Void, Errno> {
+        switch retrying("mkdirat", { mkdirat(directory.rawValue, name, permissions) }) {
         case .success, .failure(.fileExists): .success(())
         case .failure(let errno): .failure(errno)
         }
@@ -290,6 +290,44 @@ enum Syscalls {
     }
 
     static var effectiveUserID: uid_t { geteuid() }
+
+    /// Whether this process is in the group `group` (its effective group or one of its
+    /// supplementary groups). The corresponding C functions are `getegid` and `getgroups`.
+    static func isMember(ofGroup group: gid_t) -> Bool {
+        if getegid() == group { return true }
+        let count = getgroups(0, nil)
+        guard count > 0 else { return false }
+        var groups = [gid_t](repeating: 0, count: Int(count))
+        let got = getgroups(count, &groups)
+        return got > 0 && groups.prefix(Int(got)).contains(group)
+    }
+
+    /// The id of the Unix group `name`, or `nil`. The corresponding C function is `getgrnam_r`.
+    static func groupID(named name: String) -> gid_t? {
+        var group = group()
+        var result: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getgrnam_r(name, &group, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return group.gr_gid
+    }
+
+    /// The name of the Unix group `id`, or its number. The corresponding C function is `getgrgid_r`.
+    static func groupName(_ id: gid_t) -> String {
+        var group = group()
+        var result: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getgrgid_r(id, &group, &buffer, buffer.count, &result) == 0, result != nil else { return String(id) }
+        return String(cString: group.gr_name)
+    }
+
+    /// The name of the user `id`, or its number. The corresponding C function is `getpwuid_r`.
+    static func userName(_ id: uid_t) -> String {
+        var user = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getpwuid_r(id, &user, &buffer, buffer.count, &result) == 0, result != nil else { return String(id) }
+        return String(cString: user.pw_name)
+    }
     static var processID: Int32 { getpid() }
     /// This process's id, read once: records carry it for information only, and glibc
     /// no longer caches `getpid`, so asking for every message would cost a system call.

@@ -69,7 +69,7 @@ final class DurablePosition {
         var fd: FileDescriptor?
         for _ in 0..<8 where fd == nil {
             fd = try Self.openExisting(file, in: directory, path: path)
-            if fd == nil { fd = try Self.create(file, in: directory, path: path) }
+            if fd == nil { fd = try Self.create(file, in: directory, container: container, path: path) }
         }
         guard let fd else {
             throw WormholeError(.systemError, "'\(path)' kept appearing and disappearing while this process opened it", path: path)
@@ -95,7 +95,7 @@ final class DurablePosition {
             self.path = path
             self.name = name
             self.identifier = identifier
-            // A file made by ``create(_:in:path:)`` holds position 0 in no log: a name
+            // A file made by ``create(_:in:container:path:)`` holds position 0 in no log: a name
             // used for the first time.
             stored = value.logID == 0 && value.position == 0 && value.processID == 0 ? nil : value
         } catch {
@@ -127,13 +127,13 @@ final class DurablePosition {
     /// Makes the position file `file` whole: a temporary file (`.<file>.<pid>-<hex>`,
     /// locked, so that a compactor leaves it alone) holding an empty value, linked to its
     /// name. Returns it opened, or `nil` when another process made it first.
-    private static func create(_ file: String, in directory: FileDescriptor, path: String) throws(WormholeError) -> FileDescriptor? {
+    private static func create(_ file: String, in directory: FileDescriptor, container: ContainerDirectory, path: String) throws(WormholeError) -> FileDescriptor? {
         let temporary = ".\(file).\(Syscalls.processID)-\(String(UInt64.random(in: 1...UInt64.max), radix: 16))"
         // Held while the temporary file has its name: a compactor leaves it alone
         // (Protocol.md §12.3 Q4), in any PID namespace.
         try Syscalls.lock(directory, exclusive: false).mapError { Self.failure("lock the listener claims of", $0, path: path) }.get()
         defer { Syscalls.unlock(directory) }
-        let fd = try Syscalls.open(temporary, in: directory, .createExclusive)
+        let fd = try container.createFile(temporary, in: directory)
             .mapError { Self.failure("create the durable position", $0, path: path) }.get()
         defer { Syscalls.remove(temporary, in: directory) }
         do throws(WormholeError) {

@@ -173,7 +173,12 @@ final class FileLogReader: WormholeTransitingReader {
         }
         var results: [Result<WormholeRecord, WormholeError>] = []
         do throws(WormholeError) {
-            return try readRecords(maximumCount: maximumCount, into: &results)
+            let records = try readRecords(maximumCount: maximumCount, into: &results)
+            // Caught up (a short read, nothing more to come without a wake-up): the claim
+            // is written now rather than at its next step, so that status shows an idle
+            // listener's exact position. No write when it has not moved.
+            if records.count < maximumCount && !mayHaveMore { cursor?.update(delivered, logID: logID ?? 0, force: true) }
+            return records
         } catch {
             guard !results.isEmpty else { throw error }
             pendingError = error

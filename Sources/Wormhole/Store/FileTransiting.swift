@@ -58,10 +58,11 @@ public final class FileTransiting: WormholeTransiting {
         return released.count
     }
 
-    /// Uses `directory` (created 0700 when missing, refused when unsafe).
-    public init(directory: String, configuration: WormholeConfiguration = .init()) throws(WormholeError) {
+    /// Uses `directory` (created 0700 when missing and `createIfMissing`, refused when
+    /// unsafe).
+    public init(directory: String, configuration: WormholeConfiguration = .init(), createIfMissing: Bool = true) throws(WormholeError) {
         self.configuration = try configuration.validated()
-        self.container = try ContainerDirectory(path: directory)
+        self.container = try ContainerDirectory(path: directory, create: createIfMissing)
         self.notificationCenter = DarwinNotificationCenter(container: container)
         self.directory = container.path
     }
@@ -414,6 +415,21 @@ public final class FileTransiting: WormholeTransiting {
         try Identifier.validate(identifier)
         return try InotifyEngine.shared.subscribe(directory: directory, names: [LogFile.name(identifier)], changes: Self.logChanges) { event in
             handler(Self.transitingEvent(for: event))
+        }
+    }
+
+    /// Calls `handler` with the identifier of each log that appears in the container
+    /// (created, or moved to its name), and with `nil` when anything may have changed
+    /// (events lost, the directory replaced): look at every identifier again.
+    func observeIdentifiers(handler: @escaping @Sendable (String?) -> Void) throws(WormholeError) -> EngineSubscription {
+        try InotifyEngine.shared.subscribe(directory: directory, names: [], changes: [.entry]) { event in
+            switch event {
+            case .changed(let name, _):
+                guard name.hasSuffix(LogFormat.fileSuffix), !name.hasPrefix(".") else { return }
+                handler(String(name.dropLast(LogFormat.fileSuffix.count)))
+            case .rescan, .failed:
+                handler(nil)
+            }
         }
     }
 

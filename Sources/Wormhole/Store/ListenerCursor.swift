@@ -42,7 +42,8 @@ final class ListenerCursor {
     /// alone, from earlier versions) count for any log.
     static let claimSize = 24
 
-    /// Opens (creating, 0700, checked like the container) `.listeners/<identifier>/`.
+    /// Opens (creating, 0700 or a shared container's 2770, checked as ``ContainerAccess``
+    /// says) `.listeners/<identifier>/`.
     static func openDirectory(in container: ContainerDirectory, identifier: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
         let top: FileDescriptor
         if create {
@@ -55,21 +56,9 @@ final class ListenerCursor {
             }
         }
         defer { try? top.close() }
-        if create { _ = Syscalls.makeDirectory(identifier, in: top) }
-        switch Syscalls.open(identifier, in: top, .directory) {
-        case .success(let fd):
-            do throws(WormholeError) {
-                try ContainerDirectory.checkOwnership(fd, path: container.filePath(claimsDirectory + "/" + identifier))
-            } catch {
-                try? fd.close()
-                throw error
-            }
-            return fd
-        case .failure(.noSuchFileOrDirectory) where !create:
-            return nil
-        case .failure(let errno):
-            throw WormholeError.system("open", errno, path: container.filePath(claimsDirectory + "/" + identifier))
-        }
+        // Missing (not to be created): nil; any other failure (EMFILE, EIO) is thrown, so
+        // that compaction never takes an unreadable directory for no claim.
+        return try container.subdirectory(identifier, in: top, path: container.filePath(claimsDirectory + "/" + identifier), create: create)
     }
 
     /// Creates the claim, initially empty, which reads as 0 (keep everything), already
@@ -87,7 +76,7 @@ final class ListenerCursor {
         let temporary = "." + name
         let where_ = container.filePath(Self.claimsDirectory + "/" + identifier + "/" + name)
         try Syscalls.lock(directory, exclusive: false).orThrow("lock the listener claims of", path: container.filePath(Self.claimsDirectory + "/" + identifier))
-        let fd = try Syscalls.open(temporary, in: directory, .createExclusive).orThrow("create listener claim", path: where_)
+        let fd = try container.createFile(temporary, in: directory).orThrow("create listener claim", path: where_)
         do throws(WormholeError) {
             // Left empty: an empty claim reads as 0 (keep everything), so a full disk does
             // not stop a listener from claiming.
@@ -311,7 +300,7 @@ final class ListenerCursor {
                     processID: value.map { Int32(bitPattern: $0.processID) }, isRunning: running,
                     position: position, behind: lastSequence > position ? lastSequence - position : 0,
                     lastSeen: Date(timeIntervalSince1970: Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9),
-                    pidNamespace: value.flatMap { $0.pidNamespace == 0 ? nil : $0.pidNamespace }))
+                    pidNamespace: value.flatMap { $0.pidNamespace == 0 ? nil : $0.pidNamespace }, userID: status.userID.rawValue))
             } else if running {
                 let claim = readClaim(fd)
                 let position = claim.keeps(afterIn: logID)
@@ -319,7 +308,7 @@ final class ListenerCursor {
                 result.append(WormholeListenerStatus(
                     identifier: identifier, durableName: nil, processID: pid, isRunning: true,
                     position: position, behind: lastSequence > position ? lastSequence - position : 0, lastSeen: nil,
-                    pidNamespace: claim.pidNamespace))
+                    pidNamespace: claim.pidNamespace, userID: status.userID.rawValue))
             }
         }
         return result

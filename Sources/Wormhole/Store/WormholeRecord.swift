@@ -177,6 +177,10 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     public let behind: UInt64
     /// When a durable listener last handled a message (or was started).
     public let lastSeen: Date?
+    /// The user of the listener's process (for a durable name, of the one that made its
+    /// position): the owner of its claim file, which no process can forge. `nil` when
+    /// unknown (the PostgreSQL back end).
+    public let userID: UInt32?
 
     /// Whether ``processID`` numbers a process of the caller's PID namespace (or the
     /// namespace is not known).
@@ -185,7 +189,7 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     }
 
     public init(identifier: String, durableName: String?, processID: Int32?, isRunning: Bool,
-                position: UInt64, behind: UInt64, lastSeen: Date?, pidNamespace: UInt64? = nil) {
+                position: UInt64, behind: UInt64, lastSeen: Date?, pidNamespace: UInt64? = nil, userID: UInt32? = nil) {
         self.identifier = identifier
         self.durableName = durableName
         self.processID = processID
@@ -194,5 +198,6 @@ public struct WormholeListenerStatus: Sendable, Hashable {
         self.position = position
         self.behind = behind
         self.lastSeen = lastSeen
+        self.userID = userID
     }
 }

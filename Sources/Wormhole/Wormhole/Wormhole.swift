@@ -65,8 +65,10 @@ public final class Wormhole: Sendable {
     /// A wormhole in an application group's container, as MMWormhole's
     /// `initWithApplicationGroupIdentifier:optionalDirectory:`.
     ///
-    /// The container is found as ``WormholeContainer`` describes
-    /// (`$XDG_RUNTIME_DIR/app-groups/<group>` by default).
+    /// The container is found as ``WormholeContainer`` describes: the same directory for
+    /// every process of the user, whatever its environment (`/run/user/<uid>/app-groups/<group>`
+    /// by default), or the group's shared container when an administrator shared it
+    /// with a Unix group this process is in (`wormhole share`).
     ///
     /// - Parameters:
     ///   - applicationGroupIdentifier: The group every cooperating process names.
@@ -74,20 +76,27 @@ public final class Wormhole: Sendable {
     ///   - configuration: Retention and size limits.
     ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
     ///     (``WormholeJSONCoding/standard`` by default).
+    ///   - createIfMissing: Whether to create the container when it does not exist
+    ///     (`true` by default). A program that only reads passes `false`: it then gets
+    ///     ``WormholeError/Code/containerUnavailable`` (with `ENOENT`) instead of an
+    ///     empty container that no one else uses.
     /// - Throws: ``WormholeError`` when the group or directory name is invalid or the
     ///   container is unsafe or cannot be created.
     public convenience init(
         applicationGroupIdentifier: String,
         optionalDirectory: String? = nil,
         configuration: Configuration = Configuration(),
-        jsonCoding: JSONCoding = .standard
+        jsonCoding: JSONCoding = .standard,
+        createIfMissing: Bool = true
     ) throws(WormholeError) {
-        var path = try WormholeContainer.directory(forApplicationGroupIdentifier: applicationGroupIdentifier)
+        var path = createIfMissing
+            ? try WormholeContainer.directory(forApplicationGroupIdentifier: applicationGroupIdentifier)
+            : try WormholeContainer.resolve(applicationGroupIdentifier: applicationGroupIdentifier).path
         if let optionalDirectory, !optionalDirectory.isEmpty {
             try Identifier.validate(optionalDirectory, kind: "optional directory")
             path += "/" + optionalDirectory
         }
-        try self.init(directory: path, configuration: configuration, jsonCoding: jsonCoding)
+        try self.init(directory: path, configuration: configuration, jsonCoding: jsonCoding, createIfMissing: createIfMissing)
     }
 
     /// A wormhole in `directory`, created (0700) when it is missing, as MMWormhole's
@@ -103,12 +112,14 @@ public final class Wormhole: Sendable {
     ///   - configuration: Retention and size limits.
     ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
     ///     (``WormholeJSONCoding/standard`` by default).
+    ///   - createIfMissing: Whether to create the directory when it does not exist
+    ///     (`true` by default; see ``init(applicationGroupIdentifier:optionalDirectory:configuration:jsonCoding:createIfMissing:)``).
     /// - Throws: ``WormholeError`` when the directory is unsafe (a symbolic link, another
     ///   user's, writable by others) or cannot be created, or the configuration is out of
     ///   range.
     public convenience init(directory: String, configuration: Configuration = Configuration(),
-                            jsonCoding: JSONCoding = .standard) throws(WormholeError) {
-        self.init(transiting: try FileTransiting(directory: directory, configuration: configuration), jsonCoding: jsonCoding)
+                            jsonCoding: JSONCoding = .standard, createIfMissing: Bool = true) throws(WormholeError) {
+        self.init(transiting: try FileTransiting(directory: directory, configuration: configuration, createIfMissing: createIfMissing), jsonCoding: jsonCoding)
     }
 
     /// A wormhole over any back end: ``FileTransiting``, the PostgreSQL back end of the

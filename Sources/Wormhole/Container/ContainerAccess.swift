@@ -1,0 +1,130 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemPackage
+
+/// Who may use a container: one Unix user, or the members of one Unix group (an
+/// application group shared by `wormhole share`, Protocol.md §4).
+///
+/// | | owner | mode | files | sub-directories |
+/// |---|---|---|---|---|
+/// | personal | this user | no write for others (`mode & 0o022 == 0`), 0700 when created | 0600 | 0700 |
+/// | shared | root (or this user) | setgid, group `rwx`, nothing for others: `2770` | 0660 | 2770 |
+///
+/// A shared container's group must be one of this process's groups (root may use any),
+/// and its parent must be root's (or this user's) and writable by its owner alone (Protocol.md §4): members may
+/// then pass, read, listen and compact, but cannot rename the container or put another
+/// in its place, and other users cannot even list it. New files and directories get
+/// their mode with `fchmod` after they are made, so that a member's umask cannot take
+/// the group's access away, and the group from the setgid directory.
+enum ContainerAccess: Sendable, Hashable {
+    /// Private to the user that owns it.
+    case personal
+    /// Shared by the members of the Unix group `groupID`.
+    case shared(groupID: UInt32)
+
+    /// The mode of the files Wormhole makes in the container.
+    var fileMode: mode_t {
+        switch self {
+        case .personal: 0o600
+        case .shared: 0o660
+        }
+    }
+
+    /// The mode of the directories Wormhole makes in the container (`.listeners`, ...).
+    var directoryMode: mode_t {
+        switch self {
+        case .personal: 0o700
+        case .shared: 0o2770
+        }
+    }
+
+    /// The access the container `status` (taken with `fstat` or `lstat`) gives this
+    /// process, or an error that says why it may not be used.
+    static func of(_ status: Stat, path: String) throws(WormholeError) -> ContainerAccess {
+        guard status.isDirectory else {
+            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
+        }
+        let me = Syscalls.effectiveUserID
+        let owner = status.userID.rawValue
+        let mode = status.modeBits
+        let sharedMode = mode & 0o2070 == 0o2070 && mode & 0o007 == 0
+        if owner == me && mode & 0o022 == 0 { return .personal }
+        if sharedMode && (owner == me || owner == 0) {
+            let group = status.groupID.rawValue
+            guard me == 0 || Syscalls.isMember(ofGroup: group) else {
+                throw WormholeError(.containerInsecure,
+                    "container '\(path)' is shared with Unix group \(Syscalls.groupName(group)) (gid \(group)), and this user (uid \(me)) is not a member: ask an administrator to add it ('usermod -aG \(Syscalls.groupName(group)) \(Syscalls.userName(me))'), then log in again",
+                    path: path)
+            }
+            return .shared(groupID: group)
+        }
+        if owner != me {
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' belongs to user \(owner), not to this user (\(me)); another user may have created it to read your messages. Remove it, or choose another directory. To share a group between users, an administrator runs 'wormhole share GROUP --unix-group NAME'",
+                path: path)
+        }
+        throw WormholeError(.containerInsecure,
+            "container '\(path)' has mode \(String(mode, radix: 8)): other users may write to it. Run 'chmod go-w \(path)' or choose another directory; to share a group between users, an administrator runs 'wormhole share GROUP --unix-group NAME'",
+            path: path)
+    }
+
+    /// Checks a directory Wormhole made in the container (`.listeners`, its
+    /// sub-directories): in a personal container owned by this user with no write for
+    /// others; in a shared one, the container's group and nothing for others.
+    func checkSubdirectory(_ status: Stat, path: String) throws(WormholeError) {
+        switch self {
+        case .personal:
+            guard try Self.of(status, path: path) == .personal else {
+                throw WormholeError(.containerInsecure, "'\(path)' is shared with a group, but its container is private to this user; remove it", path: path)
+            }
+        case .shared(let group):
+            guard status.isDirectory else {
+                throw WormholeError(.containerInsecure, "'\(path)' is not a directory; move that file away", path: path)
+            }
+            if status.groupID.rawValue != group || status.modeBits & 0o002 != 0 {
+                throw WormholeError(.containerInsecure,
+                    "'\(path)' has group \(status.groupID.rawValue) and mode \(String(status.modeBits, radix: 8)), but its shared container has group \(group) and gives others nothing; remove it",
+                    path: path)
+            }
+        }
+    }
+
+    /// Gives a file or directory this process has just made the container's mode, in a
+    /// shared container (whatever the umask took away); nothing in a personal one, where
+    /// the umask can only take access away. Costs one `fchmod`, only when needed.
+    func settle(_ fd: FileDescriptor, status: Stat? = nil, directory: Bool = false) {
+        guard case .shared = self else { return }
+        let wanted = directory ? directoryMode : fileMode
+        if let status, status.modeBits == wanted || status.userID.rawValue != Syscalls.effectiveUserID { return }
+        _ = Syscalls.retrying("fchmod") { fchmod(fd.rawValue, wanted) }
+    }
+
+    /// A parent that another user may write to, without the sticky bit, lets that user
+    /// rename the container away and put one of hers in its place; so does a parent that
+    /// another user owns, sticky or not (the sticky bit lets a directory's owner rename
+    /// any entry). Refused, unless the parent is owned by this user or root, and others
+    /// may write to it only with the sticky bit (`/tmp`, `/dev/shm`). A shared
+    /// container's parent must not be writable by anyone but its owner, root: a member
+    /// could otherwise rename the container away.
+    func checkParent(_ status: Stat, parentPath: String, path: String) throws(WormholeError) {
+        let sticky = status.permissions.contains(.saveText)
+        let othersMayWrite = status.modeBits & 0o022 != 0
+        let ownedBySomeoneElse = status.userID.rawValue != Syscalls.effectiveUserID && status.userID.rawValue != 0
+        if case .shared = self, othersMayWrite || ownedBySomeoneElse {
+            throw WormholeError(.containerInsecure,
+                "the parent of shared container '\(path)', '\(parentPath)', has owner \(status.userID.rawValue) and mode \(String(status.modeBits, radix: 8)): a member could replace the container. A shared container's parent is root's and writable by its owner alone; 'wormhole share' makes one",
+                path: parentPath)
+        }
+        if othersMayWrite && !sticky {
+            throw WormholeError(.containerInsecure,
+                "the parent of container '\(path)', '\(parentPath)', has mode \(String(status.modeBits, radix: 8)) without the sticky bit: another user could replace the container with one of hers. Run 'chmod +t \(parentPath)' or 'chmod go-w \(parentPath)', or choose another directory",
+                path: parentPath)
+        }
+        if ownedBySomeoneElse {
+            throw WormholeError(.containerInsecure,
+                "the parent of container '\(path)', '\(parentPath)', belongs to user \(status.userID.rawValue): that user could replace the container. Choose a directory under one of your own",
+                path: parentPath)
+        }
+    }
+}

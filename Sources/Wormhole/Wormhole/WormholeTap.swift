@@ -1,0 +1,104 @@
+import Dispatch
+import Synchronization
+
+/// A listener of every identifier of a container, those created later included: what
+/// `wormhole listen --all` and `wormhole top` show. Made by
+/// ``Wormhole/listenForAllRecords(queue:onError:listener:)``.
+///
+/// It hears every message passed after it started, exactly once per identifier, as a
+/// listener of that identifier would: the identifiers there when it starts from their
+/// last message then, and each one that appears later from its first.
+public final class WormholeTap: Sendable {
+    private let wormhole: Wormhole
+    private let queue: DispatchQueue?
+    private let onError: @Sendable (WormholeError) -> Void
+    private let listener: @Sendable (WormholeRecord) -> Void
+    private let state = Mutex<State>(State())
+    private let observation = Mutex<EngineSubscription?>(nil)
+
+    private struct State {
+        var tokens: [String: ListenerToken] = [:]
+        var cancelled = false
+    }
+
+    init(wormhole: Wormhole, transiting: FileTransiting, queue: DispatchQueue?,
+         onError: @escaping @Sendable (WormholeError) -> Void,
+         listener: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) {
+        self.wormhole = wormhole
+        self.queue = queue
+        self.onError = onError
+        self.listener = listener
+        // The tap starts at this look: every message after it is heard. An identifier
+        // that appears between this look and the watch below starts from its first.
+        let before = try wormhole.summaries()
+        let subscription = try transiting.observeIdentifiers { [weak self] identifier in
+            guard let self else { return }
+            if let identifier { self.add(identifier, after: 0) } else { self.rescan() }
+        }
+        observation.withLock { $0 = subscription }
+        for summary in before { add(summary.identifier, after: summary.lastSequence) }
+        rescan()
+    }
+
+    deinit { cancel() }
+
+    /// The identifiers it listens to now.
+    public var identifiers: [String] { state.withLock { $0.tokens.keys.sorted() } }
+
+    /// Stops every listener of the tap.
+    public func cancel() {
+        observation.withLock { $0 }?.cancel()
+        let tokens = state.withLock { state -> [ListenerToken] in
+            state.cancelled = true
+            defer { state.tokens.removeAll() }
+            return Array(state.tokens.values)
+        }
+        for token in tokens { token.cancel() }
+    }
+
+    /// Listens to every identifier there now that it does not listen to yet, from its
+    /// first message (it appeared after the tap started).
+    private func rescan() {
+        do {
+            for summary in try wormhole.summaries() { add(summary.identifier, after: 0) }
+        } catch {
+            onError(error)
+        }
+    }
+
+    private func add(_ identifier: String, after sequence: UInt64) {
+        let known = state.withLock { $0.cancelled || $0.tokens[identifier] != nil }
+        guard !known else { return }
+        do {
+            let token = try wormhole.listenForRecords(withIdentifier: identifier, startingFrom: .after(sequence: sequence),
+                                                      queue: queue, onError: onError, listener: listener)
+            let duplicate = state.withLock { state -> Bool in
+                if state.cancelled || state.tokens[identifier] != nil { return true }
+                state.tokens[identifier] = token
+                return false
+            }
+            if duplicate { token.cancel() }
+        } catch {
+            onError(error)
+        }
+    }
+}
+
+extension Wormhole {
+    /// Calls `listener` with every record passed under any identifier of the container
+    /// after this call, identifiers created later included: a tap for operators
+    /// (`wormhole listen --all`). Records of one identifier come in its order.
+    ///
+    /// - Throws: ``WormholeError`` when the container cannot be watched, or this
+    ///   wormhole's back end has no container directory (PostgreSQL).
+    public func listenForAllRecords(
+        queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
+        listener: @escaping @Sendable (WormholeRecord) -> Void
+    ) throws(WormholeError) -> WormholeTap {
+        guard let transiting = transiting as? FileTransiting else {
+            throw WormholeError(.containerUnavailable, "listening to every identifier needs a container directory; name the identifiers instead")
+        }
+        return try WormholeTap(wormhole: self, transiting: transiting, queue: queue, onError: onError ?? Self.logError, listener: listener)
+    }
+}

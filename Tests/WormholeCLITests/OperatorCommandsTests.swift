@@ -1,0 +1,103 @@
+import Foundation
+import Testing
+
+/// What an operator watches: `listen --all`, `top`, and `status` of live listeners.
+@Suite("Operator commands")
+struct OperatorCommandsTests {
+    @Test("listen --all hears every identifier, those created after it started included, each line prefixed by its identifier; --json names it",
+          .timeLimit(.minutes(1)))
+    func listenAllHearsEveryIdentifier() async throws {
+        let sandbox = Sandbox()
+        #expect(try await sandbox.run(["send", "old", "before"]).status == 0)
+        let tap = try sandbox.start(["listen", "--all", "--count", "4", "--timeout", "30", "--verbose"])
+        let json = try sandbox.start(["listen", "--all", "--json", "--count", "4", "--timeout", "30", "--verbose"])
+        #expect(await tap.waitForStandardError(containing: "listening to every identifier"))
+        #expect(await json.waitForStandardError(containing: "listening to every identifier"))
+        for (identifier, text) in [("old", "y"), ("new1", "a"), ("new2", "b"), ("new1", "c")] {
+            #expect(try await sandbox.run(["send", identifier, text]).status == 0)
+        }
+        let lines = await tap.finish()
+        #expect(lines.status == 0, "\(lines.stderr)")
+        #expect(Set(lines.lines) == ["old: y", "new1: a", "new2: b", "new1: c"], "'before' was passed before it started: \(lines.lines)")
+        #expect(lines.lines.firstIndex(of: "new1: a")! < lines.lines.firstIndex(of: "new1: c")!)
+        let objects = await json.finish().lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(objects.count == 4)
+        #expect(Set(objects.compactMap { "\($0["identifier"] ?? "")=\($0["payload"] ?? "")" }) == ["old=y", "new1=a", "new2=b", "new1=c"])
+    }
+
+    @Test("listen --all refuses identifiers and options that need named ones")
+    func listenAllRefusesNamedOptions() async throws {
+        let sandbox = Sandbox()
+        for arguments in [["listen", "--all", "chat"], ["listen", "--all", "--durable", "x"], ["listen", "--all", "--history"], ["listen"]] {
+            let result = try await sandbox.run(arguments)
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+        }
+    }
+
+    @Test("two caught-up live listeners: status shows their exact position and 0 behind",
+          .timeLimit(.minutes(1)))
+    func statusOfCaughtUpLiveListenersIsExact() async throws {
+        let sandbox = Sandbox()
+        #expect(try await sandbox.run(["send", "chat", "first"]).status == 0)
+        let first = try sandbox.start(["listen", "--verbose", "--count", "4", "--timeout", "30", "chat"])
+        let second = try sandbox.start(["listen", "--verbose", "--count", "4", "--timeout", "30", "chat"])
+        #expect(await first.waitForStandardError(containing: "listening to"))
+        #expect(await second.waitForStandardError(containing: "listening to"))
+        for n in 1...3 { #expect(try await sandbox.run(["send", "chat", "m\(n)"]).status == 0) }
+        #expect(await first.waitForStandardOutput(containing: "m3"))
+        #expect(await second.waitForStandardOutput(containing: "m3"))
+        var rows: [String] = []
+        for _ in 0..<50 {
+            rows = try await sandbox.run(["status", "chat"]).lines.dropFirst().map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init).joined(separator: " ") }
+            if rows.count == 2 && rows.allSatisfy({ $0.contains(" 4 0 ") }) { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(rows.count == 2 && rows.allSatisfy { $0.contains("yes") && $0.contains(" 4 0 ") }, "POSITION 4 BEHIND 0 for both: \(rows)")
+        first.send(SIGINT)
+        second.send(SIGINT)
+        _ = await first.finish()
+        _ = await second.finish()
+    }
+
+    @Test("top into a pipe: one JSON line per interval, messages and bytes counted exactly, listeners of other processes, how far behind",
+          .timeLimit(.minutes(1)))
+    func topIntoAPipeWritesJSONLines() async throws {
+        let sandbox = Sandbox()
+        #expect(try await sandbox.run(["send", "metrics", "0"]).status == 0)
+        let listener = try sandbox.start(["listen", "--verbose", "metrics"])
+        #expect(await listener.waitForStandardError(containing: "listening to"))
+        // Reports every 0.5 s until the test has seen all ten counted, however slowly the
+        // sends go (other tests load the machine), then Ctrl-C.
+        let top = try sandbox.start(["top", "--interval", "0.5"])
+        try await Task.sleep(for: .milliseconds(300))
+        for n in 1...10 { #expect(try await sandbox.run(["send", "metrics", "message \(n)"]).status == 0) }
+        func totals(_ output: String) -> (reports: Int, messages: Double, bytes: Double, last: [String: Any]) {
+            let reports = output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            var messages = 0.0, bytes = 0.0
+            var last: [String: Any] = [:]
+            for report in reports {
+                let interval = report["interval"] as? Double ?? 0
+                for row in report["identifiers"] as? [[String: Any]] ?? [] where row["identifier"] as? String == "metrics" {
+                    messages += (row["messagesPerSecond"] as? Double ?? 0) * interval
+                    bytes += (row["bytesPerSecond"] as? Double ?? 0) * interval
+                    last = row
+                }
+            }
+            return (reports.count, messages, bytes, last)
+        }
+        #expect(await top.waitForStandardOutput(containing: "\"behind\":0", seconds: 60))
+        for _ in 0..<600 where totals(String(decoding: top.stdout, as: UTF8.self)).messages.rounded() < 10 {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        try await Task.sleep(for: .milliseconds(700))
+        top.send(SIGINT)
+        let result = await top.finish()
+        let seen = totals(result.output)
+        #expect(seen.reports >= 2 && result.lines.count == seen.reports, "one JSON object per line: \(result.output)")
+        #expect(seen.messages.rounded() == 10, "\(result.output)")
+        #expect(seen.bytes.rounded() == Double((1...10).map { "message \($0)".utf8.count }.reduce(0, +)), "\(result.output)")
+        #expect(seen.last["listeners"] as? Int == 1 && seen.last["behind"] as? Int == 0, "top's own listener is not counted: \(seen.last)")
+        listener.send(SIGINT)
+        _ = await listener.finish()
+    }
+}
