@@ -59,6 +59,12 @@
 //                                                      the 3 messages passed once READY exists). Prints "calls C", then "ok ...",
 //                                                      "error <code>" or, for listeners,
 //                                                      "received R errors E"
+//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON]  join the work queue QUEUE of ID; append
+//                                                      "sequence deliveries payload" to OUT as each
+//                                                      message is taken (before it is handled);
+//                                                      a payload equal to POISON throws; "lost N"
+//                                                      and "error CODE" for reports; OUT.ready once
+//                                                      joined; runs until killed
 //   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
 //                                                      (no memory kept per message); write
 //                                                      "received duplicates disorder" to OUT
@@ -526,6 +532,29 @@ do {
             usleep(interval)
         }
         if seconds != nil { try wormhole.passMessage("\(tag):end:\(passed)", identifier: identifier) }
+
+    case "worker":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let output = Glibc.open(argument(4), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard output >= 0 else { fail("cannot open \(argument(4))") }
+        // One write per line: a kill leaves whole lines only.
+        let append: @Sendable (String) -> Void = { line in
+            let bytes = Array((line + "\n").utf8)
+            _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+        }
+        let poison = arguments.count > 5 ? argument(5) : nil
+        struct Poisoned: Error {}
+        let options = WorkQueueOptions(maximumDeliveries: poison == nil ? 1_000 : 3, redeliveryInterval: 0.05)
+        let member = try wormhole.listenForRecords(withIdentifier: argument(2), workQueue: argument(3), options: options, onError: { error in
+            if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code) \(error)") }
+        }) { record, deliveries in
+            let payload = String(decoding: record.payload, as: UTF8.self)
+            append("\(record.sequence) \(deliveries) \(payload)")
+            if payload == poison { throw Poisoned() }
+        }
+        _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
+        while true { sleep(60) }
+        _ = member
 
     case "soak-listen":
         // Listens until each of <writers> timed pace writers passed its "<tag>:end:<n>";

@@ -1,0 +1,62 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+@Suite("Work queues")
+struct WorkQueueTests {
+    @Test("each message to exactly one member; acknowledged when the closure returns; status counts them", .timeLimit(.minutes(1)))
+    func eachMessageToOneMember() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let a = Collector<Int>(), b = Collector<Int>()
+        let first = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "workers") { a.append($0) }
+        let other = try Wormhole(directory: directory.path)
+        let second = try other.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "workers") { b.append($0) }
+        for index in 1...200 { try await wormhole.passMessage(index, identifier: "jobs") }
+        #expect(await eventually { a.count + b.count >= 200 })
+        await settle()
+        #expect((a.all + b.all).sorted() == Array(1...200))
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.name == "workers")
+        #expect(status.acknowledged == 200)
+        #expect(status.pending == 0 && status.inFlight == 0)
+        #expect(status.members.count == 2)
+        first.cancel()
+        second.cancel()
+    }
+
+    @Test("a member that joins later gets what nobody has handled; a throwing handler's message is tried again, then dead-lettered with the reason",
+          .timeLimit(.minutes(1)))
+    func lateJoinerAndDeadLetters() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for index in 1...50 { try await wormhole.passMessage(index, identifier: "jobs") }
+        struct Poisoned: Error {}
+        let handled = Collector<Int>()
+        let attempts = Collector<Int>()
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w",
+                                                   options: WorkQueueOptions(maximumDeliveries: 3)) { job in
+            if job == 13 {
+                attempts.append(job)
+                throw Poisoned()
+            }
+            handled.append(job)
+        }
+        #expect(await eventually { handled.count >= 49 })
+        let letters = Collector<WormholeDeadLetter>()
+        let token = try wormhole.listenForMessage(withIdentifier: "jobs.dead-letters", as: WormholeDeadLetter.self, startingFrom: .history) {
+            letters.append($0)
+        }
+        #expect(await letters.wait(for: 1).count == 1)
+        let letter = try #require(letters.all.first)
+        #expect(letter.sequence == 13 && letter.deliveries == 3 && letter.queue == "w")
+        #expect(letter.reason.contains("Poisoned"))
+        #expect(String(decoding: letter.payload, as: UTF8.self) == "13")
+        #expect(attempts.count == 3)
+        #expect(handled.all.sorted() == Array(1...50).filter { $0 != 13 })
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.acknowledged == 49 && status.deadLettered == 1 && status.pending == 0)
+        token.cancel()
+        member.cancel()
+    }
+}
