@@ -1,0 +1,66 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Work queues and request/reply across real processes, with members killed by SIGKILL.
+@Suite("Work queues across processes")
+struct WorkQueueProcessTests {
+    /// The lines "sequence deliveries payload" that worker agents wrote.
+    static func workerLines(_ paths: [String]) throws -> [(sequence: UInt64, deliveries: Int, payload: String)] {
+        try paths.flatMap { path -> [(UInt64, Int, String)] in
+            guard FileManager.default.fileExists(atPath: path) else { return [] }
+            return try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { line in
+                let parts = line.split(separator: " ", maxSplits: 2)
+                return (UInt64(parts[0]) ?? 0, parts.count > 1 ? Int(parts[1]) ?? 0 : 0, parts.count > 2 ? String(parts[2]) : String(line))
+            }
+        }
+    }
+
+    @Test("3 workers x 10,000 jobs, workers killed with SIGKILL at random instants: every job handled, each acknowledged once, redeliveries no more than kills",
+          .timeLimit(.minutes(5)))
+    func killedWorkersLoseNoJob() async throws {
+        let directory = TemporaryDirectory()
+        let container = directory.file("c")
+        let wormhole = try Wormhole(directory: container)
+        let total = scaled(10_000)
+        let outputs = (0..<3).map { directory.file("worker\($0).txt") }
+        var workers: [Process] = []
+        for output in outputs {
+            workers.append(try Agent.start(["worker", container, "jobs", "workers", output]))
+            #expect(await waitForFile(output + ".ready"))
+        }
+        let started = Date()
+        let producer = Task.detached {
+            for index in 1...total { try await wormhole.passMessage("job-\(index)", identifier: "jobs") }
+        }
+        var kills = 0
+        var generator = SystemRandomNumberGenerator()
+        func acknowledged() -> UInt64 { (try? wormhole.workQueues(identifier: "jobs").first?.acknowledged) ?? 0 }
+        while acknowledged() < UInt64(total) && Date().timeIntervalSince(started) < 200 {
+            try await Task.sleep(for: .milliseconds(Int.random(in: 5...40, using: &generator)))
+            guard acknowledged() < UInt64(total) else { break }
+            let victim = Int.random(in: 0..<3, using: &generator)
+            kill(workers[victim].processIdentifier, SIGKILL)
+            workers[victim].waitUntilExit()
+            kills += 1
+            workers[victim] = try Agent.start(["worker", container, "jobs", "workers", outputs[victim]])
+        }
+        try await producer.value
+        let elapsed = Date().timeIntervalSince(started)
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        for worker in workers {
+            kill(worker.processIdentifier, SIGKILL)
+            worker.waitUntilExit()
+        }
+        let lines = try Self.workerLines(outputs)
+        let taken = lines.filter { $0.payload.hasPrefix("job-") }
+        #expect(lines.count == taken.count, "no error reported: \(lines.filter { !$0.payload.hasPrefix("job-") }.prefix(3))")
+        #expect(Set(taken.map(\.payload)) == Set((1...total).map { "job-\($0)" }), "every job handled")
+        let repeated = taken.count - total
+        let redelivered = taken.filter { $0.deliveries > 1 }.count
+        #expect(repeated <= kills && redelivered <= kills, "redeliveries \(redelivered), repeats \(repeated), kills \(kills)")
+        #expect(status.acknowledged == UInt64(total), "each job acknowledged exactly once")
+        #expect(status.pending == 0 && status.inFlight == 0 && status.deadLettered == 0 && status.lost == 0)
+        print("work queue kill test: \(total) jobs, 3 worker processes, \(kills) SIGKILLs; handled \(Set(taken.map(\.payload)).count), acknowledged \(status.acknowledged), redelivered \(redelivered), taken twice \(repeated); \(String(format: "%.1f", elapsed)) s")
+    }
+}
