@@ -98,6 +98,7 @@ public final class WorkQueueMember: Sendable {
         self.observation.withLock { $0 = observation }
         let timer = DispatchSource.makeTimerSource(queue: work)
         self.timer = Locked(timer)
+        work.setSpecific(key: Self.onWorkQueue, value: ObjectIdentifier(self))
         relay.withLock { $0 = { [weak self] in self?.scheduleDrain() } }
         timer.schedule(deadline: .now() + options.redeliveryInterval, repeating: options.redeliveryInterval,
                        leeway: .milliseconds(Int(options.redeliveryInterval * 250)))
@@ -109,15 +110,26 @@ public final class WorkQueueMember: Sendable {
     /// Whether ``cancel()`` was called.
     public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
 
-    /// Leaves the queue. A message being handled is acknowledged when its handler
-    /// returns; no other is taken. What this member held goes to the others.
+    /// Leaves the queue: no message is taken after it returns. Called from elsewhere than
+    /// the member's own handler, it waits for a message being handled to be handled and
+    /// acknowledged; called from the handler, that message is acknowledged when the
+    /// handler returns. What this member still held goes to the others.
     public func cancel() {
         guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         observation.withLock { $0?.cancel(); $0 = nil }
         timer.withLock { $0?.cancel(); $0 = nil }
-        work.async { [file] in file.withLock { $0?.close(); $0 = nil } }
+        let leave: @Sendable () -> Void = { [file] in file.withLock { $0?.close(); $0 = nil } }
+        if DispatchQueue.getSpecific(key: Self.onWorkQueue) == ObjectIdentifier(self) {
+            work.async(execute: leave)
+        } else {
+            work.sync(execute: leave)
+        }
         onCancel()
     }
+
+    /// Marks the member's own queue, so that ``cancel()`` knows when it is called from
+    /// the handler.
+    private static let onWorkQueue = DispatchSpecificKey<ObjectIdentifier>()
 
     private func scheduleDrain() {
         guard !drainScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
