@@ -59,4 +59,33 @@ struct WorkQueueTests {
         token.cancel()
         member.cancel()
     }
+
+    @Test("a queue keeps from compaction what it has not handed out, within the backlog cap; past the cap its members are told how many it lost",
+          .timeLimit(.minutes(1)))
+    func queueHoldsBackCompaction() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        configuration.maximumBacklogMessageCount = 300
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        // The queue exists (a member joined and left) before the messages are passed.
+        try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w") { _ in }.cancel()
+        for index in 1...250 { try await wormhole.passMessage(index, identifier: "jobs") }
+        let handled = Collector<Int>()
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w") { handled.append($0) }
+        #expect(await handled.wait(for: 250).count == 250)
+        #expect(handled.all == Array(1...250), "kept although only 10 are retained, and taken in order")
+        member.cancel()
+        for index in 251...1_000 { try await wormhole.passMessage(index, identifier: "jobs") }
+        let late = Collector<Int>()
+        let errors = Collector<WormholeError>()
+        let again = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w", onError: { errors.append($0) }) { late.append($0) }
+        #expect(await eventually { (late.all.last ?? 0) == 1_000 })
+        let lost = errors.all.compactMap(\.missedMessageCount).reduce(0, +)
+        #expect(lost > 0 && lost + UInt64(late.count) == 750, "lost \(lost), then \(late.count) handled")
+        #expect(errors.all.allSatisfy { $0.code == .messagesLost && $0.message.contains("work queue 'w'") })
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.lost == lost && status.acknowledged == 250 + UInt64(late.count))
+        again.cancel()
+    }
 }

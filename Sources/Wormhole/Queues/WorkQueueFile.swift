@@ -8,7 +8,7 @@ import Foundation
 #endif
 import SystemPackage
 
-/// One member's handle on a work queue of the file back end (Protocol.md §14):
+/// One member's handle on a work queue of the file back end (Protocol.md §18):
 /// `.queues/<identifier>/<name>/state` (what the queue has taken and handed out) and
 /// `.queues/<identifier>/<name>/members/<token>` (one file per live member, held with
 /// `flock(LOCK_EX)` for as long as the member lives).
@@ -182,6 +182,9 @@ final class WorkQueueFile {
                     // Gaps are counted below, from the sequence numbers.
                     if error.code != .messagesLost { report(error) }
                 case .success(let record):
+                    if let logID = (reader as? FileLogReader)?.currentLogID, logID != state.logID {
+                        if state.logID != 0 { startOver(&state, logID: logID, report: report) } else { state.logID = logID }
+                    }
                     guard record.sequence > state.taken else { continue }
                     if record.sequence > state.taken + 1 {
                         let missed = record.sequence - state.taken - 1
@@ -198,6 +201,18 @@ final class WorkQueueFile {
                 }
             }
         }
+    }
+
+    /// The log was made anew (deleted outside the protocol, numbers from 1 again): the
+    /// queue starts at its beginning; what it held of the old one is lost.
+    private func startOver(_ state: inout WorkQueueState, logID: UInt64, report: Report) {
+        if !state.entries.isEmpty {
+            state.lost += UInt64(state.entries.count)
+            report(lostError(UInt64(state.entries.count), because: "the log of '\(identifier)' was deleted and made anew before they were handled"))
+        }
+        state.entries = []
+        state.taken = 0
+        state.logID = logID
     }
 
     /// The message `sequence` was handled: it leaves the queue for good.
@@ -425,11 +440,11 @@ final class WorkQueueFile {
     /// What the work queues of `identifier` ask compaction to keep: every message after
     /// the lowest sequence number one of them has not handed out or not seen acknowledged;
     /// 0 (keep everything) for a damaged state. `nil` when it has no queue.
-    static func lowestUnhandled(container: ContainerDirectory, identifier: String) -> UInt64? {
+    static func lowestUnhandled(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
         var lowest: UInt64?
         for (_, state, members) in states(container: container, identifier: identifier) {
             try? members?.close()
-            let keep = state?.lowestUnhandled ?? 0
+            let keep = state?.lowestUnhandled(in: logID) ?? 0
             lowest = min(lowest ?? keep, keep)
         }
         return lowest

@@ -4,14 +4,15 @@ import FoundationEssentials
 import Foundation
 #endif
 
-/// What a work queue's `state` file holds (Protocol.md §14): how far the queue has taken
+/// What a work queue's `state` file holds (Protocol.md §18): how far the queue has taken
 /// from its identifier's log, the messages handed out and not yet acknowledged, and
 /// counters. Changed only under `flock(LOCK_EX)` on the file; read without the lock by
 /// compaction and `status`, which check its CRC.
 ///
 /// Layout, little-endian: `magic` u32 (`WHQ1`), `count` u32 (entries), `taken` u64 (the
 /// highest sequence number the queue has taken from the log: handed out, expired or
-/// lost), `acknowledged`, `deadLettered`, `expired`, `lost` (u64 counters), then `count`
+/// lost), `acknowledged`, `deadLettered`, `expired`, `lost` (u64 counters), `logID` (u64:
+/// the log `taken` and the entries belong to; 0 before the queue saw one), then `count`
 /// entries of 32 bytes (`sequence` u64, `member` u64 (0: waiting for redelivery),
 /// `deliveries` u32, reserved u32, `delivered` i64 ns since 1970), then a CRC-32 of
 /// everything before it.
@@ -38,11 +39,14 @@ struct WorkQueueState: Equatable {
     var deadLettered: UInt64 = 0
     var expired: UInt64 = 0
     var lost: UInt64 = 0
+    var logID: UInt64 = 0
     var entries: [Entry] = []
 
-    /// What compaction must keep: every message after this sequence number.
-    var lowestUnhandled: UInt64 {
-        entries.map { $0.sequence &- 1 }.min().map { min($0, taken) } ?? taken
+    /// What compaction of the log `log` must keep: every message after this sequence
+    /// number (all of a log the queue has not seen).
+    func lowestUnhandled(in log: UInt64) -> UInt64 {
+        guard logID == 0 || logID == log else { return 0 }
+        return entries.map { $0.sequence &- 1 }.min().map { min($0, taken) } ?? taken
     }
 
     func encoded() -> [UInt8] {
@@ -50,10 +54,9 @@ struct WorkQueueState: Equatable {
         bytes.withUnsafeMutableBytes { base in
             base.storeBytes(of: Self.magic.littleEndian, toByteOffset: 0, as: UInt32.self)
             base.storeBytes(of: UInt32(entries.count).littleEndian, toByteOffset: 4, as: UInt32.self)
-            for (index, value) in [taken, acknowledged, deadLettered, expired, lost].enumerated() {
+            for (index, value) in [taken, acknowledged, deadLettered, expired, lost, logID].enumerated() {
                 base.storeBytes(of: value.littleEndian, toByteOffset: 8 + 8 * index, as: UInt64.self)
             }
-            // Offset 48: reserved, zero.
             for (index, entry) in entries.enumerated() {
                 let offset = Self.headerSize + index * Self.entrySize
                 base.storeBytes(of: entry.sequence.littleEndian, toByteOffset: offset, as: UInt64.self)
@@ -80,7 +83,7 @@ struct WorkQueueState: Equatable {
               UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: end, as: UInt32.self))
                 == CRC32.update(0, UnsafeRawBufferPointer(rebasing: bytes[0..<end])) else { return nil }
         func u64(_ offset: Int) -> UInt64 { UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
-        var state = WorkQueueState(taken: u64(8), acknowledged: u64(16), deadLettered: u64(24), expired: u64(32), lost: u64(40))
+        var state = WorkQueueState(taken: u64(8), acknowledged: u64(16), deadLettered: u64(24), expired: u64(32), lost: u64(40), logID: u64(48))
         for index in 0..<count {
             let offset = headerSize + index * entrySize
             state.entries.append(Entry(

@@ -28,6 +28,8 @@ final class FileLogReader: WormholeTransitingReader {
     private var state: State = .waiting
     /// The log this position belongs to; a new one restarts its sequence numbers.
     private var logID: UInt64?
+    /// The `logID` of the log the records last read came from; `nil` before any.
+    var currentLogID: UInt64? { logID }
     /// The sequence number of the last record delivered (or skipped by the start).
     private var delivered: UInt64 = 0
     /// The file at the name must be looked at once the held one is read to its end.

@@ -212,7 +212,7 @@ final class ListenerCursor {
             }
         }
         // Work queues keep what they have not handed out or not seen acknowledged.
-        if let queue = WorkQueueFile.lowestUnhandled(container: container, identifier: identifier) {
+        if let queue = WorkQueueFile.lowestUnhandled(container: container, identifier: identifier, logID: logID) {
             lowest = min(lowest ?? queue, queue)
         }
         return lowest

@@ -3,7 +3,7 @@ import Dispatch
 /// Work queues: each message of an identifier to one of several members, acknowledged
 /// when its handler returns, handed out again when its member dies, moved to a
 /// dead-letter identifier after too many tries. No daemon: the members share a state
-/// file in the container (Protocol.md §14).
+/// file in the container (Protocol.md §18).
 extension Wormhole {
     /// Joins the work queue `name` of `identifier`: `listener` is called with messages
     /// that no other member of the queue (in any process) receives.
