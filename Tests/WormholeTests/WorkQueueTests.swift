@@ -88,4 +88,20 @@ struct WorkQueueTests {
         #expect(status.lost == lost && status.acknowledged == 250 + UInt64(late.count))
         again.cancel()
     }
+
+    @Test("a live member goes on taking after compaction replaces the log (it was left reading the old file)", .timeLimit(.minutes(1)))
+    func memberFollowsCompaction() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let handled = Collector<Int>()
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w") { handled.append($0) }
+        for round in 0..<5 {
+            for index in 1...100 { try await wormhole.passMessage(round * 100 + index, identifier: "jobs") }
+            #expect(await handled.wait(for: (round + 1) * 100, seconds: 5).count == (round + 1) * 100, "round \(round)")
+        }
+        #expect(handled.all == Array(1...500))
+        member.cancel()
+    }
 }

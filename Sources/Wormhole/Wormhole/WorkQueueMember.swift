@@ -56,6 +56,8 @@ public final class WorkQueueMember: Sendable {
     private let onCancel: @Sendable () -> Void
     private let cancelled = Atomic<Bool>(false)
     private let drainScheduled = Atomic<Bool>(false)
+    /// The log may have been replaced (compacted, made anew): the reader looks again.
+    private let replaced = Atomic<Bool>(false)
     private let observation = Locked<(any WormholeTransitingObservation)?>(nil)
     private let timer: Locked<(any DispatchSourceTimer)?>
 
@@ -84,10 +86,9 @@ public final class WorkQueueMember: Sendable {
         let work = DispatchQueue(label: "Wormhole.workQueue.\(identifier).\(name)", target: queue)
         self.work = work
         // Watch first, then join: a message passed in between wakes a drain that finds it.
-        let relay = Locked<(@Sendable () -> Void)?>(nil)
+        let relay = Locked<(@Sendable (WormholeTransitingEvent) -> Void)?>(nil)
         let observation = try transiting.observe(identifier: identifier) { event in
-            if case .failed(let error) = event { onError(error) }
-            relay.withLock { $0 }?()
+            relay.withLock { $0 }?(event)
         }
         do throws(WormholeError) {
             file = Locked(try WorkQueueFile(transiting: transiting, identifier: identifier, name: name, start: options.startingFrom))
@@ -99,7 +100,7 @@ public final class WorkQueueMember: Sendable {
         let timer = DispatchSource.makeTimerSource(queue: work)
         self.timer = Locked(timer)
         work.setSpecific(key: Self.onWorkQueue, value: ObjectIdentifier(self))
-        relay.withLock { $0 = { [weak self] in self?.scheduleDrain() } }
+        relay.withLock { $0 = { [weak self] event in self?.receive(event) } }
         timer.schedule(deadline: .now() + options.redeliveryInterval, repeating: options.redeliveryInterval,
                        leeway: .milliseconds(Int(options.redeliveryInterval * 250)))
         timer.setEventHandler { [weak self] in self?.drain() }
@@ -131,6 +132,15 @@ public final class WorkQueueMember: Sendable {
     /// the handler.
     private static let onWorkQueue = DispatchSpecificKey<ObjectIdentifier>()
 
+    private func receive(_ event: WormholeTransitingEvent) {
+        switch event {
+        case .wake: break
+        case .replaced: replaced.store(true, ordering: .releasing)
+        case .failed(let error): onError(error)
+        }
+        scheduleDrain()
+    }
+
     private func scheduleDrain() {
         guard !drainScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         work.async { [self] in
@@ -144,9 +154,11 @@ public final class WorkQueueMember: Sendable {
         let maximum = UInt32(clamping: options.maximumDeliveries)
         while !isCancelled {
             let delivery: WorkQueueFile.Delivery?
+            let invalidate = replaced.exchange(false, ordering: .acquiringAndReleasing)
             do throws(WormholeError) {
                 delivery = try file.withLock { (file) throws(WormholeError) -> WorkQueueFile.Delivery? in
-                    try file?.take(maximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
+                    if invalidate { file?.invalidateReader() }
+                    return try file?.take(maximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
                 }
             } catch {
                 onError(error)
