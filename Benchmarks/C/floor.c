@@ -1,5 +1,5 @@
 /*
- * The floor of Wormhole's design: the system calls of protocol version 2
+ * The floor of Wormhole's design: the system calls of protocol version 3
  * (Docs/Protocol.md) for one identifier, on one thread, in C, and nothing else.
  *
  *   floor send   --dir D [--count C] [--size S] [--interval-ns I] [--handshake] [--hold]
@@ -7,7 +7,7 @@
  *
  * Both use the log D/bench.wormhole, the file the Swift library uses for the
  * identifier "bench", with the same bytes: a 128-byte header (§7), then records of a
- * 36-byte header, the payload and a 4-byte trailer, checksummed with zlib's CRC-32
+ * 56-byte header, the payload and a 4-byte trailer, checksummed with zlib's CRC-32
  * seeded with the log's identity (§8).
  *
  * Sender, per message (§9.1 with the descriptor kept open, W8's "steady append"):
@@ -37,10 +37,11 @@
 
 #define LOG_NAME "bench.wormhole"
 #define HEADER_SIZE 128
-#define RECORD_OVERHEAD 40
+#define RECORD_HEADER 56
+#define RECORD_OVERHEAD 60
 #define MAXIMUM_LENGTH (UINT32_C(1) << 30)
 /* A new log's thresholds with the Swift defaults (R = 1000, B = 16 MiB, §10.1). */
-#define NEW_BYTE_THRESHOLD UINT64_C(33634560)
+#define NEW_BYTE_THRESHOLD UINT64_C(33674560)
 #define NEW_RECORD_THRESHOLD UINT64_C(2000)
 
 static uLong crc(uLong seed, const unsigned char *bytes, size_t count) {
@@ -49,7 +50,7 @@ static uLong crc(uLong seed, const unsigned char *bytes, size_t count) {
 
 /* Checks a header (§7.2); returns the CRC seed of its records (crc32 of the logID). */
 static int read_header(const unsigned char *h, uLong *seed, uint64_t *base) {
-    if (memcmp(h, "WORMHOLE", 8) != 0 || get_u32(h + 8) != 2) return 0;
+    if (memcmp(h, "WORMHOLE", 8) != 0 || get_u32(h + 8) != 3) return 0;
     if (crc(0, h, 124) != get_u32(h + 124)) return 0;
     *seed = crc(0, h + 16, 8);
     *base = get_u64(h + 24);
@@ -60,12 +61,12 @@ static int read_header(const unsigned char *h, uLong *seed, uint64_t *base) {
  * -1 damage. */
 static int check_record(const unsigned char *p, size_t available, uLong seed, uint32_t *length) {
     if (available < 8) return 0;
-    if (memcmp(p, "WHR2", 4) != 0) return -1;
+    if (memcmp(p, "WHR3", 4) != 0) return -1;
     uint32_t l = get_u32(p + 4);
     if (l > MAXIMUM_LENGTH) return -1;
     if (available < RECORD_OVERHEAD + (size_t)l) return 0;
-    if (get_u32(p + 36 + l) != l || p[28] > 2) return -1;
-    if (crc(crc(seed, p, 32), p + 36, l) != get_u32(p + 32)) return -1;
+    if (get_u32(p + RECORD_HEADER + l) != l || p[48] > 2 || p[49] > 3) return -1;
+    if (crc(crc(seed, p, 52), p + RECORD_HEADER, l) != get_u32(p + 52)) return -1;
     *length = l;
     return 1;
 }
@@ -93,7 +94,7 @@ static void writer_prepare(struct writer *w) {
         while (id == 0) if (getrandom(&id, sizeof id, 0) != sizeof id) die("getrandom");
         memset(h, 0, sizeof h);
         memcpy(h, "WORMHOLE", 8);
-        put_u32(h + 8, 2);
+        put_u32(h + 8, 3);
         put_u32(h + 12, HEADER_SIZE);
         put_u64(h + 16, id);
         put_u64(h + 40, NEW_BYTE_THRESHOLD);
@@ -106,7 +107,7 @@ static void writer_prepare(struct writer *w) {
         return;
     }
     if (pread(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || !read_header(h, &w->seed, &base))
-        fail("floor send: " LOG_NAME " is not a version 2 log");
+        fail("floor send: " LOG_NAME " is not a version 3 log");
     w->end = HEADER_SIZE;
     w->last = base;
 }
@@ -158,16 +159,17 @@ static void writer_append(void *context, uint64_t index) {
     if ((uint64_t)st.st_size != w->end) writer_walk(w, (uint64_t)st.st_size);
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
-    unsigned char header[36] = { 'W', 'H', 'R', '2' }, trailer[4];
+    unsigned char header[RECORD_HEADER] = { 'W', 'H', 'R', '3' }, trailer[4];
     uint32_t length = (uint32_t)w->size;
     put_u32(header + 4, length);
     put_u64(header + 8, w->last + 1);
     put_u64(header + 16, (uint64_t)wall.tv_sec * 1000000000u + (uint64_t)wall.tv_nsec);
-    put_u32(header + 24, (uint32_t)w->pid);
-    header[28] = 0; /* kind: raw bytes */
-    put_u32(header + 32, (uint32_t)crc(crc(w->seed, header, 32), w->payload, w->size));
+    put_u32(header + 40, (uint32_t)w->pid);
+    put_u32(header + 44, (uint32_t)geteuid());
+    header[48] = 0; /* kind: raw bytes; role 0: a message; expires and correlation 0 */
+    put_u32(header + 52, (uint32_t)crc(crc(w->seed, header, 52), w->payload, w->size));
     put_u32(trailer, length);
-    struct iovec pieces[3] = { { header, 36 }, { w->payload, w->size }, { trailer, 4 } };
+    struct iovec pieces[3] = { { header, RECORD_HEADER }, { w->payload, w->size }, { trailer, 4 } };
     size_t total = RECORD_OVERHEAD + w->size;
     ssize_t written = pwritev(w->fd, pieces, 3, (off_t)w->end);
     if (written != (ssize_t)total) {
@@ -246,7 +248,7 @@ static int run_listen(int argc, char **argv) {
             if (offset == 0) {
                 uint64_t base;
                 if (filled < HEADER_SIZE) break; /* still empty: the header comes next */
-                if (!read_header(buffer, &seed, &base)) fail("floor listen: " LOG_NAME " is not a version 2 log");
+                if (!read_header(buffer, &seed, &base)) fail("floor listen: " LOG_NAME " is not a version 3 log");
                 position = HEADER_SIZE;
             }
             for (;;) {
@@ -257,14 +259,14 @@ static int run_listen(int argc, char **argv) {
                     /* Damage (not expected here): resynchronise on the next marker. */
                     fprintf(stderr, "floor listen: damage at offset %llu\n", (unsigned long long)(offset + position));
                     position += 1;
-                    while (position + 4 <= (size_t)filled && memcmp(buffer + position, "WHR2", 4) != 0) position++;
+                    while (position + 4 <= (size_t)filled && memcmp(buffer + position, "WHR3", 4) != 0) position++;
                     continue;
                 }
                 const unsigned char *record = buffer + position;
                 uint64_t sequence = get_u64(record + 8);
                 if (sequence > delivered && length >= FRAME_MINIMUM_SIZE) {
                     delivered = sequence;
-                    tally_record(&tally, get_u64(record + 36 + 8), get_u64(record + 36), now_ns());
+                    tally_record(&tally, get_u64(record + RECORD_HEADER + 8), get_u64(record + RECORD_HEADER), now_ns());
                 }
                 position += RECORD_OVERHEAD + length;
             }

@@ -124,8 +124,9 @@ public final class PostgresTransiting: WormholeTransiting {
 
     /// Inserts the message as the identifier's next row, in one transaction that also
     /// sends the `NOTIFY`; blocks the calling thread for the round trip.
-    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
-        let pass = try preparePass(payload, kind: kind, identifier: identifier)
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                       attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord {
+        let pass = try preparePass(payload, kind: kind, identifier: identifier, attributes: attributes)
         let rows = try session.query(pass.query, "pass a message to '\(identifier)' in \(server)")
         let (record, prune) = try finishPass(pass, rows: rows)
         if prune {
@@ -139,9 +140,10 @@ public final class PostgresTransiting: WormholeTransiting {
         return record
     }
 
-    /// ``append(_:kind:identifier:)`` without blocking the caller's thread.
-    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord {
-        let pass = try preparePass(payload, kind: kind, identifier: identifier)
+    /// ``append(_:kind:identifier:attributes:)`` without blocking the caller's thread.
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                       attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord {
+        let pass = try preparePass(payload, kind: kind, identifier: identifier, attributes: attributes)
         let rows = try await session.query(pass.query, "pass a message to '\(identifier)' in \(server)")
         let (record, prune) = try finishPass(pass, rows: rows)
         if prune {
@@ -160,9 +162,14 @@ public final class PostgresTransiting: WormholeTransiting {
         let record: WormholeRecord
     }
 
-    private func preparePass(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> Pass {
+    private func preparePass(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                             attributes: WormholeRecordAttributes) throws(WormholeError) -> Pass {
         try Wormhole.validate(identifier: identifier)
         try configuration.checkMessageSize(payload.count, identifier: identifier)
+        guard attributes == .message else {
+            throw WormholeError(.invalidConfiguration,
+                "the PostgreSQL back end keeps messages only: requests, replies and expiry dates need a container directory")
+        }
         // Microseconds: what a timestamptz keeps, so the returned record equals the stored one.
         let now = Date()
         let date = Date(timeIntervalSince1970: (now.timeIntervalSince1970 * 1_000_000).rounded(.down) / 1_000_000)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent implementation of the Wormhole on-disk protocol, version 2.
+"""An independent implementation of the Wormhole on-disk protocol, version 3.
 
 Written from Docs/Protocol.md alone, with the Python standard library only. Step names
 in comments (W3, C4, S2, ...) and section numbers (§8.3) refer to that document.
@@ -63,10 +63,10 @@ import zlib
 
 # §7 header, §8 record
 MAGIC = b"WORMHOLE"
-VERSION = 2
+VERSION = 3
 HEADER_SIZE = 128
-RECORD_MARKER = b"WHR2"
-RECORD_HEADER_SIZE = 36
+RECORD_MARKER = b"WHR3"
+RECORD_HEADER_SIZE = 56
 RECORD_TRAILER_SIZE = 4
 RECORD_OVERHEAD = RECORD_HEADER_SIZE + RECORD_TRAILER_SIZE
 MAXIMUM_PAYLOAD = 1 << 30          # §8.1: the format's one record-length limit
@@ -82,10 +82,11 @@ KIND_NAMES = {KIND_DATA: "data", KIND_TEXT: "text", KIND_JSON: "json"}
 # compactionByteThreshold, compactionRecordThreshold, 68 reserved bytes; then the CRC.
 _HEADER = struct.Struct("<8sIIQQQQQ68x")
 # Record header without its CRC: marker, length, sequence, date, pid, kind, 3 reserved.
-_RECORD = struct.Struct("<4sIQqiB3x")
+# marker, length, sequence, date, expires, correlation, pid, uid, kind, role, reserved
+_RECORD = struct.Struct("<4sIQqqQiIBB2x")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-assert _HEADER.size == 124 and _RECORD.size == 32
+assert _HEADER.size == 124 and _RECORD.size == 52
 
 # Bytes read at a time by a walk (§9.3); a record longer than this is read whole, alone.
 CHUNK = 1 << 20
@@ -123,7 +124,7 @@ class WormholeProtocolError(Exception):
 
 
 class UnsupportedLog(WormholeProtocolError):
-    """§7.2: not a version 2 log: report, never modify."""
+    """§7.2: not a log of this version: report, never modify."""
     code = "unsupportedFormat"
 
 
@@ -361,19 +362,21 @@ def new_header(configuration):
                   record_threshold=2 * configuration.retained_count)
 
 
-def record_checksum(log_id, head32, payload):
-    """§8.1: crc32(logID as 8 LE bytes ‖ record bytes 0..31 ‖ payload)."""
-    return crc32(payload, crc32(head32, crc32(_U64.pack(log_id))))
+def record_checksum(log_id, head52, payload):
+    """§8.1: crc32(logID as 8 LE bytes ‖ record bytes 0..51 ‖ payload)."""
+    return crc32(payload, crc32(head52, crc32(_U64.pack(log_id))))
 
 
-def encode_record_parts(log_id, sequence, date_ns, pid, kind, payload):
-    """The 36-byte header and 4-byte trailer around `payload` (§8.1)."""
-    head = _RECORD.pack(RECORD_MARKER, len(payload), sequence, date_ns, pid, kind)
+def encode_record_parts(log_id, sequence, date_ns, pid, kind, payload, uid=None):
+    """The 56-byte header and 4-byte trailer around `payload` (§8.1): a message that
+    never expires, from `uid` (this process's effective user by default)."""
+    uid = os.geteuid() if uid is None else uid
+    head = _RECORD.pack(RECORD_MARKER, len(payload), sequence, date_ns, 0, 0, pid, uid, kind, 0)
     return head + _U32.pack(record_checksum(log_id, head, payload)), _U32.pack(len(payload))
 
 
-def encode_record(log_id, sequence, date_ns, pid, kind, payload):
-    head, trailer = encode_record_parts(log_id, sequence, date_ns, pid, kind, payload)
+def encode_record(log_id, sequence, date_ns, pid, kind, payload, uid=None):
+    head, trailer = encode_record_parts(log_id, sequence, date_ns, pid, kind, payload, uid)
     return head + payload + trailer
 
 
@@ -419,16 +422,18 @@ def parse_record(data, log_id):
     """§8.3: whether `data` (exactly one record's bytes) is a valid record of this log.
     Returns (Record, None, _) or (None, reason, skippable): `skippable` when the record's
     frame is whole (its trailer matches) and only its contents fail."""
-    marker, length, sequence, date_ns, pid, kind = _RECORD.unpack_from(data, 0)
+    marker, length, sequence, date_ns, _, _, pid, _, kind, role = _RECORD.unpack_from(data, 0)
     if marker != RECORD_MARKER or len(data) != RECORD_OVERHEAD + length:
         return None, "no record here", False
     if _U32.unpack_from(data, len(data) - 4)[0] != length:
         return None, f"record {sequence} does not end where its length says", False
     payload = bytes(data[RECORD_HEADER_SIZE:RECORD_HEADER_SIZE + length])
-    if record_checksum(log_id, bytes(data[:32]), payload) != _U32.unpack_from(data, 32)[0]:
+    if record_checksum(log_id, bytes(data[:52]), payload) != _U32.unpack_from(data, 52)[0]:
         return None, f"record {sequence} fails its checksum", True
     if kind not in KIND_NAMES:
         return None, f"record {sequence} has unknown kind {kind}", True
+    if role > 3:
+        return None, f"record {sequence} has unknown role {role}", True
     return Record(sequence, date_ns, pid, kind, payload), None, False
 
 
@@ -1424,7 +1429,7 @@ def _hex_block(document, marker):
 
 
 def example_record():
-    return encode_record(EXAMPLE_LOG_ID, 1, EXAMPLE_DATE_NS, 4242, KIND_TEXT, b"hello")
+    return encode_record(EXAMPLE_LOG_ID, 1, EXAMPLE_DATE_NS, 4242, KIND_TEXT, b"hello", uid=1000)
 
 
 def example_header():
@@ -1522,7 +1527,7 @@ def _command_selftest(arguments):
     if record != _hex_block(document, "<!-- example-record -->"):
         failures.append("example record differs: " + record.hex(" "))
     parsed, _, _ = parse_record(record, EXAMPLE_LOG_ID)
-    if parsed is None or parsed.payload != b"hello" or len(record) != 45:
+    if parsed is None or parsed.payload != b"hello" or len(record) != 65:
         failures.append("example record does not parse back")
     if parse_record(record, EXAMPLE_LOG_ID ^ 1)[0] is not None:
         failures.append("the example record is valid in another log")

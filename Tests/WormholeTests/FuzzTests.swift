@@ -17,7 +17,7 @@ struct FuzzTests {
         header.logID = 7
         var records: [UInt8] = []
         let payloads: [(WormholePayloadKind, String)] = [
-            (.text, "hi"), (.json, #"{"text":"x"}"#), (.data, ""), (.text, String(repeating: "y", count: 90)), (.data, "WHR2"),
+            (.text, "hi"), (.json, #"{"text":"x"}"#), (.data, ""), (.text, String(repeating: "y", count: 90)), (.data, "WHR3"),
         ]
         for (index, (kind, text)) in payloads.enumerated() {
             records += LogFormat.recordBytes(logID: 7, sequence: UInt64(index + 1), nanoseconds: 1_000_000_000,
@@ -26,7 +26,7 @@ struct FuzzTests {
         return header.encoded() + records
     }()
 
-    static let marker: [UInt8] = Array("WHR2".utf8)
+    static let marker: [UInt8] = Array("WHR3".utf8)
 
     /// One damage to a valid log: overwrite a byte, cut the file short, overwrite a
     /// 32-bit field (such as a record length) or insert junk.
@@ -68,17 +68,17 @@ struct FuzzTests {
                 while offset < buffer.count {
                     steps += 1
                     if steps > buffer.count { return "parse: no progress at \(offset)" }
-                    switch LogFormat.parse(buffer, at: offset, logID: header.logID, maximumPayload: 1 << 20) {
+                    switch LogFormat.parse(buffer, at: offset, logID: header.logID, layout: header.layout, maximumPayload: 1 << 20) {
                     case .record(let frame, let length):
                         sequences.append(frame.sequence)
                         offset += length
                     case .incomplete, .tooLarge:
                         offset = buffer.count
                     case .corrupt(_, let length):
-                        if let length, offset + length < buffer.count, LogFormat.peek(buffer, at: offset + length) != nil {
+                        if let length, offset + length < buffer.count, LogFormat.peek(buffer, at: offset + length, layout: header.layout) != nil {
                             offset += length
                         } else {
-                            offset = LogFormat.nextMarker(in: buffer, after: offset) ?? buffer.count
+                            offset = LogFormat.nextMarker(in: buffer, after: offset, layout: header.layout) ?? buffer.count
                         }
                     }
                 }

@@ -222,7 +222,7 @@ struct HostileFileTests {
         let payload = (1 << 30) - 1
         var header = Data()
         func append<T: FixedWidthInteger>(_ value: T) { withUnsafeBytes(of: value.littleEndian) { header.append(contentsOf: $0) } }
-        append(LogFormat.recordMarker)
+        append(LogFormat.layout.marker)
         append(UInt32(payload))
         append(UInt64(2))
         header.append(Data(count: LogFormat.recordHeaderSize - header.count))

@@ -11,7 +11,7 @@ struct ProtocolInteropTests {
     static let exampleLogID: UInt64 = 0x0123_4567_89AB_CDEF
     /// The thresholds of a new log with the default retention (Protocol.md §10.1):
     /// 128 + 2 x (16 MiB + 40 x 1000), and 2 x 1000.
-    static let defaultByteThreshold: UInt64 = 33_634_560
+    static let defaultByteThreshold: UInt64 = 33_674_560
     static let defaultRecordThreshold: UInt64 = 2000
 
     // MARK: - The document's examples
@@ -44,20 +44,19 @@ struct ProtocolInteropTests {
         #expect(Array("123456789".utf8).withUnsafeBytes { CRC32.update(0, $0) } == 0xCBF4_3926)
         #expect([UInt8]().withUnsafeBytes { CRC32.update(0, $0) } == 0)
 
-        let record = LogFormat.recordBytes(logID: Self.exampleLogID, sequence: 1, nanoseconds: 1_735_689_600_000_000_000,
-                                           processID: 4242, kind: .text, payload: Array("hello".utf8))
+        let fields = LogFormat.RecordFields(nanoseconds: 1_735_689_600_000_000_000, processID: 4242, userID: 1000, kind: .text)
+        let record = LogFormat.recordBytes(logID: Self.exampleLogID, sequence: 1, fields: fields, payload: Array("hello".utf8))
         #expect(record == (try Self.documentedBytes(after: "<!-- example-record -->")))
-        #expect(record.count == 45)
-        let parsed = record.withUnsafeBytes { LogFormat.parse($0, at: 0, logID: Self.exampleLogID, maximumPayload: 1 << 20) }
+        #expect(record.count == 65)
+        let parsed = record.withUnsafeBytes { LogFormat.parse($0, at: 0, logID: Self.exampleLogID, layout: .version3, maximumPayload: 1 << 20) }
         guard case .record(let frame, let length) = parsed else {
             Issue.record("the example record does not parse: \(parsed)")
             return
         }
-        #expect(length == 45)
-        #expect(frame.sequence == 1 && frame.nanoseconds == 1_735_689_600_000_000_000 && frame.processID == 4242)
-        #expect(frame.kind == .text && frame.payloadLength == 5)
+        #expect(length == 65)
+        #expect(frame.sequence == 1 && frame.fields == fields && frame.payloadLength == 5)
         // The checksum is seeded with the log's identity: in another log it is not a record.
-        let elsewhere = record.withUnsafeBytes { LogFormat.parse($0, at: 0, logID: Self.exampleLogID ^ 1, maximumPayload: 1 << 20) }
+        let elsewhere = record.withUnsafeBytes { LogFormat.parse($0, at: 0, logID: Self.exampleLogID ^ 1, layout: .version3, maximumPayload: 1 << 20) }
         if case .record = elsewhere { Issue.record("the example record is valid in a log with another identity") }
 
         let header = LogFormat.Header(logID: Self.exampleLogID, baseSequence: 0, clearedThrough: 0,
@@ -74,7 +73,7 @@ struct ProtocolInteropTests {
         let wormhole = try Wormhole(directory: container.path)
         try wormhole.passMessage("hello", identifier: "note")
         let file = try Self.bytes(container.file("note.wormhole"))
-        try #require(file.count == 128 + 45)
+        try #require(file.count == 128 + 65)
         let logID = file[16..<24].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         #expect(logID != 0)
         let expected = LogFormat.Header(logID: logID, baseSequence: 0, clearedThrough: 0,
@@ -246,7 +245,7 @@ struct ProtocolInteropTests {
         // Flip one payload byte of "second": its checksum no longer matches.
         let path = container.file("note.wormhole")
         var file = try Data(contentsOf: URL(fileURLWithPath: path))
-        let secondPayload = 128 + 45 + 36
+        let secondPayload = 128 + 65 + 56
         #expect(file[secondPayload] == UInt8(ascii: "s"))
         file[secondPayload] ^= 0x20
         try file.write(to: URL(fileURLWithPath: path))
@@ -519,7 +518,7 @@ struct ProtocolInteropTests {
         #expect(torn.status == 0, "\(torn.errorOutput)")
         #expect(torn.output.contains(#""torn": 3"#))
         let path = container.file("torn.wormhole")
-        #expect(try Self.bytes(path).count == 128 + 2 * 42 + 20)
+        #expect(try Self.bytes(path).count == 128 + 2 * 62 + 20)
 
         #expect(await records.wait(for: 2) == [1, 2])
         await #expect(try wormhole.record(withIdentifier: "torn")?.payload == Data("m2".utf8))
@@ -528,7 +527,7 @@ struct ProtocolInteropTests {
 
         // The next writer cuts the torn bytes and takes their sequence number.
         await #expect(try wormhole.passMessage("m3", identifier: "torn") == 3)
-        #expect(try Self.bytes(path).count == 128 + 3 * 42)
+        #expect(try Self.bytes(path).count == 128 + 3 * 62)
         #expect(await records.wait(for: 3) == [1, 2, 3])
         let fromPython = try await Self.pythonRecords(["read", container.path, "torn"])
         #expect(fromPython.map(\.sequence) == [1, 2, 3])
@@ -564,7 +563,7 @@ struct ProtocolInteropTests {
         let write = try await Self.python(["write", container.path, "torn", "text", "m3"])
         #expect(write.status == 0, "\(write.errorOutput)")
         #expect(write.output.contains(#""sequence": 3"#))
-        #expect(try Self.bytes(path).count == 128 + 3 * 42)
+        #expect(try Self.bytes(path).count == 128 + 3 * 62)
         let history = try await Self.swiftHistory(wormhole, "torn", count: 3)
         #expect(history.map(\.sequence) == [1, 2, 3])
         #expect(history.map { String(decoding: $0.payload, as: UTF8.self) } == ["m1", "m2", "m3"])

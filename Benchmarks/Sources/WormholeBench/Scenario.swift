@@ -16,7 +16,7 @@ enum Mechanism: String, Sendable {
     /// The PostgreSQL floor: `SELECT pg_notify(channel, payload)` with the stamp and the
     /// index in the payload, one `LISTEN` connection per listener; no table.
     case postgresNotify = "postgres-notify"
-    /// The floor of Wormhole's design: the system calls of protocol version 2 in C, one
+    /// The floor of Wormhole's design: the system calls of protocol version 3 in C, one
     /// thread (`Benchmarks/C/floor.c`).
     case floor = "c-floor"
     /// A D-Bus signal through a private `dbus-daemon` (`Benchmarks/C/dbus_peer.c`, libdbus-1).
@@ -36,7 +36,7 @@ enum Mechanism: String, Sendable {
         case .naive: "naive file + rename (MMWormhole-style)"
         case .wormholePostgres: "Wormhole, PostgreSQL"
         case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
-        case .floor: "C floor: protocol v2 calls, one thread"
+        case .floor: "C floor: protocol v3 calls, one thread"
         case .dbus: "D-Bus signal via dbus-daemon"
         }
     }

@@ -229,7 +229,7 @@ final class FileLogReader: WormholeTransitingReader {
                         guard sequence > delivered else { return true }
                         reportGap(before: sequence, clearedThrough: &clearedThrough, into: &results)
                         results.append(.failure(WormholeError(.messageTooLarge,
-                            "message \(sequence) of '\(identifier)' is \(length - LogFormat.recordOverhead) bytes, more than this reader's limit of \(maximumPayload) (Wormhole.Configuration.maximumMessageSize); skipped, at offset \(at) of '\(log.path)'",
+                            "message \(sequence) of '\(identifier)' is \(length - header.layout.overhead) bytes, more than this reader's limit of \(maximumPayload) (Wormhole.Configuration.maximumMessageSize); skipped, at offset \(at) of '\(log.path)'",
                             path: log.path)))
                         delivered = sequence
                     case .corrupt(let detail, let at):
@@ -276,7 +276,7 @@ final class FileLogReader: WormholeTransitingReader {
         if Int(size) - offset >= 4 {
             var marker: UInt32 = 0
             guard case .success(4) = withUnsafeMutableBytes(of: &marker, { Syscalls.read(log.fd, into: $0, at: Int64(offset)) }) else { return false }
-            return UInt32(littleEndian: marker) != LogFormat.recordMarker
+            return UInt32(littleEndian: marker) != header.layout.marker
         }
         return (try? log.readHeader()).map { $0 != header } ?? true
     }

@@ -13,7 +13,7 @@ import Synchronization
 /// The default back end: one append-only log file per identifier in a shared directory,
 /// woken by inotify.
 ///
-/// Files in the directory (the format is specified in `Docs/Protocol.md`, version 2):
+/// Files in the directory (the format is specified in `Docs/Protocol.md`, version 3):
 /// - `<identifier>.wormhole`: the message log: a header and framed, checksummed records;
 /// - `.listeners/<identifier>/`: the claims of live listeners (see `ListenerCursor`);
 /// - `<name>.notification`: bare notifications of ``DarwinNotificationCenter``.
@@ -122,11 +122,14 @@ public final class FileTransiting: WormholeTransiting {
 
     // MARK: - Writing
 
-    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                       attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord {
         try Identifier.validate(identifier)
         try configuration.checkMessageSize(payload.count, identifier: identifier)
-        let nanoseconds = Syscalls.wallClockNanoseconds()
-        let processID = Syscalls.cachedProcessID
+        let fields = LogFormat.RecordFields(nanoseconds: Syscalls.wallClockNanoseconds(), processID: Syscalls.cachedProcessID,
+                                            userID: Syscalls.effectiveUserID, kind: kind,
+                                            expires: attributes.expires?.nanosecondsSince1970 ?? 0,
+                                            correlation: attributes.correlation, role: attributes.role)
         var sequence: UInt64?
         // Set when the append itself failed (its error says all); other failures for
         // want of space come from creating or extending the log, and are said again below.
@@ -141,7 +144,7 @@ public final class FileTransiting: WormholeTransiting {
                             let head = UnsafeMutableRawBufferPointer(rebasing: frame[0..<LogFormat.recordHeaderSize])
                             let trailer = UnsafeMutableRawBufferPointer(rebasing: frame[LogFormat.recordHeaderSize...])
                             LogFormat.writeRecordFrame(into: head, trailer: trailer, logID: header.logID, sequence: sequence,
-                                                       nanoseconds: nanoseconds, processID: processID, kind: kind, payload: payload)
+                                                       fields: fields, payload: payload)
                             return Syscalls.write(log.fd, header: UnsafeRawBufferPointer(head), payload: payload,
                                                   trailer: UnsafeRawBufferPointer(trailer), at: Int64(tail.end))
                         }
@@ -171,9 +174,7 @@ public final class FileTransiting: WormholeTransiting {
         guard let sequence else {
             throw WormholeError(.systemError, "'\(logPath(identifier))' kept being replaced while this process tried to append to it", path: logPath(identifier))
         }
-        return WormholeRecord(identifier: identifier, sequence: sequence,
-                              date: Date(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000),
-                              processID: processID, kind: kind, payload: payload)
+        return WormholeRecord(identifier: identifier, sequence: sequence, fields: fields, payload: payload)
     }
 
     public func clearMessageContents(identifier: String) throws(WormholeError) {
@@ -216,14 +217,14 @@ public final class FileTransiting: WormholeTransiting {
         let size = Int(try log.status().size)
         let tail = try log.findTail(size: size, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer)
         guard let offset = tail.lastRecordOffset, tail.lastSequence > header.clearedThrough else { return nil }
-        let payloadLength = tail.end - offset - LogFormat.recordOverhead
+        let payloadLength = tail.end - offset - header.layout.overhead
         guard payloadLength <= configuration.maximumMessageSize else {
             throw WormholeError(.messageTooLarge,
                 "the latest message of '\(identifier)' (\(tail.lastSequence)) is \(payloadLength) bytes, more than this reader's limit of \(configuration.maximumMessageSize) (Wormhole.Configuration.maximumMessageSize); it was not read",
                 path: log.path)
         }
         let bytes = try buffer.read(log.fd, from: offset, count: tail.end - offset, path: log.path)
-        guard case .record(let frame, _) = LogFormat.parse(bytes, at: 0, logID: header.logID, maximumPayload: configuration.maximumMessageSize) else {
+        guard case .record(let frame, _) = LogFormat.parse(bytes, at: 0, logID: header.logID, layout: header.layout, maximumPayload: configuration.maximumMessageSize) else {
             throw WormholeError.corrupt("the last record changed while it was read", path: log.path)
         }
         return LogFormat.record(frame, in: bytes, at: 0, identifier: identifier)
@@ -250,14 +251,14 @@ public final class FileTransiting: WormholeTransiting {
                 if frame.sequence > header.clearedThrough {
                     count += 1
                     bytes += frame.payloadLength
-                    lastNanoseconds = frame.nanoseconds
+                    lastNanoseconds = frame.fields.nanoseconds
                 }
             case .tooLarge(let sequence, _, let length):
                 // Counted, not read: larger than this process accepts.
                 last = max(last, sequence)
                 if sequence > header.clearedThrough {
                     count += 1
-                    bytes += length - LogFormat.recordOverhead
+                    bytes += length - header.layout.overhead
                 }
             case .corrupt:
                 break
@@ -266,7 +267,7 @@ public final class FileTransiting: WormholeTransiting {
         }
         return WormholeIdentifierSummary(
             identifier: identifier, messageCount: count, byteCount: bytes, lastSequence: last,
-            lastUpdate: lastNanoseconds.map { Date(timeIntervalSince1970: Double($0) / 1_000_000_000) })
+            lastUpdate: lastNanoseconds.map(Date.init(nanosecondsSince1970:)))
     }
 
     public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
@@ -491,6 +492,19 @@ public final class FileTransiting: WormholeTransiting {
                             try Syscalls.truncate(log.fd, to: Int64(tail.end)).orThrow("cut the torn end of", path: log.path)
                         }
                         state.tail = tail
+                        if header.version != LogFormat.version && !clearing {
+                            // A log of an earlier version: converted to this one (a
+                            // compaction that writes each record again) before anything
+                            // else, then locked again as this version's log.
+                            let compaction = LogCompaction(container: transiting.container, identifier: identifier, configuration: configuration)
+                            let (newLog, newTail) = try compaction.compact(log, header: header, tail: tail, clearing: false, buffer: buffer)
+                            Syscalls.unlock(log.fd)
+                            log.close()
+                            Syscalls.unlock(newLog.fd)
+                            state.log = newLog
+                            state.tail = newTail
+                            continue
+                        }
                         let result = try body(log, header, &tail)
                         state.tail = tail
                         if clearing || tail.end > header.compactionByteThreshold

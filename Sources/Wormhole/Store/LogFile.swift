@@ -92,18 +92,19 @@ struct LogFile {
     func findTail(size: Int, header: LogFormat.Header, maximumPayload: Int, buffer: ReadBuffer) throws(WormholeError) -> Tail {
         let empty = Tail(end: LogFormat.headerSize, lastSequence: header.baseSequence, lastRecordOffset: nil)
         guard size > LogFormat.headerSize else { return empty }
-        if size - LogFormat.headerSize >= LogFormat.recordOverhead {
+        let layout = header.layout
+        if size - LogFormat.headerSize >= layout.overhead {
             var trailer: UInt32 = 0
             let got = withUnsafeMutableBytes(of: &trailer) { Syscalls.read(fd, into: $0, at: Int64(size - 4)) }
             if case .success(4) = got {
-                let length = LogFormat.recordOverhead + Int(UInt32(littleEndian: trailer))
+                let length = layout.overhead + Int(UInt32(littleEndian: trailer))
                 let start = size - length
                 if start >= LogFormat.headerSize {
                     // A record larger than this process accepts is recognised by its
                     // header and trailer alone, without reading (or allocating) it.
-                    let count = length - LogFormat.recordOverhead <= maximumPayload ? length : LogFormat.recordHeaderSize
+                    let count = length - layout.overhead <= maximumPayload ? length : layout.headerSize
                     let bytes = try buffer.read(fd, from: start, count: count, path: path)
-                    switch LogFormat.parse(bytes, at: 0, logID: header.logID, maximumPayload: maximumPayload) {
+                    switch LogFormat.parse(bytes, at: 0, logID: header.logID, layout: layout, maximumPayload: maximumPayload) {
                     case .record(let frame, length) where frame.sequence > header.baseSequence:
                         return Tail(end: size, lastSequence: frame.sequence, lastRecordOffset: start)
                     case .tooLarge(let sequence, length) where sequence > header.baseSequence:
@@ -144,6 +145,7 @@ struct LogFile {
         var position = offset
         var committed = offset
         var pendingDamage: (String, Int)?
+        let layout = header.layout
         outer: while true {
             let request = buffer.capacity
             let bytes = try buffer.read(fd, from: position, count: request, path: path)
@@ -151,7 +153,7 @@ struct LogFile {
             let atEnd = bytes.count < request
             var local = 0
             scan: while local < bytes.count {
-                switch LogFormat.parse(bytes, at: local, logID: header.logID, maximumPayload: maximumPayload) {
+                switch LogFormat.parse(bytes, at: local, logID: header.logID, layout: layout, maximumPayload: maximumPayload) {
                 case .record(let frame, let length):
                     if let (detail, at) = pendingDamage {
                         pendingDamage = nil
@@ -170,15 +172,15 @@ struct LogFile {
                     }
                     break scan
                 case .tooLarge(let sequence, let length):
-                    switch try trailer(at: position + local, length: length) {
+                    switch try trailer(at: position + local, length: length, layout: layout) {
                     case .notYetWritten:
                         // Not (yet) whole: wait, as for any incomplete record.
                         return committed
                     case .mismatch:
                         // All its bytes are there but they do not end as it says: damage,
                         // skipped like any other (Protocol.md §9.3), not waited on.
-                        if pendingDamage == nil { pendingDamage = ("a record of \(length - LogFormat.recordOverhead) bytes whose trailer does not repeat its length", position + local) }
-                        if let next = LogFormat.nextMarker(in: bytes, after: local) {
+                        if pendingDamage == nil { pendingDamage = ("a record of \(length - layout.overhead) bytes whose trailer does not repeat its length", position + local) }
+                        if let next = LogFormat.nextMarker(in: bytes, after: local, layout: layout) {
                             local = next
                             continue scan
                         }
@@ -199,9 +201,9 @@ struct LogFile {
                     continue outer
                 case .corrupt(let detail, let length):
                     if pendingDamage == nil { pendingDamage = (detail, position + local) }
-                    if let length, local + length < bytes.count, LogFormat.peek(bytes, at: local + length) != nil {
+                    if let length, local + length < bytes.count, LogFormat.peek(bytes, at: local + length, layout: layout) != nil {
                         local += length
-                    } else if let next = LogFormat.nextMarker(in: bytes, after: local) {
+                    } else if let next = LogFormat.nextMarker(in: bytes, after: local, layout: layout) {
                         local = next
                     } else {
                         if atEnd { return committed }
@@ -229,12 +231,12 @@ struct LogFile {
         case notYetWritten
     }
 
-    private func trailer(at offset: Int, length: Int) throws(WormholeError) -> Trailer {
+    private func trailer(at offset: Int, length: Int, layout: LogFormat.RecordLayout) throws(WormholeError) -> Trailer {
         guard offset <= Int.max - length else { return .mismatch }
         var trailer: UInt32 = 0
         let got = withUnsafeMutableBytes(of: &trailer) { Syscalls.read(fd, into: $0, at: Int64(offset + length - 4)) }
         guard case .success(4) = got else { return .notYetWritten }
-        return Int(UInt32(littleEndian: trailer)) == length - LogFormat.recordOverhead ? .matches : .mismatch
+        return Int(UInt32(littleEndian: trailer)) == length - layout.overhead ? .matches : .mismatch
     }
 }
 

@@ -17,23 +17,49 @@ import Foundation
 /// record from one still being written (or torn by a killed writer) from the bytes alone.
 enum LogFormat {
     static let magic: [UInt8] = Array("WORMHOLE".utf8)
-    static let version: UInt32 = 2
+    /// The version this library writes. It reads version 2 logs as well, and converts one
+    /// to this version under its lock before it appends to it (Protocol.md §2).
+    static let version: UInt32 = 3
+    /// The earliest version this library reads.
+    static let earliestReadableVersion: UInt32 = 2
     static let headerSize = 128
-    /// "WHR2" read as a little-endian `UInt32`.
-    static let recordMarker: UInt32 = 0x3252_4857
-    /// The first byte of the marker, for resynchronising with `memchr`.
+    /// The records this library writes.
+    static let layout = RecordLayout.version3
+    /// The first byte of every version's record marker ("WHR"), for resynchronising with `memchr`.
     static let recordMarkerFirstByte = UInt8(ascii: "W")
-    /// Marker, length, sequence, date, process, kind, reserved, checksum.
-    static let recordHeaderSize = 36
+    /// A version 3 record's header: marker, length, sequence, date, expiry, correlation,
+    /// process, user, kind, role, reserved, checksum.
+    static let recordHeaderSize = layout.headerSize
     /// The payload length again, after the payload: written last, so a record whose
     /// trailer is in place was written whole.
     static let recordTrailerSize = 4
-    static let recordOverhead = recordHeaderSize + recordTrailerSize
+    static let recordOverhead = layout.overhead
     static let fileSuffix = ".wormhole"
     /// The format's one limit on a record: no payload is longer than 1 GiB. Readers also
     /// refuse, without reading them, records longer than their own configured
     /// `maximumMessageSize`.
     static let maximumPayloadLength = 1 << 30
+    /// The user id a record converted from version 2 carries: not known.
+    static let unknownUserID: UInt32 = .max
+
+    /// Where a version's record keeps its fields. Version 2's records (36-byte header)
+    /// have no expiry, correlation, user or role; version 3's have all of them.
+    struct RecordLayout: Equatable, Sendable {
+        let version: UInt32
+        /// "WHR2" or "WHR3" read as a little-endian `UInt32`.
+        let marker: UInt32
+        let headerSize: Int
+        /// The checksum's offset: the bytes before it are what it covers of the header.
+        let checksumOffset: Int
+        let processOffset: Int
+        let kindOffset: Int
+        var overhead: Int { headerSize + LogFormat.recordTrailerSize }
+
+        static let version2 = RecordLayout(version: 2, marker: 0x3252_4857, headerSize: 36, checksumOffset: 32, processOffset: 24, kindOffset: 28)
+        static let version3 = RecordLayout(version: 3, marker: 0x3352_4857, headerSize: 56, checksumOffset: 52, processOffset: 40, kindOffset: 48)
+
+        static func forVersion(_ version: UInt32) -> RecordLayout { version == 2 ? .version2 : .version3 }
+    }
 
     /// The file's fixed part: written at creation and by compaction only.
     struct Header: Equatable, Sendable {
@@ -41,6 +67,8 @@ enum LogFormat {
         /// created again, so that readers know sequence numbers started over. It seeds
         /// every record's checksum.
         var logID: UInt64 = 0
+        /// The log's format version: the layout of its records.
+        var version: UInt32 = LogFormat.version
         /// Records in this file have sequence numbers above this one; an empty file's next
         /// record is `baseSequence + 1`.
         var baseSequence: UInt64 = 0
@@ -57,7 +85,7 @@ enum LogFormat {
             let base = bytes.baseAddress!
             base.initializeMemory(as: UInt8.self, repeating: 0, count: LogFormat.headerSize)
             for (index, byte) in LogFormat.magic.enumerated() { base.storeBytes(of: byte, toByteOffset: index, as: UInt8.self) }
-            base.storeBytes(of: LogFormat.version.littleEndian, toByteOffset: 8, as: UInt32.self)
+            base.storeBytes(of: version.littleEndian, toByteOffset: 8, as: UInt32.self)
             base.storeBytes(of: UInt32(LogFormat.headerSize).littleEndian, toByteOffset: 12, as: UInt32.self)
             base.storeBytes(of: logID.littleEndian, toByteOffset: 16, as: UInt64.self)
             base.storeBytes(of: baseSequence.littleEndian, toByteOffset: 24, as: UInt64.self)
@@ -67,6 +95,9 @@ enum LogFormat {
             let crc = CRC32.update(0, UnsafeRawBufferPointer(start: base, count: 124))
             base.storeBytes(of: crc.littleEndian, toByteOffset: 124, as: UInt32.self)
         }
+
+        /// The layout of this log's records.
+        var layout: RecordLayout { .forVersion(version) }
 
         func encoded() -> [UInt8] {
             [UInt8](unsafeUninitializedCapacity: LogFormat.headerSize) { buffer, count in
@@ -85,12 +116,12 @@ enum LogFormat {
                     path: path)
             }
             let version: UInt32 = get(bytes, 8)
-            guard version == LogFormat.version else {
-                let advice = version < LogFormat.version
+            guard (LogFormat.earliestReadableVersion...LogFormat.version).contains(version) else {
+                let advice = version < LogFormat.earliestReadableVersion
                     ? "it was written by an earlier Wormhole, whose messages this version does not read or change. Read what you need with that version, then delete the file; the next message starts a version \(LogFormat.version) log"
                     : "it was written by a newer Wormhole; use that version"
                 throw WormholeError(.unsupportedFormat,
-                    "'\(path)' is a version \(version) message log and this library reads version \(LogFormat.version): \(advice)",
+                    "'\(path)' is a version \(version) message log and this library reads versions \(LogFormat.earliestReadableVersion) and \(LogFormat.version): \(advice)",
                     path: path)
             }
             guard bytes.count >= LogFormat.headerSize else {
@@ -101,6 +132,7 @@ enum LogFormat {
                 throw WormholeError(.unsupportedFormat, "'\(path)' has a damaged header (its checksum does not match); move it out of the container or delete it", path: path)
             }
             var header = Header()
+            header.version = version
             header.logID = get(bytes, 16)
             header.baseSequence = get(bytes, 24)
             header.clearedThrough = get(bytes, 32)
@@ -111,53 +143,105 @@ enum LogFormat {
     }
 
     /// The checksum of a record: CRC-32 of the log's identity (8 bytes), the record's
-    /// first 32 bytes and its payload. Seeding with the identity makes a record copied
-    /// out of another log (inside a message's payload, say) invalid in this one.
-    static func checksum(logID: UInt64, header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) -> UInt32 {
+    /// header up to its checksum field and its payload. Seeding with the identity makes a
+    /// record copied out of another log (inside a message's payload, say) invalid in this one.
+    static func checksum(logID: UInt64, header: UnsafeRawBufferPointer, layout: RecordLayout, payload: UnsafeRawBufferPointer) -> UInt32 {
         var crc = withUnsafeBytes(of: logID.littleEndian) { CRC32.update(0, $0) }
-        crc = CRC32.update(crc, UnsafeRawBufferPointer(rebasing: header[0..<32]))
+        crc = CRC32.update(crc, UnsafeRawBufferPointer(rebasing: header[0..<layout.checksumOffset]))
         return CRC32.update(crc, payload)
     }
 
-    /// Writes the 36-byte header of the record that carries `payload` into `header`, and
-    /// its 4-byte trailer into `trailer`. The record is header, payload, trailer: one
+    /// What a record says besides its sequence number and payload.
+    struct RecordFields: Equatable, Sendable {
+        var nanoseconds: Int64
+        var processID: Int32
+        var userID: UInt32
+        var kind: WormholePayloadKind
+        var expires: Int64 = 0
+        var correlation: UInt64 = 0
+        var role: WormholeRecordRole = .message
+    }
+
+    /// Writes the version 3 header of the record that carries `payload` into `header`,
+    /// with the checksum `crc` when given (a copy whose payload is not in memory), and its
+    /// 4-byte trailer into `trailer`. The record is header, payload, trailer: one
     /// `pwritev` of three pieces, no copy of the message.
     static func writeRecordFrame(into header: UnsafeMutableRawBufferPointer, trailer: UnsafeMutableRawBufferPointer,
-                                 logID: UInt64, sequence: UInt64, nanoseconds: Int64,
-                                 processID: Int32, kind: WormholePayloadKind, payload: UnsafeRawBufferPointer) {
-        precondition(header.count >= recordHeaderSize && trailer.count >= recordTrailerSize)
-        let base = header.baseAddress!
-        base.initializeMemory(as: UInt8.self, repeating: 0, count: recordHeaderSize)
-        base.storeBytes(of: recordMarker.littleEndian, toByteOffset: 0, as: UInt32.self)
-        base.storeBytes(of: UInt32(payload.count).littleEndian, toByteOffset: 4, as: UInt32.self)
-        base.storeBytes(of: sequence.littleEndian, toByteOffset: 8, as: UInt64.self)
-        base.storeBytes(of: nanoseconds.littleEndian, toByteOffset: 16, as: Int64.self)
-        base.storeBytes(of: processID.littleEndian, toByteOffset: 24, as: Int32.self)
-        base.storeBytes(of: kind.rawValue, toByteOffset: 28, as: UInt8.self)
-        let crc = checksum(logID: logID, header: UnsafeRawBufferPointer(header), payload: payload)
-        base.storeBytes(of: crc.littleEndian, toByteOffset: 32, as: UInt32.self)
+                                 logID: UInt64, sequence: UInt64, fields: RecordFields, payload: UnsafeRawBufferPointer) {
+        writeRecordHeader(into: header, logID: logID, sequence: sequence, fields: fields, length: payload.count) { crc in
+            CRC32.update(crc, payload)
+        }
         trailer.baseAddress!.storeBytes(of: UInt32(payload.count).littleEndian, as: UInt32.self)
     }
 
-    /// A record's whole bytes, for tests and tools that build logs in memory.
-    static func recordBytes(logID: UInt64, sequence: UInt64, nanoseconds: Int64, processID: Int32,
-                            kind: WormholePayloadKind, payload: [UInt8]) -> [UInt8] {
+    /// Writes a version 3 record header for a payload of `length` bytes; `checksumPayload`
+    /// continues the checksum over the payload (read in pieces by a conversion).
+    static func writeRecordHeader<Failure: Error>(into header: UnsafeMutableRawBufferPointer, logID: UInt64, sequence: UInt64, fields: RecordFields,
+                                                  length: Int, checksumPayload: (UInt32) throws(Failure) -> UInt32) throws(Failure) {
+        let layout = LogFormat.layout
+        precondition(header.count >= layout.headerSize)
+        let base = header.baseAddress!
+        base.initializeMemory(as: UInt8.self, repeating: 0, count: layout.headerSize)
+        base.storeBytes(of: layout.marker.littleEndian, toByteOffset: 0, as: UInt32.self)
+        base.storeBytes(of: UInt32(length).littleEndian, toByteOffset: 4, as: UInt32.self)
+        base.storeBytes(of: sequence.littleEndian, toByteOffset: 8, as: UInt64.self)
+        base.storeBytes(of: fields.nanoseconds.littleEndian, toByteOffset: 16, as: Int64.self)
+        base.storeBytes(of: fields.expires.littleEndian, toByteOffset: 24, as: Int64.self)
+        base.storeBytes(of: fields.correlation.littleEndian, toByteOffset: 32, as: UInt64.self)
+        base.storeBytes(of: fields.processID.littleEndian, toByteOffset: 40, as: Int32.self)
+        base.storeBytes(of: fields.userID.littleEndian, toByteOffset: 44, as: UInt32.self)
+        base.storeBytes(of: fields.kind.rawValue, toByteOffset: 48, as: UInt8.self)
+        base.storeBytes(of: fields.role.rawValue, toByteOffset: 49, as: UInt8.self)
+        var crc = withUnsafeBytes(of: logID.littleEndian) { CRC32.update(0, $0) }
+        crc = CRC32.update(crc, UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(header)[0..<layout.checksumOffset]))
+        crc = try checksumPayload(crc)
+        base.storeBytes(of: crc.littleEndian, toByteOffset: layout.checksumOffset, as: UInt32.self)
+    }
+
+    /// A version 3 record's whole bytes, for tests and tools that build logs in memory.
+    static func recordBytes(logID: UInt64, sequence: UInt64, fields: RecordFields, payload: [UInt8]) -> [UInt8] {
         var header = [UInt8](repeating: 0, count: recordHeaderSize)
         var trailer = [UInt8](repeating: 0, count: recordTrailerSize)
         payload.withUnsafeBytes { payload in
             header.withUnsafeMutableBytes { header in
                 trailer.withUnsafeMutableBytes { trailer in
-                    writeRecordFrame(into: header, trailer: trailer, logID: logID, sequence: sequence, nanoseconds: nanoseconds,
-                                     processID: processID, kind: kind, payload: payload)
+                    writeRecordFrame(into: header, trailer: trailer, logID: logID, sequence: sequence, fields: fields, payload: payload)
                 }
             }
         }
         return header + payload + trailer
     }
 
-    /// What ``parse(_:at:logID:maximumPayload:)`` found at an offset of a buffer.
+    /// A version 3 record's whole bytes, for tests that need no particular fields.
+    static func recordBytes(logID: UInt64, sequence: UInt64, nanoseconds: Int64, processID: Int32,
+                            kind: WormholePayloadKind, payload: [UInt8]) -> [UInt8] {
+        recordBytes(logID: logID, sequence: sequence,
+                    fields: RecordFields(nanoseconds: nanoseconds, processID: processID, userID: Syscalls.effectiveUserID, kind: kind),
+                    payload: payload)
+    }
+
+    /// A version 2 record's whole bytes, for tests of reading and converting version 2 logs.
+    static func version2RecordBytes(logID: UInt64, sequence: UInt64, nanoseconds: Int64, processID: Int32,
+                                    kind: WormholePayloadKind, payload: [UInt8]) -> [UInt8] {
+        let layout = RecordLayout.version2
+        var header = [UInt8](repeating: 0, count: layout.headerSize)
+        header.withUnsafeMutableBytes { header in
+            let base = header.baseAddress!
+            base.storeBytes(of: layout.marker.littleEndian, toByteOffset: 0, as: UInt32.self)
+            base.storeBytes(of: UInt32(payload.count).littleEndian, toByteOffset: 4, as: UInt32.self)
+            base.storeBytes(of: sequence.littleEndian, toByteOffset: 8, as: UInt64.self)
+            base.storeBytes(of: nanoseconds.littleEndian, toByteOffset: 16, as: Int64.self)
+            base.storeBytes(of: processID.littleEndian, toByteOffset: 24, as: Int32.self)
+            base.storeBytes(of: kind.rawValue, toByteOffset: 28, as: UInt8.self)
+            let crc = payload.withUnsafeBytes { checksum(logID: logID, header: UnsafeRawBufferPointer(header), layout: layout, payload: $0) }
+            base.storeBytes(of: crc.littleEndian, toByteOffset: layout.checksumOffset, as: UInt32.self)
+        }
+        return header + payload + withUnsafeBytes(of: UInt32(payload.count).littleEndian, Array.init)
+    }
+
+    /// What ``parse(_:at:logID:layout:maximumPayload:)`` found at an offset of a buffer.
     enum Parsed {
-        /// A whole, valid record of `length` bytes: payload at `offset + 36`.
+        /// A whole, valid record of `length` bytes: payload at `offset + layout.headerSize`.
         case record(Frame, length: Int)
         /// The buffer ends before the record does: read more (or it is still being
         /// written, or was torn by a killed writer and waits for the next writer to cut it).
@@ -172,24 +256,25 @@ enum LogFormat {
     /// A valid record's fixed fields; the payload stays in the buffer.
     struct Frame {
         let sequence: UInt64
-        let nanoseconds: Int64
-        let processID: Int32
-        let kind: WormholePayloadKind
+        let fields: RecordFields
         let payloadLength: Int
+        /// Where its payload starts, from the record's start.
+        let payloadOffset: Int
+        var kind: WormholePayloadKind { fields.kind }
     }
 
-    /// Parses the record at `offset` of `bytes`.
-    static func parse(_ bytes: UnsafeRawBufferPointer, at offset: Int, logID: UInt64, maximumPayload: Int) -> Parsed {
+    /// Parses the record at `offset` of `bytes`, written in `layout`.
+    static func parse(_ bytes: UnsafeRawBufferPointer, at offset: Int, logID: UInt64, layout: RecordLayout, maximumPayload: Int) -> Parsed {
         let available = bytes.count - offset
         guard available >= 8 else { return .incomplete(needed: nil) }
-        guard get(bytes, offset) as UInt32 == recordMarker else {
+        guard get(bytes, offset) as UInt32 == layout.marker else {
             return .corrupt("no record marker at this offset", length: nil)
         }
         let payloadLength = Int(get(bytes, offset + 4) as UInt32)
         guard payloadLength <= maximumPayloadLength else {
             return .corrupt("a record declares \(payloadLength) bytes, more than the format allows", length: nil)
         }
-        let length = recordOverhead + payloadLength
+        let length = layout.overhead + payloadLength
         if payloadLength > maximumPayload {
             guard available >= 16 else { return .incomplete(needed: 16) }
             return .tooLarge(sequence: get(bytes, offset + 8), length: length)
@@ -200,46 +285,53 @@ enum LogFormat {
         guard get(record, length - recordTrailerSize) as UInt32 == UInt32(payloadLength) else {
             return .corrupt("record \(sequence) does not end where its length says", length: nil)
         }
-        let payload = UnsafeRawBufferPointer(rebasing: record[recordHeaderSize..<(length - recordTrailerSize)])
-        guard get(record, 32) as UInt32 == checksum(logID: logID, header: record, payload: payload) else {
+        let payload = UnsafeRawBufferPointer(rebasing: record[layout.headerSize..<(length - recordTrailerSize)])
+        guard get(record, layout.checksumOffset) as UInt32 == checksum(logID: logID, header: record, layout: layout, payload: payload) else {
             return .corrupt("record \(sequence) fails its checksum", length: length)
         }
-        guard let kind = WormholePayloadKind(rawValue: record[28]) else {
-            return .corrupt("record \(sequence) has unknown kind \(record[28])", length: length)
+        guard let kind = WormholePayloadKind(rawValue: record[layout.kindOffset]) else {
+            return .corrupt("record \(sequence) has unknown kind \(record[layout.kindOffset])", length: length)
         }
-        return .record(Frame(sequence: sequence, nanoseconds: get(record, 16), processID: get(record, 24),
-                             kind: kind, payloadLength: payloadLength), length: length)
+        var fields = RecordFields(nanoseconds: get(record, 16), processID: get(record, layout.processOffset),
+                                  userID: unknownUserID, kind: kind)
+        if layout.version >= 3 {
+            guard let role = WormholeRecordRole(rawValue: record[49]) else {
+                return .corrupt("record \(sequence) has unknown role \(record[49])", length: length)
+            }
+            fields.role = role
+            fields.expires = get(record, 24)
+            fields.correlation = get(record, 32)
+            fields.userID = get(record, 44)
+        }
+        return .record(Frame(sequence: sequence, fields: fields, payloadLength: payloadLength, payloadOffset: layout.headerSize), length: length)
     }
 
     /// The record's sequence number and length from its first 16 bytes, unchecked.
-    static func peek(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> (sequence: UInt64, length: Int)? {
-        guard offset >= 0, bytes.count - offset >= 16, get(bytes, offset) as UInt32 == recordMarker else { return nil }
+    static func peek(_ bytes: UnsafeRawBufferPointer, at offset: Int, layout: RecordLayout) -> (sequence: UInt64, length: Int)? {
+        guard offset >= 0, bytes.count - offset >= 16, get(bytes, offset) as UInt32 == layout.marker else { return nil }
         let payloadLength = Int(get(bytes, offset + 4) as UInt32)
         guard payloadLength <= maximumPayloadLength else { return nil }
-        return (get(bytes, offset + 8), recordOverhead + payloadLength)
+        return (get(bytes, offset + 8), layout.overhead + payloadLength)
     }
 
     /// The offset of the next record marker after `offset`, for resynchronising after a
     /// damaged record; `nil` when the buffer has none.
-    static func nextMarker(in bytes: UnsafeRawBufferPointer, after offset: Int) -> Int? {
+    static func nextMarker(in bytes: UnsafeRawBufferPointer, after offset: Int, layout: RecordLayout) -> Int? {
         var index = offset + 1
         guard let base = bytes.baseAddress else { return nil }
         while index + 4 <= bytes.count {
             guard let found = memchr(base + index, Int32(recordMarkerFirstByte), bytes.count - index) else { return nil }
             index = base.distance(to: UnsafeRawPointer(found))
-            if index + 4 <= bytes.count, get(bytes, index) as UInt32 == recordMarker { return index }
+            if index + 4 <= bytes.count, get(bytes, index) as UInt32 == layout.marker { return index }
             index += 1
         }
         return nil
     }
 
     static func record(_ frame: Frame, in bytes: UnsafeRawBufferPointer, at offset: Int, identifier: String) -> WormholeRecord {
-        let start = offset + recordHeaderSize
-        return WormholeRecord(
-            identifier: identifier, sequence: frame.sequence,
-            date: Date(timeIntervalSince1970: Double(frame.nanoseconds) / 1_000_000_000),
-            processID: frame.processID, kind: frame.kind,
-            payload: Data(UnsafeRawBufferPointer(rebasing: bytes[start..<start + frame.payloadLength])))
+        let start = offset + frame.payloadOffset
+        return WormholeRecord(identifier: identifier, sequence: frame.sequence, fields: frame.fields,
+                              payload: Data(UnsafeRawBufferPointer(rebasing: bytes[start..<start + frame.payloadLength])))
     }
 
     @inline(__always)

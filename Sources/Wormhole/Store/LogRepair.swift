@@ -70,14 +70,14 @@ struct LogRepair {
         tail.lastSequence = highest
     }
 
-    /// The header in the file, when it is a valid version 2 header; `nil` when there is
+    /// The header in the file, when it is a valid header of a version this library reads; `nil` when there is
     /// none (empty, short, not a header, damaged). Another version's valid header throws:
     /// that file is never changed.
     private func readHeaderIfOurs() throws(WormholeError) -> LogFormat.Header? {
         var start: (UInt64, UInt32) = (0, 0)
         let count = (try? withUnsafeMutableBytes(of: &start) { Syscalls.read(log.fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<12]), at: 0) }.get()) ?? 0
         let magic = withUnsafeBytes(of: start.0) { $0.elementsEqual(LogFormat.magic) }
-        if count == 12, magic, UInt32(littleEndian: start.1) != LogFormat.version {
+        if count == 12, magic, !(LogFormat.earliestReadableVersion...LogFormat.version).contains(UInt32(littleEndian: start.1)) {
             // Another version's log now: refused with the usual message, never changed.
             return try log.readHeader()
         }

@@ -23,6 +23,28 @@ public enum WormholePayloadKind: UInt8, Sendable, Hashable, CustomStringConverti
     }
 }
 
+/// What a record is for: a message (every record passed by ``Wormhole/passMessage(_:identifier:)``),
+/// or a part of a request and its reply.
+public enum WormholeRecordRole: UInt8, Sendable, Hashable, CustomStringConvertible {
+    /// A message, for every listener.
+    case message = 0
+    /// A request: answered by one responder.
+    case request = 1
+    /// A reply to the request whose ``WormholeRecord/correlation`` it carries.
+    case reply = 2
+    /// A reply that reports the responder's failure instead of an answer.
+    case errorReply = 3
+
+    public var description: String {
+        switch self {
+        case .message: "message"
+        case .request: "request"
+        case .reply: "reply"
+        case .errorReply: "error reply"
+        }
+    }
+}
+
 /// One message as the store keeps it: its bytes and what the store knows about it.
 ///
 /// Listen for records (``Wormhole/listenForRecords(withIdentifier:startingFrom:queue:onError:listener:)``)
@@ -35,20 +57,78 @@ public struct WormholeRecord: Sendable, Hashable {
     public let sequence: UInt64
     /// When the sender passed it.
     public let date: Date
-    /// The sending process.
+    /// The sending process, as numbered in the sender's PID namespace.
     public let processID: Int32
+    /// The sending process's effective user id; `nil` when not known (a message stored
+    /// by an earlier version, or by the PostgreSQL back end).
+    public let senderUID: UInt32?
     /// How its bytes are meant to be read.
     public let kind: WormholePayloadKind
+    /// What it is for: a message, a request or a reply.
+    public let role: WormholeRecordRole
+    /// A request's identity, repeated by its reply; 0 for a message.
+    public let correlation: UInt64
+    /// When it expires: after this date it is not delivered to a listener that starts,
+    /// resumes or takes it from a queue. `nil`: never.
+    public let expires: Date?
     /// The message's bytes, exactly as passed.
     public let payload: Data
 
-    public init(identifier: String, sequence: UInt64, date: Date, processID: Int32, kind: WormholePayloadKind, payload: Data) {
+    public init(identifier: String, sequence: UInt64, date: Date, processID: Int32, kind: WormholePayloadKind, payload: Data,
+                senderUID: UInt32? = nil, role: WormholeRecordRole = .message, correlation: UInt64 = 0, expires: Date? = nil) {
         self.identifier = identifier
         self.sequence = sequence
         self.date = date
         self.processID = processID
+        self.senderUID = senderUID
         self.kind = kind
+        self.role = role
+        self.correlation = correlation
+        self.expires = expires
         self.payload = payload
+    }
+
+    /// A record read from a log.
+    init(identifier: String, sequence: UInt64, fields: LogFormat.RecordFields, payload: Data) {
+        self.init(identifier: identifier, sequence: sequence, date: Date(nanosecondsSince1970: fields.nanoseconds),
+                  processID: fields.processID, kind: fields.kind, payload: payload,
+                  senderUID: fields.userID == LogFormat.unknownUserID ? nil : fields.userID,
+                  role: fields.role, correlation: fields.correlation,
+                  expires: fields.expires == 0 ? nil : Date(nanosecondsSince1970: fields.expires))
+    }
+}
+
+/// What a record carries besides its message, given when it is passed: the back end
+/// fills in the sequence number, the date, the process and the user.
+public struct WormholeRecordAttributes: Sendable, Hashable {
+    /// What the record is for.
+    public var role: WormholeRecordRole
+    /// A request's identity (0 for a message).
+    public var correlation: UInt64
+    /// When it expires (`nil`: never).
+    public var expires: Date?
+
+    public init(role: WormholeRecordRole = .message, correlation: UInt64 = 0, expires: Date? = nil) {
+        self.role = role
+        self.correlation = correlation
+        self.expires = expires
+    }
+
+    /// A message for every listener, that never expires.
+    public static let message = WormholeRecordAttributes()
+}
+
+extension Date {
+    /// A date from nanoseconds since 1970 (a record's form).
+    init(nanosecondsSince1970 nanoseconds: Int64) {
+        self.init(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000)
+    }
+
+    /// Nanoseconds since 1970, clamped to what a record holds; at least 1 (0 means "none").
+    var nanosecondsSince1970: Int64 {
+        let value = (timeIntervalSince1970 * 1_000_000_000).rounded()
+        if value >= Double(Int64.max) { return .max }
+        return max(1, Int64(exactly: value) ?? 1)
     }
 }
 

@@ -16,9 +16,10 @@ public protocol WormholeTransiting: Sendable {
     /// The limits this back end enforces.
     var configuration: WormholeConfiguration { get }
 
-    /// Stores a message under `identifier`, assigns its sequence number, then wakes
-    /// the identifier's observers. Returns the stored record.
-    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord
+    /// Stores a message under `identifier` with `attributes`, assigns its sequence
+    /// number, then wakes the identifier's observers. Returns the stored record.
+    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord
 
     /// The newest message of `identifier` that was not cleared, or `nil`.
     func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord?
@@ -33,9 +34,10 @@ public protocol WormholeTransiting: Sendable {
     /// What is retained for each identifier that has a log.
     func summaries() throws(WormholeError) -> [WormholeIdentifierSummary]
 
-    /// ``append(_:kind:identifier:)`` for asynchronous callers (see the extension below
-    /// for the default).
-    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord
+    /// ``append(_:kind:identifier:attributes:)`` for asynchronous callers (see the
+    /// extension below for the default).
+    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord
     /// ``latestRecord(identifier:)-63adk`` for asynchronous callers.
     func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord?
     /// ``clearMessageContents(identifier:)`` for asynchronous callers.
@@ -76,8 +78,19 @@ public protocol WormholeTransiting: Sendable {
 /// pool. These defaults run the synchronous call: right for a back end whose calls do
 /// not wait on anything remote (the file back end's are a few system calls).
 extension WormholeTransiting {
+    /// Stores a message for every listener, that never expires.
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
+        try append(payload, kind: kind, identifier: identifier, attributes: .message)
+    }
+
+    /// Stores a message for every listener, that never expires, for asynchronous callers.
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord {
-        try synchronously { () throws(WormholeError) in try append(payload, kind: kind, identifier: identifier) }
+        try await append(payload, kind: kind, identifier: identifier, attributes: .message)
+    }
+
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                       attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord {
+        try synchronously { () throws(WormholeError) in try append(payload, kind: kind, identifier: identifier, attributes: attributes) }
     }
 
     public func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord? {
