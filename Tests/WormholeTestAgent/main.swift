@@ -65,6 +65,12 @@
 //                                                      a payload equal to POISON throws; "lost N"
 //                                                      and "error CODE" for reports; OUT.ready once
 //                                                      joined; runs until killed
+//   WormholeTestAgent respond DIR ID NAME               answer each request of ID with "NAME:<request>";
+//                                                      NAME.ready (in DIR's parent) once serving;
+//                                                      runs until killed
+//   WormholeTestAgent request DIR ID COUNT TAG OUT S    COUNT requests "TAG:i", one after another, each
+//                                                      with a timeout of S seconds; append to OUT
+//                                                      "i ok <reply> <ms>" or "i error <code> <ms>"
 //   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
 //                                                      (no memory kept per message); write
 //                                                      "received duplicates disorder" to OUT
@@ -555,6 +561,29 @@ do {
         _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
         while true { sleep(60) }
         _ = member
+
+    case "respond":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let name = argument(3)
+        let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in "\(name):\(request)" }
+        _ = FileManager.default.createFile(atPath: argument(1) + "/../" + name + ".ready", contents: nil)
+        while true { sleep(60) }
+        _ = member
+
+    case "request":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let count = Int(argument(3)) ?? 0, tag = argument(4), timeout = Double(argument(6)) ?? 5
+        var lines = ""
+        for index in 1...max(1, count) {
+            let started = DispatchTime.now().uptimeNanoseconds
+            let outcome = Result { () throws(WormholeError) in try wormhole.request("\(tag):\(index)", identifier: argument(2), as: String.self, timeout: timeout) }
+            let milliseconds = (DispatchTime.now().uptimeNanoseconds - started) / 1_000_000
+            switch outcome {
+            case .success(let reply): lines += "\(index) ok \(reply) \(milliseconds)\n"
+            case .failure(let error): lines += "\(index) error \(error.code) \(milliseconds) \(error.message)\n"
+            }
+        }
+        try lines.write(toFile: argument(5), atomically: true, encoding: .utf8)
 
     case "soak-listen":
         // Listens until each of <writers> timed pace writers passed its "<tag>:end:<n>";

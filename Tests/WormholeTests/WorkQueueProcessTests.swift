@@ -64,3 +64,53 @@ struct WorkQueueProcessTests {
         print("work queue kill test: \(total) jobs, 3 worker processes, \(kills) SIGKILLs; handled \(Set(taken.map(\.payload)).count), acknowledged \(status.acknowledged), redelivered \(redelivered), taken twice \(repeated); \(String(format: "%.1f", elapsed)) s")
     }
 }
+
+extension WorkQueueProcessTests {
+    @Test("4 requesters x 1,000 requests to 2 responders, one killed with SIGKILL: every request answered or failed with a clear error within its timeout, none answered to the wrong requester",
+          .timeLimit(.minutes(5)))
+    func requestsSurviveAKilledResponder() async throws {
+        let directory = TemporaryDirectory()
+        let container = directory.file("c")
+        _ = try Wormhole(directory: container)
+        let count = scaled(1_000), timeout = 5.0
+        let responders = try ["r1", "r2"].map { name in try Agent.start(["respond", container, "ask", name]) }
+        for name in ["r1", "r2"] { #expect(await waitForFile(directory.file(name + ".ready"))) }
+        let outputs = (0..<4).map { directory.file("requester\($0).txt") }
+        let started = Date()
+        let requesters = try outputs.enumerated().map { index, output in
+            try Agent.start(["request", container, "ask", "\(count)", "q\(index)", output, "\(timeout)"])
+        }
+        // Killed at a random instant while the requests flow.
+        try await Task.sleep(for: .milliseconds(Int.random(in: 50...400)))
+        let victim = Int.random(in: 0..<2)
+        kill(responders[victim].processIdentifier, SIGKILL)
+        responders[victim].waitUntilExit()
+        for requester in requesters { #expect(await waitForExit(requester) == 0) }
+        let elapsed = Date().timeIntervalSince(started)
+        kill(responders[1 - victim].processIdentifier, SIGKILL)
+        responders[1 - victim].waitUntilExit()
+        var answered = 0, failed = 0, slowest = 0, byVictim = 0
+        for (index, output) in outputs.enumerated() {
+            let lines = try String(contentsOfFile: output, encoding: .utf8).split(separator: "\n")
+            #expect(lines.count == count)
+            for (number, line) in lines.enumerated() {
+                let parts = line.split(separator: " ")
+                #expect(parts[0] == "\(number + 1)")
+                let milliseconds = Int(parts[3]) ?? .max
+                slowest = max(slowest, milliseconds)
+                if parts[1] == "ok" {
+                    answered += 1
+                    let reply = parts[2].split(separator: ":", maxSplits: 1)
+                    #expect(reply.count == 2 && reply[1] == "q\(index):\(number + 1)", "a reply to its own request: \(line)")
+                    if reply[0] == (victim == 0 ? "r1" : "r2") { byVictim += 1 }
+                } else {
+                    failed += 1
+                    #expect(parts[2] == "timedOut" && line.contains("did not answer in time"), "a clear error: \(line)")
+                }
+                #expect(milliseconds <= Int(timeout * 1_000) + 1_000, "within its timeout: \(line)")
+            }
+        }
+        #expect(answered + failed == 4 * count)
+        print("request kill test: 4 requesters x \(count) requests, 2 responders, one killed (it had answered \(byVictim)); answered \(answered), failed \(failed) (timed out), slowest \(slowest) ms; \(String(format: "%.1f", elapsed)) s")
+    }
+}
