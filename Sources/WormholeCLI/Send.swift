@@ -27,6 +27,7 @@ struct Send: ParsableCommand {
               echo hello | wormhole send chat
               wormhole send --json status '{"battery": 87}'
               wormhole send --file photo.jpg photo
+              wormhole send --ttl 30 presence "here"
             """)
 
     @Argument(help: "The identifier to pass the message under, such as 'chat'.")
@@ -41,12 +42,18 @@ struct Send: ParsableCommand {
     @Flag(name: .long, help: "Check that the message is JSON and store it as a JSON message.")
     var json = false
 
+    @Option(name: .long, help: ArgumentHelp("Let the message expire after this many seconds: listeners that start or resume later, and work queues, skip it and count it.", valueName: "seconds"))
+    var ttl: Double?
+
     @Flag(name: .long, help: "Print the message's sequence number in the identifier's order.")
     var printSequence = false
 
     @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
+        if let ttl, !(ttl > 0 && ttl.isFinite && ttl < 1e9) {
+            throw ValidationError("--ttl must be a positive number of seconds, not \(ttl).")
+        }
         if file != nil, let message, message != "-" {
             throw ValidationError("Give the message as an argument or with --file, not both.")
         }
@@ -67,7 +74,7 @@ struct Send: ParsableCommand {
 
     func run() throws {
         try Self.pass(identifier: identifier, source: source, fromFile: file != nil, json: json,
-                      printSequence: printSequence, container: container.choice)
+                      printSequence: printSequence, container: container.choice, timeToLive: ttl)
     }
 
     /// The plain forms, `send IDENTIFIER MESSAGE` and `send IDENTIFIER`, with any of the
@@ -107,11 +114,15 @@ struct Send: ParsableCommand {
     /// Reads the message from `source` and passes it: what `send` does once its
     /// arguments are read.
     static func pass(identifier: String, source: Source, fromFile: Bool, json: Bool, printSequence: Bool,
-                     container: ContainerOptions.Choice) throws {
+                     container: ContainerOptions.Choice, timeToLive: Double? = nil) throws {
         try Failures.reported {
             let (payload, kind) = try readPayload(source, fromFile: fromFile, json: json)
             let wormhole = try container.makeWormhole()
-            let sequence = try wormhole.passPayload(payload, kind: kind, identifier: identifier)
+            let sequence = if let timeToLive {
+                try wormhole.passPayload(payload, kind: kind, identifier: identifier, timeToLive: timeToLive)
+            } else {
+                try wormhole.passPayload(payload, kind: kind, identifier: identifier)
+            }
             if printSequence { Output.line(String(sequence)) }
         }
     }

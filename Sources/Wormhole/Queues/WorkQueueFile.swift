@@ -316,14 +316,17 @@ final class WorkQueueFile {
 
     private func currentReader(after sequence: UInt64) throws(WormholeError) -> any WormholeTransitingReader {
         if let reader { return reader }
-        let made = try transiting.makeReader(identifier: identifier, startingFrom: .after(sequence: sequence))
+        let made = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence))
+        // The queue counts expired messages in its state: it reads them.
+        made.dropsExpired = false
         reader = made
         return made
     }
 
     /// The log's record `sequence`, when it is still there.
     private func record(_ sequence: UInt64) throws(WormholeError) -> WormholeRecord? {
-        let reader = try transiting.makeReader(identifier: identifier, startingFrom: .after(sequence: sequence &- 1))
+        let reader = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence &- 1))
+        reader.dropsExpired = false
         defer { reader.close() }
         for result in try reader.read(maximumCount: 4) {
             if case .success(let record) = result, record.sequence >= sequence { return record.sequence == sequence ? record : nil }
