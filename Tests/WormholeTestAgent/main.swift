@@ -110,6 +110,16 @@ Thread {
     _exit(3)
 }.start()
 
+/// Appends lines to the file at `path`, one write per line: a kill leaves whole lines only.
+func lineAppender(_ path: String) -> @Sendable (String) -> Void {
+    let output = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+    guard output >= 0 else { fail("cannot open \(path)") }
+    return { line in
+        let bytes = Array((line + "\n").utf8)
+        _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+    }
+}
+
 /// Strings appended from any thread.
 final class Tally: @unchecked Sendable {
     private let lock = NSLock()
@@ -300,13 +310,7 @@ do {
 
     case "durable":
         let wormhole = try AgentLocation.wormhole(argument(1))
-        let output = Glibc.open(argument(4), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard output >= 0 else { fail("cannot open \(argument(4))") }
-        // One write per line: a kill leaves whole lines only.
-        let append: @Sendable (String) -> Void = { line in
-            let bytes = Array((line + "\n").utf8)
-            _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
-        }
+        let append = lineAppender(argument(4))
         let done = DispatchSemaphore(value: 0)
         func listen() throws(WormholeError) -> ListenerToken {
             try wormhole.listenForRecords(withIdentifier: argument(2), durableName: argument(3), startingFrom: .history, onError: { error in
@@ -541,13 +545,7 @@ do {
 
     case "worker":
         let wormhole = try AgentLocation.wormhole(argument(1))
-        let output = Glibc.open(argument(4), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard output >= 0 else { fail("cannot open \(argument(4))") }
-        // One write per line: a kill leaves whole lines only.
-        let append: @Sendable (String) -> Void = { line in
-            let bytes = Array((line + "\n").utf8)
-            _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
-        }
+        let append = lineAppender(argument(4))
         let poison = arguments.count > 5 ? argument(5) : nil
         struct Poisoned: Error {}
         let options = WorkQueueOptions(maximumDeliveries: poison == nil ? 1_000 : 3, redeliveryInterval: 0.05)
