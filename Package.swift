@@ -9,9 +9,10 @@ let package = Package(
         .library(name: "WormholePostgres", targets: ["WormholePostgres"]),
         // The command-line tool: `wormhole send`, `wormhole listen`, ...
         .executable(name: "wormhole", targets: ["WormholeCLI"]),
-        // Examples: a chat between processes; a containing app and its widget.
+        // Examples: a chat between processes; a containing app and its widget; a job queue.
         .executable(name: "wormhole-chat", targets: ["wormhole-chat"]),
         .executable(name: "today-widget", targets: ["today-widget"]),
+        .executable(name: "job-queue", targets: ["job-queue"]),
     ],
     traits: [
         // Opt-in: the PostgreSQL back end (`WormholePostgres`) and the CLI's `--postgres`.
@@ -117,6 +118,14 @@ let package = Package(
             path: "Examples/TodayWidget",
             // The systemd units of the two-user deployment (Docs/Examples.md).
             exclude: ["systemd"]
+        ),
+        .executableTarget(
+            name: "job-queue",
+            dependencies: [
+                "Wormhole", "ExampleSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Examples/JobQueue"
         ),
         // Argument parsing of the CLI, and end-to-end runs of the built binaries.
         .testTarget(

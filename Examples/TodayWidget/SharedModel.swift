@@ -38,10 +38,18 @@ struct WidgetAction: Codable, Sendable, Equatable {
     var kind: Kind
 }
 
+/// The widget's question to the running app: "what is the count right now?" (a request
+/// under ``Identifiers/state``; the reply is a ``StepsSnapshot``).
+struct StateQuery: Codable, Sendable, Equatable {
+    var asker = "widget"
+}
+
 /// The identifiers the app and its widget agree on.
 enum Identifiers {
     static let snapshot = "today.steps"
     static let action = "today.widget-action"
+    /// Requests for the app's current state (request/reply).
+    static let state = "today.state"
 }
 
 /// The app group shared by the app and its widget, as on iOS.

@@ -15,6 +15,7 @@ struct TodayWidget: AsyncParsableCommand {
               today-widget app
               today-widget widget
               today-widget widget --once
+              today-widget widget --ask
             """,
         subcommands: [ContainingApp.self, Widget.self])
 }

@@ -22,6 +22,9 @@ struct Widget: AsyncParsableCommand {
     @Flag(help: "Show the latest count and exit.")
     var once = false
 
+    @Flag(help: "Ask the running app for its count (a request, answered by the app) and exit.")
+    var ask = false
+
     @Flag(help: "Press the button once at launch.")
     var press = false
 
@@ -36,6 +39,16 @@ struct Widget: AsyncParsableCommand {
         try await failing {
             let wormhole = try container.makeWormhole()
             if press { try pressButton(wormhole) }
+            if ask {
+                do {
+                    let snapshot = try await wormhole.request(StateQuery(), identifier: Identifiers.state, as: StepsSnapshot.self, timeout: 2)
+                    say("widget: the app says \(snapshot.summary)")
+                } catch let error as WormholeError where error.code == .timedOut {
+                    say("widget: the app did not answer; is it running? (today-widget app)")
+                    throw ExitCode(2)
+                }
+                return
+            }
             if once {
                 guard let snapshot = try await wormhole.message(withIdentifier: Identifiers.snapshot, as: StepsSnapshot.self) else {
                     say("widget: no steps yet; start the app: today-widget app")

@@ -42,6 +42,16 @@ struct Listen: ParsableCommand {
               wormhole listen --history --no-follow chat
               wormhole listen chat | grep --line-buffered error
               wormhole listen --durable archiver --history chat
+              wormhole listen --queue workers jobs
+
+            With --queue NAME the listener joins the work queue NAME of each \
+            identifier: each message goes to one member of the queue, in whatever \
+            process, and counts as handled once printed; a member killed before it \
+            printed a message leaves it to another. A new queue starts with the \
+            retained history. After --max-deliveries tries a message goes to the \
+            dead-letter identifier (--dead-letters, default ID.dead-letters). \
+            'wormhole status' shows each queue's members, pending and in-flight \
+            messages.
 
             With --durable NAME the listener keeps its position in the container: \
             started again (after Ctrl-C, a crash or a reboot of the program), it \
@@ -72,6 +82,15 @@ struct Listen: ParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp("Listen as the durable listener NAME: resume after the last message printed under that name.", valueName: "name"))
     var durable: String?
+
+    @Option(name: .long, help: ArgumentHelp("Join the work queue NAME of the identifiers: each message to one member of the queue.", valueName: "name"))
+    var queue: String?
+
+    @Option(name: .long, help: ArgumentHelp("With --queue: how many times a message is handed out before it goes to the dead letters.", valueName: "count"))
+    var maxDeliveries: Int = 5
+
+    @Option(name: .long, help: ArgumentHelp("With --queue: where messages the queue gave up on go (default: ID.dead-letters).", valueName: "identifier"))
+    var deadLetters: String?
 
     @Flag(name: .long, help: "Stop after the messages already there (the history, the latest, or what a durable name has not printed yet) instead of following new ones.")
     var noFollow = false
@@ -110,6 +129,15 @@ struct Listen: ParsableCommand {
         if noFollow && !history && !latest && durable == nil {
             throw ValidationError("--no-follow stops after the messages already there, so it needs --history, --latest or --durable (without them, listen starts with new messages only).")
         }
+        if queue != nil && (durable != nil || latest || noFollow) {
+            throw ValidationError("--queue takes messages from a work queue; it cannot be combined with --durable, --latest or --no-follow.")
+        }
+        if queue == nil && (deadLetters != nil || maxDeliveries != 5) {
+            throw ValidationError("--max-deliveries and --dead-letters apply to a work queue; add --queue NAME.")
+        }
+        if maxDeliveries < 1 {
+            throw ValidationError("--max-deliveries must be at least 1, not \(maxDeliveries).")
+        }
         if [json, raw, prefix].filter({ $0 }).count > 1 {
             throw ValidationError("--json, --raw and --prefix choose the output format; give only one of them.")
         }
@@ -140,6 +168,10 @@ struct Listen: ParsableCommand {
             let terminal = Output.outputIsTerminal
             let tokens = Mutex<[ListenerToken]>([])
             defer { tokens.withLock { $0 }.forEach { $0.cancel() } }
+            if let queue {
+                try listen(queue: queue, wormhole: wormhole, session: session, format: format, terminal: terminal)
+                return
+            }
             // With --no-follow: the last message of each identifier now, where printing stops.
             let remaining = Mutex(noFollow ? try lastMessages(in: wormhole) : [:])
             if noFollow && remaining.withLock({ $0.isEmpty }) {
@@ -252,6 +284,33 @@ struct Listen: ParsableCommand {
             try session.finish(count: count, timeout: timeout, what: "messages", names: "any identifier") {
                 started.cancel()
             }
+        }
+    }
+
+    /// --queue: one member of the queue per identifier. A message counts as handled once
+    /// written out; one that arrives after the end (--count reached) goes back to the queue.
+    func listen(queue name: String, wormhole: Wormhole, session: ListeningSession, format: RecordFormat, terminal: Bool) throws {
+        struct Declined: Error, CustomStringConvertible {
+            var description: String { "the listener had stopped (--count reached)" }
+        }
+        let members = Mutex<[WorkQueueMember]>([])
+        defer { members.withLock { $0 }.forEach { $0.cancel() } }
+        let options = WorkQueueOptions(maximumDeliveries: maxDeliveries, deadLetterIdentifier: deadLetters)
+        for identifier in Set(identifiers).sorted() {
+            let member = try wormhole.listenForRecords(withIdentifier: identifier, workQueue: name, options: options,
+                                                       onError: { Output.error($0.description) }) { record, _ in
+                guard session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) else {
+                    members.withLock { $0 }.forEach { $0.cancel() }
+                    throw Declined()
+                }
+            }
+            members.withLock { $0.append(member) }
+        }
+        if verbose || Output.errorIsTerminal {
+            Output.error("taking messages of \(Self.names(identifiers)) from the work queue '\(name)' in \(container.place(of: wormhole))\(verbose ? "" : "; Ctrl-C stops")")
+        }
+        try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
+            members.withLock { $0 }.forEach { $0.cancel() }
         }
     }
 

@@ -27,6 +27,7 @@ struct Send: ParsableCommand {
               echo hello | wormhole send chat
               wormhole send --json status '{"battery": 87}'
               wormhole send --file photo.jpg photo
+              wormhole send --ttl 30 presence "here"
               seq 100000 | wormhole send --lines numbers
 
             With --lines, each line of standard input (without its newline) is a \
@@ -49,17 +50,26 @@ struct Send: ParsableCommand {
     @Flag(name: .long, help: "Pass each line of standard input as a message of its own, in batches.")
     var lines = false
 
+    @Option(name: .long, help: ArgumentHelp("Let the message expire after this many seconds: listeners that start or resume later, and work queues, skip it and count it.", valueName: "seconds"))
+    var ttl: Double?
+
     @Flag(name: .long, help: "Print the message's sequence number in the identifier's order (with --lines: the first and last, 'A-B').")
     var printSequence = false
 
     @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
+        if let ttl, !(ttl > 0 && ttl.isFinite && ttl < 1e9) {
+            throw ValidationError("--ttl must be a positive number of seconds, not \(ttl).")
+        }
         if file != nil, let message, message != "-" {
             throw ValidationError("Give the message as an argument or with --file, not both.")
         }
         if lines, (message.map { $0 != "-" } ?? false) || (file.map { $0 != "-" } ?? false) {
             throw ValidationError("--lines reads its messages from standard input: give no message argument and no --file.")
+        }
+        if lines && ttl != nil {
+            throw ValidationError("--ttl applies to one message; --lines passes its lines in batches, which do not expire.")
         }
     }
 
@@ -81,7 +91,7 @@ struct Send: ParsableCommand {
             return try SendLines.pass(identifier: identifier, json: json, printSequence: printSequence, container: container.choice)
         }
         try Self.pass(identifier: identifier, source: source, fromFile: file != nil, json: json,
-                      printSequence: printSequence, container: container.choice)
+                      printSequence: printSequence, container: container.choice, timeToLive: ttl)
     }
 
     /// The plain forms, `send IDENTIFIER MESSAGE` and `send IDENTIFIER`, with any of the
@@ -121,11 +131,15 @@ struct Send: ParsableCommand {
     /// Reads the message from `source` and passes it: what `send` does once its
     /// arguments are read.
     static func pass(identifier: String, source: Source, fromFile: Bool, json: Bool, printSequence: Bool,
-                     container: ContainerOptions.Choice) throws {
+                     container: ContainerOptions.Choice, timeToLive: Double? = nil) throws {
         try Failures.reported {
             let (payload, kind) = try readPayload(source, fromFile: fromFile, json: json)
             let wormhole = try container.makeWormhole()
-            let sequence = try wormhole.passPayload(payload, kind: kind, identifier: identifier)
+            let sequence = if let timeToLive {
+                try wormhole.passPayload(payload, kind: kind, identifier: identifier, timeToLive: timeToLive)
+            } else {
+                try wormhole.passPayload(payload, kind: kind, identifier: identifier)
+            }
             if printSequence { Output.line(String(sequence)) }
         }
     }

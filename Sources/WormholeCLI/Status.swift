@@ -20,6 +20,13 @@ struct Status: ParsableCommand {
             message it read (a durable one: handled), how many were passed after it, and \
             when a durable listener last handled one.
 
+            Then one line per work queue (when there are any): the identifier, the \
+            queue, its live members (process ids; '*' marks one handling a message), \
+            messages pending (not handed out yet, or held by a member that ended), in \
+            flight (handed to a live member, not yet acknowledged), acknowledged, moved \
+            to the dead letters, expired and lost. With --json each queue is an object \
+            with a "queue" key.
+
             Examples:
               wormhole status
               wormhole status chat
@@ -44,10 +51,18 @@ struct Status: ParsableCommand {
             } else {
                 for identifier in identifiers { statuses += try wormhole.listeners(identifier: identifier) }
             }
+            var queues: [WormholeWorkQueueStatus] = []
+            if identifiers.isEmpty {
+                queues = try wormhole.workQueues()
+            } else {
+                for identifier in identifiers { queues += try wormhole.workQueues(identifier: identifier) }
+            }
             if json {
                 for status in statuses { Output.line(Self.jsonObject(status)) }
+                for queue in queues { Output.line(Self.jsonObject(queue)) }
             } else {
                 Output.write(Data(Self.table(statuses).utf8))
+                if !queues.isEmpty { Output.write(Data(("\n" + Self.table(queues)).utf8)) }
             }
         }
     }
@@ -61,6 +76,26 @@ struct Status: ParsableCommand {
         return "{\"identifier\":\(RecordFormat.quoted(status.identifier)),\"durable\":\(name),\"running\":\(status.isRunning),"
             + "\"pid\":\(pid),\"pidNamespace\":\(namespace),\"samePIDNamespace\":\(status.isInThisPIDNamespace),\"uid\":\(uid),"
             + "\"position\":\(status.position),\"behind\":\(status.behind),\"lastSeen\":\(seen)}"
+    }
+
+    static func jsonObject(_ queue: WormholeWorkQueueStatus) -> String {
+        let members = queue.members.map { member in
+            "{\"pid\":\(member.processID),\"pidNamespace\":\(member.pidNamespace.map(String.init) ?? "null"),\"handling\":\(member.isHandling)}"
+        }.joined(separator: ",")
+        return "{\"identifier\":\(RecordFormat.quoted(queue.identifier)),\"queue\":\(RecordFormat.quoted(queue.name)),\"members\":[\(members)],"
+            + "\"pending\":\(queue.pending),\"inFlight\":\(queue.inFlight),\"acknowledged\":\(queue.acknowledged),"
+            + "\"deadLettered\":\(queue.deadLettered),\"expired\":\(queue.expired),\"lost\":\(queue.lost),\"damaged\":\(queue.isDamaged)}"
+    }
+
+    static func table(_ queues: [WormholeWorkQueueStatus]) -> String {
+        let header = ["IDENTIFIER", "QUEUE", "MEMBERS", "PENDING", "IN FLIGHT", "ACKED", "DEAD", "EXPIRED", "LOST"]
+        let rows = queues.map { queue in
+            [queue.identifier, queue.name,
+             queue.members.isEmpty ? "-" : queue.members.map { String($0.processID) + ($0.isHandling ? "*" : "") }.joined(separator: ","),
+             queue.isDamaged ? "damaged" : String(queue.pending), String(queue.inFlight), String(queue.acknowledged),
+             String(queue.deadLettered), String(queue.expired), String(queue.lost)]
+        }
+        return Columns.format([header] + rows)
     }
 
     static func table(_ statuses: [WormholeListenerStatus]) -> String {

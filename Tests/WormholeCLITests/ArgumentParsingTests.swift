@@ -184,7 +184,7 @@ struct UnknownCommandTests {
 
     @Test func aWordNearNoCommandListsThemAll() throws {
         let problem = try #require(WormholeCommand.unknownCommand(["frobnicate"]))
-        #expect(problem.hasPrefix("'frobnicate' is not a command; the commands are send, listen, read, clear, list,"))
+        #expect(problem.hasPrefix("'frobnicate' is not a command; the commands are send, listen, request, respond, read, clear, list,"))
     }
 
     @Test func commandsOptionsAndNothingPassThrough() {

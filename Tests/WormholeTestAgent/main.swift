@@ -59,6 +59,18 @@
 //                                                      the 3 messages passed once READY exists). Prints "calls C", then "ok ...",
 //                                                      "error <code>" or, for listeners,
 //                                                      "received R errors E"
+//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON]  join the work queue QUEUE of ID; append
+//                                                      "sequence deliveries payload" to OUT as each
+//                                                      message is taken (before it is handled);
+//                                                      a payload equal to POISON throws; "lost N"
+//                                                      and "error CODE" for reports; OUT.ready once
+//                                                      joined; runs until killed
+//   WormholeTestAgent respond DIR ID NAME               answer each request of ID with "NAME:<request>";
+//                                                      NAME.ready (in DIR's parent) once serving;
+//                                                      runs until killed
+//   WormholeTestAgent request DIR ID COUNT TAG OUT S    COUNT requests "TAG:i", one after another, each
+//                                                      with a timeout of S seconds; append to OUT
+//                                                      "i ok <reply> <ms>" or "i error <code> <ms>"
 //   WormholeTestAgent soak-listen DIR ID EXPECTED OUT  check order and uniqueness on the fly
 //                                                      (no memory kept per message); write
 //                                                      "received duplicates disorder" to OUT
@@ -98,6 +110,16 @@ Thread {
     _exit(3)
 }.start()
 
+/// Appends lines to the file at `path`, one write per line: a kill leaves whole lines only.
+func lineAppender(_ path: String) -> @Sendable (String) -> Void {
+    let output = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+    guard output >= 0 else { fail("cannot open \(path)") }
+    return { line in
+        let bytes = Array((line + "\n").utf8)
+        _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+    }
+}
+
 /// Strings appended from any thread.
 final class Tally: @unchecked Sendable {
     private let lock = NSLock()
@@ -109,16 +131,6 @@ final class Tally: @unchecked Sendable {
 
 let arguments = CommandLine.arguments.dropFirst().map { $0 }
 guard let command = arguments.first else { fail("no command") }
-/// Appends lines to the file at `path`, one `write` per line: a kill leaves whole lines only.
-func lineAppender(_ path: String) -> @Sendable (String) -> Void {
-    let output = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-    guard output >= 0 else { fail("cannot open \(path)") }
-    return { line in
-        let bytes = Array((line + "\n").utf8)
-        _ = bytes.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
-    }
-}
-
 func argument(_ index: Int) -> String {
     guard index < arguments.count else { fail("missing argument \(index) for \(command)") }
     return arguments[index]
@@ -561,6 +573,46 @@ do {
             usleep(interval)
         }
         if seconds != nil { try wormhole.passMessage("\(tag):end:\(passed)", identifier: identifier) }
+
+    case "worker":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let append = lineAppender(argument(4))
+        let poison = arguments.count > 5 ? argument(5) : nil
+        struct Poisoned: Error {}
+        let options = WorkQueueOptions(maximumDeliveries: poison == nil ? 1_000 : 3, redeliveryInterval: 0.05)
+        let member = try wormhole.listenForRecords(withIdentifier: argument(2), workQueue: argument(3), options: options, onError: { error in
+            if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code) \(error)") }
+        }) { record, deliveries in
+            let payload = String(decoding: record.payload, as: UTF8.self)
+            append("\(record.sequence) \(deliveries) \(payload)")
+            if payload == poison { throw Poisoned() }
+        }
+        _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
+        while true { sleep(60) }
+        _ = member
+
+    case "respond":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let name = argument(3)
+        let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in "\(name):\(request)" }
+        _ = FileManager.default.createFile(atPath: argument(1) + "/../" + name + ".ready", contents: nil)
+        while true { sleep(60) }
+        _ = member
+
+    case "request":
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let count = Int(argument(3)) ?? 0, tag = argument(4), timeout = Double(argument(6)) ?? 5
+        var lines = ""
+        for index in 1...max(1, count) {
+            let started = DispatchTime.now().uptimeNanoseconds
+            let outcome = Result { () throws(WormholeError) in try wormhole.request("\(tag):\(index)", identifier: argument(2), as: String.self, timeout: timeout) }
+            let milliseconds = (DispatchTime.now().uptimeNanoseconds - started) / 1_000_000
+            switch outcome {
+            case .success(let reply): lines += "\(index) ok \(reply) \(milliseconds)\n"
+            case .failure(let error): lines += "\(index) error \(error.code) \(milliseconds) \(error.message)\n"
+            }
+        }
+        try lines.write(toFile: argument(5), atomically: true, encoding: .utf8)
 
     case "soak-listen":
         // Listens until each of <writers> timed pace writers passed its "<tag>:end:<n>";

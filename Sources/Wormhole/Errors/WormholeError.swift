@@ -62,6 +62,15 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         /// and numbering goes on after the highest sequence number known to have been
         /// handed out, so that no number is used twice for different messages.
         public static let logChangedOutsideWormhole = Code("logChangedOutsideWormhole")
+        /// A request (``Wormhole/request(_:identifier:as:timeout:)-3qf7d``) had no reply within its
+        /// timeout; the message says whether any responder serves its identifier.
+        public static let timedOut = Code("timedOut")
+        /// A responder answered a request with an error: the message carries what it said.
+        public static let requestFailed = Code("requestFailed")
+        /// Messages passed with a time to live expired before the listener read them:
+        /// they are not delivered. ``WormholeError/missedMessageCount`` says how many; it
+        /// arrives in their place.
+        public static let messagesExpired = Code("messagesExpired")
         /// A system call failed; ``WormholeError/errno`` holds the reason.
         public static let systemError = Code("systemError")
         /// A database back end (the PostgreSQL one) could not be reached, refused the

@@ -28,6 +28,8 @@ final class FileLogReader: WormholeTransitingReader {
     private var state: State = .waiting
     /// The log this position belongs to; a new one restarts its sequence numbers.
     private var logID: UInt64?
+    /// The `logID` of the log the records last read came from; `nil` before any.
+    var currentLogID: UInt64? { logID }
     /// The sequence number of the last record delivered (or skipped by the start).
     private var delivered: UInt64 = 0
     /// The file at the name must be looked at once the held one is read to its end.
@@ -178,12 +180,37 @@ final class FileLogReader: WormholeTransitingReader {
             // is written now rather than at its next step, so that status shows an idle
             // listener's exact position. No write when it has not moved.
             if records.count < maximumCount && !mayHaveMore { cursor?.update(delivered, logID: logID ?? 0, force: true) }
-            return records
+            return withoutExpired(records)
         } catch {
             guard !results.isEmpty else { throw error }
             pendingError = error
-            return finish(results)
+            return withoutExpired(finish(results))
         }
+    }
+
+    /// Whether records whose expiry has passed are left out (and counted in a
+    /// ``WormholeError/Code/messagesExpired`` report in their place). A work queue reads
+    /// them, to count them in its state.
+    var dropsExpired = true
+
+    private func withoutExpired(_ results: [Result<WormholeRecord, WormholeError>]) -> [Result<WormholeRecord, WormholeError>] {
+        guard dropsExpired, results.contains(where: { (try? $0.get())?.expires != nil }) else { return results }
+        let now = Syscalls.wallClockNanoseconds()
+        var kept: [Result<WormholeRecord, WormholeError>] = []
+        var expired: UInt64 = 0
+        for result in results {
+            if case .success(let record) = result, record.isExpired(at: now) {
+                if expired == 0 { kept.append(.failure(WormholeError(.messagesExpired, ""))) }
+                expired += 1
+                continue
+            }
+            kept.append(result)
+        }
+        guard expired > 0, let index = kept.firstIndex(where: { if case .failure(let error) = $0 { error.code == .messagesExpired && error.message.isEmpty } else { false } }) else { return kept }
+        kept[index] = .failure(WormholeError(.messagesExpired,
+            "\(expired) message\(expired == 1 ? "" : "s") of '\(identifier)' expired before this listener read \(expired == 1 ? "it" : "them"); expired messages are not delivered",
+            missedMessageCount: expired))
+        return kept
     }
 
     private func readRecords(maximumCount: Int, into results: inout [Result<WormholeRecord, WormholeError>]) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {

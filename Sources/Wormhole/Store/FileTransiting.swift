@@ -326,42 +326,43 @@ public final class FileTransiting: WormholeTransiting {
     }
 
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
-        var result: [WormholeIdentifierSummary] = []
         let buffer = ReadBuffer()
-        for identifier in try identifiers() {
-            guard let log = try? LogFile.open(identifier, in: container, access: .readOnly, create: false) else { continue }
-            defer { log.close() }
-            guard let header = log.header else { continue }
-            var count = 0
-            var bytes = 0
-            var last = header.baseSequence
-            var lastNanoseconds: Int64?
-            _ = try? log.walk(from: LogFormat.headerSize, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer) { item in
-                switch item {
-                case .record(let frame, _, _, _, _):
-                    last = max(last, frame.sequence)
-                    if frame.sequence > header.clearedThrough {
-                        count += 1
-                        bytes += frame.payloadLength
-                        lastNanoseconds = frame.fields.nanoseconds
-                    }
-                case .tooLarge(let sequence, _, let length):
-                    // Counted, not read: larger than this process accepts.
-                    last = max(last, sequence)
-                    if sequence > header.clearedThrough {
-                        count += 1
-                        bytes += length - header.layout.overhead
-                    }
-                case .corrupt:
-                    break
+        return try identifiers().compactMap { summary(of: $0, buffer: buffer) }
+    }
+
+    /// What is retained for `identifier`; `nil` when it has no readable log.
+    func summary(of identifier: String, buffer: ReadBuffer = ReadBuffer()) -> WormholeIdentifierSummary? {
+        guard let log = try? LogFile.open(identifier, in: container, access: .readOnly, create: false) else { return nil }
+        defer { log.close() }
+        guard let header = log.header else { return nil }
+        var count = 0
+        var bytes = 0
+        var last = header.baseSequence
+        var lastNanoseconds: Int64?
+        _ = try? log.walk(from: LogFormat.headerSize, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer) { item in
+            switch item {
+            case .record(let frame, _, _, _, _):
+                last = max(last, frame.sequence)
+                if frame.sequence > header.clearedThrough {
+                    count += 1
+                    bytes += frame.payloadLength
+                    lastNanoseconds = frame.fields.nanoseconds
                 }
-                return true
+            case .tooLarge(let sequence, _, let length):
+                // Counted, not read: larger than this process accepts.
+                last = max(last, sequence)
+                if sequence > header.clearedThrough {
+                    count += 1
+                    bytes += length - header.layout.overhead
+                }
+            case .corrupt:
+                break
             }
-            result.append(WormholeIdentifierSummary(
-                identifier: identifier, messageCount: count, byteCount: bytes, lastSequence: last,
-                lastUpdate: lastNanoseconds.map(Date.init(nanosecondsSince1970:))))
+            return true
         }
-        return result
+        return WormholeIdentifierSummary(
+            identifier: identifier, messageCount: count, byteCount: bytes, lastSequence: last,
+            lastUpdate: lastNanoseconds.map(Date.init(nanosecondsSince1970:)))
     }
 
     public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader {

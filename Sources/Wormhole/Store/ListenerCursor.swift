@@ -202,6 +202,10 @@ final class ListenerCursor {
                 return
             }
         }
+        // Work queues keep what they have not handed out or not seen acknowledged.
+        if let queue = WorkQueueFile.lowestUnhandled(container: container, identifier: identifier, logID: logID) {
+            lowest = min(lowest ?? queue, queue)
+        }
         return lowest
     }
 

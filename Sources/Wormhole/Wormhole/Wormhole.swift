@@ -60,6 +60,8 @@ public final class Wormhole: Sendable {
     }
 
     private let registrations = Locked<[UInt64: Registration]>([:])
+    /// The listeners of reply identifiers that complete this wormhole's requests.
+    let replyRouters = ReplyRouters()
     private let nextRegistration = Atomic<UInt64>(1)
 
     /// A wormhole in an application group's container, as MMWormhole's

@@ -1,0 +1,469 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import SystemPackage
+
+/// One member's handle on a work queue of the file back end (Protocol.md §18):
+/// `.queues/<identifier>/<name>/state` (what the queue has taken and handed out) and
+/// `.queues/<identifier>/<name>/members/<token>` (one file per live member, held with
+/// `flock(LOCK_EX)` for as long as the member lives).
+///
+/// Every change of the state happens under `flock(LOCK_EX)` on the state file: take the
+/// oldest message that a dead member held (or the next one of the log), acknowledge, give
+/// back. A member is dead when its file is missing or can be locked: liveness is by
+/// locks alone, never by process ids (PID namespaces). Used by one thread at a time.
+final class WorkQueueFile {
+    static let directory = ".queues"
+    static let stateFile = "state"
+    static let membersDirectory = "members"
+
+    let identifier: String
+    let name: String
+    /// This member's token: its file's name in hexadecimal, and its mark on the entries
+    /// it holds.
+    let token: UInt64
+    private let transiting: FileTransiting
+    private let queueDirectory: FileDescriptor
+    private let members: FileDescriptor
+    private let stateFD: FileDescriptor
+    private let memberFD: FileDescriptor
+    private let statePath: String
+    /// Open member files of the other members, by token: a lock test needs no `open`.
+    private var others: [UInt64: FileDescriptor] = [:]
+    /// Reads the log after the queue's position; made at the first take.
+    private var reader: (any WormholeTransitingReader)?
+    private var closed = false
+
+    /// A message handed to this member.
+    struct Delivery {
+        let record: WormholeRecord
+        /// How many times it has been handed out, this time included.
+        let deliveries: UInt32
+    }
+
+    /// What a take found besides a message: gaps, damaged records, dead letters.
+    typealias Report = (WormholeError) -> Void
+
+    /// Opens the queue `name` of `identifier` (creating its files, the first time with
+    /// its position at `start`) and registers this process as a live member.
+    init(transiting: FileTransiting, identifier: String, name: String, start: WormholeStartingPoint) throws(WormholeError) {
+        try Identifier.validate(identifier)
+        try Identifier.validate(name, kind: "work queue name")
+        self.transiting = transiting
+        self.identifier = identifier
+        self.name = name
+        let container = transiting.container
+        let relative = Self.directory + "/" + identifier + "/" + name
+        statePath = container.filePath(relative + "/" + Self.stateFile)
+        let queueDirectory = try Self.openDirectories([identifier, name], container: container)
+        var opened: [FileDescriptor] = [queueDirectory]
+        do throws(WormholeError) {
+            let members = try container.subdirectory(Self.membersDirectory, in: queueDirectory, path: container.filePath(relative + "/" + Self.membersDirectory), create: true)!
+            opened.append(members)
+            try Self.createState(in: queueDirectory, path: statePath, taken: Self.startingSequence(start, transiting: transiting, identifier: identifier))
+            let stateFD = try Syscalls.open(Self.stateFile, in: queueDirectory, .readWrite).orThrow("open the work queue state", path: statePath)
+            opened.append(stateFD)
+            // Registered under the queue's lock: nobody takes the new file, unlocked for a
+            // moment, for a dead member's.
+            try Syscalls.lock(stateFD).orThrow("lock the work queue state", path: statePath)
+            let (token, memberFD): (UInt64, FileDescriptor)
+            do throws(WormholeError) {
+                (token, memberFD) = try Self.register(in: members, path: container.filePath(relative + "/" + Self.membersDirectory))
+            } catch {
+                Syscalls.unlock(stateFD)
+                throw error
+            }
+            opened.append(memberFD)
+            self.queueDirectory = queueDirectory
+            self.members = members
+            self.stateFD = stateFD
+            self.token = token
+            self.memberFD = memberFD
+            removeDeadMemberFiles()
+            Syscalls.unlock(stateFD)
+        } catch {
+            for fd in opened { try? fd.close() }
+            throw error
+        }
+    }
+
+    /// Creates this member's file, `members/<token in hexadecimal>`, locked, holding the
+    /// process id (u32), 4 zero bytes and the PID namespace (u64).
+    private static func register(in members: FileDescriptor, path: String) throws(WormholeError) -> (UInt64, FileDescriptor) {
+        for _ in 0..<8 {
+            let token = UInt64.random(in: 1...UInt64.max)
+            switch Syscalls.open(String(token, radix: 16), in: members, .createExclusive) {
+            case .success(let fd):
+                _ = Syscalls.lock(fd, exclusive: true, wait: false)
+                var identity = (UInt32(bitPattern: Syscalls.cachedProcessID).littleEndian, UInt32(0), Syscalls.pidNamespace.littleEndian)
+                _ = withUnsafeBytes(of: &identity) { Syscalls.write(fd, $0, at: 0) }
+                return (token, fd)
+            case .failure(.fileExists):
+                continue
+            case .failure(let errno):
+                throw WormholeError.system("create a work queue member file in", errno, path: path)
+            }
+        }
+        throw WormholeError(.systemError, "cannot find a free member name in '\(path)'", path: path)
+    }
+
+    deinit { close() }
+
+    /// Leaves the queue: what this member still holds goes to the others.
+    func close() {
+        guard !closed else { return }
+        closed = true
+        reader?.close()
+        if (try? Syscalls.lock(stateFD).get()) != nil {
+            if var state = try? readState() {
+                for index in state.entries.indices where state.entries[index].member == token { state.entries[index].member = 0 }
+                try? writeState(state)
+            }
+            Syscalls.remove(String(token, radix: 16), in: members)
+            Syscalls.unlock(stateFD)
+        }
+        for fd in others.values { try? fd.close() }
+        others = [:]
+        for fd in [memberFD, stateFD, members, queueDirectory] { try? fd.close() }
+    }
+
+    // MARK: - Taking and acknowledging
+
+    /// Hands this member the oldest message nobody alive holds: first one whose member
+    /// died (or gave it back), then the next of the log. A message handed out
+    /// `maximumDeliveries` times already goes to `deadLetters` instead; an expired one is
+    /// counted and skipped. `nil` when there is nothing to take.
+    func take(maximumDeliveries: UInt32, deadLetters: String, report: Report) throws(WormholeError) -> Delivery? {
+        try withLockedState { state throws(WormholeError) -> Delivery? in
+            let now = Syscalls.wallClockNanoseconds()
+            for index in state.entries.indices where state.entries[index].member != token && state.entries[index].member != 0 {
+                if !isAlive(state.entries[index].member) { state.entries[index].member = 0 }
+            }
+            while let index = state.entries.indices.filter({ state.entries[$0].member == 0 })
+                    .min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
+                let entry = state.entries[index]
+                guard let record = try record(entry.sequence) else {
+                    // Gone from the log (cleared, or past the backlog cap).
+                    state.entries.remove(at: index)
+                    state.lost += 1
+                    report(lostError(1, because: "it was cleared or dropped from the log before it was handled"))
+                    continue
+                }
+                if entry.deliveries >= maximumDeliveries {
+                    state.entries.remove(at: index)
+                    try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
+                                   reason: "handed out \(entry.deliveries) times; each time its member ended (killed or stopped) before acknowledging it")
+                    state.deadLettered += 1
+                    continue
+                }
+                if record.isExpired(at: now) {
+                    state.entries.remove(at: index)
+                    state.expired += 1
+                    continue
+                }
+                state.entries[index].member = token
+                state.entries[index].deliveries += 1
+                state.entries[index].delivered = now
+                return Delivery(record: record, deliveries: entry.deliveries + 1)
+            }
+            guard state.entries.count < WorkQueueState.maximumEntries else { return nil }
+            let reader = try currentReader(after: state.taken)
+            while true {
+                var batch = try reader.read(maximumCount: 1)
+                if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
+                guard let first = batch.first else { return nil }
+                switch first {
+                case .failure(let error):
+                    // Gaps are counted below, from the sequence numbers.
+                    if error.code != .messagesLost { report(error) }
+                case .success(let record):
+                    if let logID = (reader as? FileLogReader)?.currentLogID, logID != state.logID {
+                        if state.logID != 0 { startOver(&state, logID: logID, report: report) } else { state.logID = logID }
+                    }
+                    guard record.sequence > state.taken else { continue }
+                    if record.sequence > state.taken + 1 {
+                        let missed = record.sequence - state.taken - 1
+                        state.lost += missed
+                        report(lostError(missed, because: "they were cleared, damaged, or dropped by the backlog cap before the queue took them"))
+                    }
+                    state.taken = record.sequence
+                    if record.isExpired(at: now) {
+                        state.expired += 1
+                        continue
+                    }
+                    state.entries.append(.init(sequence: record.sequence, member: token, deliveries: 1, delivered: now))
+                    return Delivery(record: record, deliveries: 1)
+                }
+            }
+        }
+    }
+
+    /// The log was made anew (deleted outside the protocol, numbers from 1 again): the
+    /// queue starts at its beginning; what it held of the old one is lost.
+    private func startOver(_ state: inout WorkQueueState, logID: UInt64, report: Report) {
+        if !state.entries.isEmpty {
+            state.lost += UInt64(state.entries.count)
+            report(lostError(UInt64(state.entries.count), because: "the log of '\(identifier)' was deleted and made anew before they were handled"))
+        }
+        state.entries = []
+        state.taken = 0
+        state.logID = logID
+    }
+
+    /// The message `sequence` was handled: it leaves the queue for good.
+    func acknowledge(_ sequence: UInt64) throws(WormholeError) {
+        try withLockedState { state throws(WormholeError) in
+            guard let index = state.entries.firstIndex(where: { $0.sequence == sequence && $0.member == token }) else { return }
+            state.entries.remove(at: index)
+            state.acknowledged += 1
+        }
+    }
+
+    /// The message `sequence` was not handled (its handler threw `reason`): another
+    /// member (or this one) gets it again, or, after `maximumDeliveries`, the dead letters.
+    func giveBack(_ sequence: UInt64, reason: String, maximumDeliveries: UInt32, deadLetters: String) throws(WormholeError) {
+        try withLockedState { state throws(WormholeError) in
+            guard let index = state.entries.firstIndex(where: { $0.sequence == sequence && $0.member == token }) else { return }
+            let entry = state.entries[index]
+            guard entry.deliveries >= maximumDeliveries else {
+                state.entries[index].member = 0
+                return
+            }
+            if let record = try record(sequence) {
+                try deadLetter(record, deliveries: entry.deliveries, to: deadLetters, reason: reason)
+                state.deadLettered += 1
+            } else {
+                state.lost += 1
+            }
+            state.entries.remove(at: index)
+        }
+    }
+
+    // MARK: - Internals
+
+    private func withLockedState<T>(_ body: (inout WorkQueueState) throws(WormholeError) -> T) throws(WormholeError) -> T {
+        guard !closed else { throw WormholeError(.invalidConfiguration, "the work queue '\(name)' of '\(identifier)' was left") }
+        try Syscalls.lock(stateFD).orThrow("lock the work queue state", path: statePath)
+        defer { Syscalls.unlock(stateFD) }
+        let before = try readState()
+        var state = before
+        do throws(WormholeError) {
+            let result = try body(&state)
+            if state != before { try writeState(state) }
+            return result
+        } catch {
+            // What the body did before it failed (a dead letter passed) is kept.
+            if state != before { try? writeState(state) }
+            throw error
+        }
+    }
+
+    private func readState() throws(WormholeError) -> WorkQueueState {
+        guard let state = Self.readState(stateFD) else {
+            throw WormholeError(.corruptRecord,
+                "the state of the work queue '\(name)' of '\(identifier)' is damaged; remove the directory '\(statePath.dropLast(Self.stateFile.count + 1))' to start the queue anew (it then takes again what the log retains)",
+                path: statePath)
+        }
+        return state
+    }
+
+    static func readState(_ fd: FileDescriptor) -> WorkQueueState? {
+        var bytes = [UInt8](repeating: 0, count: WorkQueueState.maximumSize)
+        guard let count = try? bytes.withUnsafeMutableBytes({ Syscalls.read(fd, into: $0, at: 0) }).get() else { return nil }
+        return bytes.withUnsafeBytes { WorkQueueState.decode(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    }
+
+    private func writeState(_ state: WorkQueueState) throws(WormholeError) {
+        let bytes = state.encoded()
+        try bytes.withUnsafeBytes { Syscalls.write(stateFD, $0, at: 0) }.orThrow("write the work queue state", path: statePath)
+    }
+
+    /// Whether the member `token` lives: its file exists and is locked.
+    private func isAlive(_ member: UInt64) -> Bool {
+        let fd: FileDescriptor
+        if let cached = others[member] {
+            fd = cached
+        } else {
+            guard case .success(let opened) = Syscalls.open(String(member, radix: 16), in: members, .read) else { return false }
+            fd = opened
+        }
+        switch Syscalls.lock(fd, exclusive: false, wait: false) {
+        case .failure(.wouldBlock):
+            others[member] = fd
+            return true
+        default:
+            // Dead (or unreadable): its file goes, and with it the descriptor.
+            Syscalls.unlock(fd)
+            Syscalls.remove(String(member, radix: 16), in: members)
+            others[member] = nil
+            try? fd.close()
+            return false
+        }
+    }
+
+    /// Removes the files of members that died holding nothing (under the queue's lock).
+    private func removeDeadMemberFiles() {
+        guard case .success(let names) = Syscalls.directoryEntries(at: members, name: ".") else { return }
+        for name in names where name != String(token, radix: 16) {
+            if let member = UInt64(name, radix: 16) { _ = isAlive(member) }
+        }
+    }
+
+    private func currentReader(after sequence: UInt64) throws(WormholeError) -> any WormholeTransitingReader {
+        if let reader { return reader }
+        let made = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence))
+        // The queue counts expired messages in its state: it reads them.
+        made.dropsExpired = false
+        reader = made
+        return made
+    }
+
+    /// The log's record `sequence`, when it is still there.
+    private func record(_ sequence: UInt64) throws(WormholeError) -> WormholeRecord? {
+        let reader = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence &- 1))
+        reader.dropsExpired = false
+        defer { reader.close() }
+        for result in try reader.read(maximumCount: 4) {
+            if case .success(let record) = result, record.sequence >= sequence { return record.sequence == sequence ? record : nil }
+        }
+        return nil
+    }
+
+    private func deadLetter(_ record: WormholeRecord, deliveries: UInt32, to deadLetters: String, reason: String) throws(WormholeError) {
+        let letter = WormholeDeadLetter(identifier: identifier, queue: name, sequence: record.sequence, deliveries: deliveries,
+                                        reason: reason, kind: record.kind.description, payload: record.payload, date: record.date)
+        let data: Data
+        do { data = try WormholeJSONCoding.standardEncoder().encode(letter) } catch {
+            throw WormholeError(.encodingFailed, "cannot encode the dead letter of message \(record.sequence) of '\(identifier)': \(error)")
+        }
+        _ = try transiting.append(data, kind: .json, identifier: deadLetters)
+    }
+
+    /// Tells the rest (here "read the log again") when the reader may be stale.
+    func invalidateReader() { reader?.invalidate() }
+
+    private func lostError(_ count: UInt64, because reason: String) -> WormholeError {
+        WormholeError(.messagesLost, "the work queue '\(name)' of '\(identifier)' lost \(count) message\(count == 1 ? "" : "s"): \(reason)",
+                      missedMessageCount: count)
+    }
+
+    // MARK: - Files
+
+    /// Where a new queue starts: after the last message for ``WormholeStartingPoint/now``,
+    /// before the retained ones for ``WormholeStartingPoint/history``.
+    private static func startingSequence(_ start: WormholeStartingPoint, transiting: FileTransiting, identifier: String) -> UInt64 {
+        switch start {
+        case .history: return 0
+        case .after(let sequence): return sequence
+        case .now: return transiting.summary(of: identifier)?.lastSequence ?? 0
+        case .latest: return (transiting.summary(of: identifier)?.lastSequence ?? 1) &- 1
+        }
+    }
+
+    /// Makes the state file whole under its name: written under a temporary name, then
+    /// linked, so that nobody ever reads a partial one. Nothing when it exists.
+    private static func createState(in directory: FileDescriptor, path: String, taken: UInt64) throws(WormholeError) {
+        if case .success(let fd) = Syscalls.open(stateFile, in: directory, .read) {
+            try? fd.close()
+            return
+        }
+        let temporary = ".\(stateFile).\(Syscalls.processID)-\(String(UInt64.random(in: 1...UInt64.max), radix: 16))"
+        let fd = try Syscalls.open(temporary, in: directory, .createExclusive).orThrow("create the work queue state", path: path)
+        defer {
+            Syscalls.remove(temporary, in: directory)
+            try? fd.close()
+        }
+        let bytes = WorkQueueState(taken: taken).encoded()
+        try bytes.withUnsafeBytes { Syscalls.write(fd, $0, at: 0) }.orThrow("write the work queue state", path: path)
+        switch Syscalls.link(temporary, to: stateFile, in: directory) {
+        case .success, .failure(.fileExists): return
+        case .failure(let errno): throw WormholeError.system("create the work queue state", errno, path: path)
+        }
+    }
+
+    /// Opens (creating with the container's modes, checked like it) `.queues/<components...>`.
+    static func openDirectories(_ components: [String], container: ContainerDirectory) throws(WormholeError) -> FileDescriptor {
+        var current = try container.subdirectory(directory)
+        var path = container.filePath(directory)
+        for component in components {
+            path += "/" + component
+            do throws(WormholeError) {
+                let next = try container.subdirectory(component, in: current, path: path, create: true)!
+                try? current.close()
+                current = next
+            } catch {
+                try? current.close()
+                throw error
+            }
+        }
+        return current
+    }
+
+    // MARK: - Readers without membership (compaction, status)
+
+    /// The queues of `identifier` and their states (`nil`: damaged), without locking.
+    static func states(container: ContainerDirectory, identifier: String) -> [(name: String, state: WorkQueueState?, members: FileDescriptor?)] {
+        guard case .success(let top) = Syscalls.open(directory, in: container.current.descriptor, .directory) else { return [] }
+        defer { try? top.close() }
+        guard case .success(let queues) = Syscalls.open(identifier, in: top, .directory) else { return [] }
+        defer { try? queues.close() }
+        guard case .success(let names) = Syscalls.directoryEntries(at: queues, name: ".") else { return [] }
+        var result: [(String, WorkQueueState?, FileDescriptor?)] = []
+        for name in names.sorted() where !name.hasPrefix(".") {
+            guard case .success(let queue) = Syscalls.open(name, in: queues, .directory) else { continue }
+            defer { try? queue.close() }
+            var state: WorkQueueState?
+            if case .success(let fd) = Syscalls.open(stateFile, in: queue, .read) {
+                state = readState(fd)
+                try? fd.close()
+            }
+            let members = try? Syscalls.open(membersDirectory, in: queue, .directory).get()
+            result.append((name, state, members))
+        }
+        return result
+    }
+
+    /// What the work queues of `identifier` ask compaction to keep: every message after
+    /// the lowest sequence number one of them has not handed out or not seen acknowledged;
+    /// 0 (keep everything) for a damaged state. `nil` when it has no queue.
+    static func lowestUnhandled(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
+        var lowest: UInt64?
+        for (_, state, members) in states(container: container, identifier: identifier) {
+            try? members?.close()
+            let keep = state?.lowestUnhandled(in: logID) ?? 0
+            lowest = min(lowest ?? keep, keep)
+        }
+        return lowest
+    }
+
+    /// The identifiers that have work queues.
+    static func identifiersWithQueues(container: ContainerDirectory) -> [String] {
+        guard case .success(let names) = Syscalls.directoryEntries(at: container.current.descriptor, name: directory) else { return [] }
+        return names.filter { (try? Identifier.validate($0)) != nil }.sorted()
+    }
+
+    /// The live members of a queue, from its `members` directory: process id and PID
+    /// namespace of each file that is locked.
+    static func liveMembers(_ members: FileDescriptor) -> [(token: UInt64, processID: Int32, pidNamespace: UInt64?)] {
+        guard case .success(let names) = Syscalls.directoryEntries(at: members, name: ".") else { return [] }
+        var result: [(UInt64, Int32, UInt64?)] = []
+        for name in names.sorted() where !name.hasPrefix(".") {
+            guard let token = UInt64(name, radix: 16), case .success(let fd) = Syscalls.open(name, in: members, .read) else { continue }
+            defer { try? fd.close() }
+            guard case .failure(.wouldBlock) = Syscalls.lock(fd, exclusive: false, wait: false) else {
+                Syscalls.unlock(fd)
+                continue
+            }
+            var identity: (UInt32, UInt32, UInt64) = (0, 0, 0)
+            _ = withUnsafeMutableBytes(of: &identity) { Syscalls.read(fd, into: $0, at: 0) }
+            let namespace = UInt64(littleEndian: identity.2)
+            result.append((token, Int32(bitPattern: UInt32(littleEndian: identity.0)), namespace == 0 ? nil : namespace))
+        }
+        return result
+    }
+}

@@ -1,0 +1,59 @@
+/// One work queue, as ``Wormhole/workQueues(identifier:)`` and `wormhole status` report it.
+public struct WormholeWorkQueueStatus: Sendable, Hashable {
+    /// A live member: a process that holds its member file's lock now.
+    public struct Member: Sendable, Hashable {
+        /// Its process id, as numbered in the PID namespace ``pidNamespace``.
+        public let processID: Int32
+        /// The PID namespace of ``processID``; `nil` when unknown.
+        public let pidNamespace: UInt64?
+        /// Whether it is handling a message now.
+        public let isHandling: Bool
+    }
+
+    /// The identifier whose messages the queue hands out.
+    public let identifier: String
+    /// The queue's name.
+    public let name: String
+    /// The live members.
+    public let members: [Member]
+    /// Messages waiting to be handed out: passed after the queue's position, or held by a
+    /// member that ended (or gave them back).
+    public let pending: UInt64
+    /// Messages handed to a live member and not yet acknowledged.
+    public let inFlight: Int
+    /// How many messages members acknowledged.
+    public let acknowledged: UInt64
+    /// How many went to the dead-letter identifier.
+    public let deadLettered: UInt64
+    /// How many expired before a member took them.
+    public let expired: UInt64
+    /// How many were lost before a member took them (cleared, or dropped by the backlog cap).
+    public let lost: UInt64
+    /// Whether the queue's state file is damaged (nothing above is known then).
+    public let isDamaged: Bool
+
+    static func read(transiting: FileTransiting, identifier: String?) -> [WormholeWorkQueueStatus] {
+        let container = transiting.container
+        let identifiers = identifier.map { [$0] } ?? WorkQueueFile.identifiersWithQueues(container: container)
+        var result: [WormholeWorkQueueStatus] = []
+        for identifier in identifiers {
+            let last = transiting.summary(of: identifier)?.lastSequence ?? 0
+            for (name, state, membersDirectory) in WorkQueueFile.states(container: container, identifier: identifier) {
+                let live = membersDirectory.map { WorkQueueFile.liveMembers($0) } ?? []
+                try? membersDirectory?.close()
+                let tokens = Set(live.map(\.token))
+                let held = Set(state?.entries.filter { tokens.contains($0.member) }.map(\.member) ?? [])
+                let inFlight = state?.entries.filter { tokens.contains($0.member) }.count ?? 0
+                let waiting = UInt64((state?.entries.count ?? 0) - inFlight)
+                let ahead = state.map { last > $0.taken ? last - $0.taken : 0 } ?? 0
+                result.append(WormholeWorkQueueStatus(
+                    identifier: identifier, name: name,
+                    members: live.map { Member(processID: $0.processID, pidNamespace: $0.pidNamespace, isHandling: held.contains($0.token)) },
+                    pending: ahead + waiting, inFlight: inFlight,
+                    acknowledged: state?.acknowledged ?? 0, deadLettered: state?.deadLettered ?? 0,
+                    expired: state?.expired ?? 0, lost: state?.lost ?? 0, isDamaged: state == nil))
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,126 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// What a request ended with: the reply's record, or why there is none.
+typealias ReplyOutcome = Result<WormholeRecord, WormholeError>
+
+/// One request waiting for its reply: completed once, by the reply, its timeout or a
+/// failure of the listener; waited for by a thread (``wait()``) or a task
+/// (``value()``).
+final class PendingReply: Sendable {
+    let correlation: UInt64
+    private let state = Locked<(outcome: ReplyOutcome?, continuation: CheckedContinuation<ReplyOutcome, Never>?)>((nil, nil))
+    private let done = MonotonicEvent()
+
+    init(correlation: UInt64) { self.correlation = correlation }
+
+    /// Completes the request; later calls do nothing. Returns whether this call did.
+    @discardableResult
+    func complete(_ outcome: ReplyOutcome) -> Bool {
+        let (first, continuation) = state.withLock { state -> (Bool, CheckedContinuation<ReplyOutcome, Never>?) in
+            guard state.outcome == nil else { return (false, nil) }
+            state.outcome = outcome
+            defer { state.continuation = nil }
+            return (true, state.continuation)
+        }
+        guard first else { return false }
+        // Resumed outside the lock.
+        continuation?.resume(returning: outcome)
+        done.signal()
+        return true
+    }
+
+    /// Blocks the calling thread until the request is complete.
+    func wait() -> ReplyOutcome {
+        _ = done.wait(timeout: nil)
+        return state.withLock { $0.outcome! }
+    }
+
+    /// Suspends until the request is complete.
+    func value() async -> ReplyOutcome {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> ReplyOutcome? in
+                if let outcome = state.outcome { return outcome }
+                state.continuation = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}
+
+/// The requests of one wormhole to one identifier, and the one listener of its reply
+/// identifier that completes them by correlation. Replies to other requesters (the reply
+/// identifier is shared) and late replies to requests that timed out are ignored.
+final class ReplyRouter: Sendable {
+    let identifier: String
+    let repliesIdentifier: String
+    private let pending = Locked<[UInt64: PendingReply]>([:])
+    private let token = Locked<ListenerToken?>(nil)
+
+    init(identifier: String) {
+        self.identifier = identifier
+        self.repliesIdentifier = Requests.repliesIdentifier(of: identifier)
+    }
+
+    /// Whether the router still listens (a `stopListeningForMessage` of the reply
+    /// identifier, or a failed listener, ends it: a new one is then made).
+    var isListening: Bool { token.withLock { $0.map { !$0.isCancelled } ?? false } }
+
+    /// Starts listening to the reply identifier, from now on.
+    func start(_ wormhole: Wormhole) throws(WormholeError) {
+        let made = try wormhole.listenForRecords(withIdentifier: repliesIdentifier, onError: { [weak self] error in
+            self?.failAll(error)
+        }) { [weak self] record in
+            self?.route(record)
+        }
+        token.withLock { $0 = made }
+    }
+
+    func stop() {
+        token.withLock { $0?.cancel(); $0 = nil }
+    }
+
+    func add(_ reply: PendingReply) {
+        pending.withLock { $0[reply.correlation] = reply }
+    }
+
+    /// Completes `correlation`'s request with `outcome`, unless its reply came first.
+    func finish(_ correlation: UInt64, _ outcome: ReplyOutcome) {
+        pending.withLock { $0.removeValue(forKey: correlation) }?.complete(outcome)
+    }
+
+    private func route(_ record: WormholeRecord) {
+        guard record.role == .reply || record.role == .errorReply else { return }
+        finish(record.correlation, .success(record))
+    }
+
+    /// The reply listener stopped for good: nothing will complete the requests waiting.
+    private func failAll(_ error: WormholeError) {
+        guard !isListening else { return }
+        let all = pending.withLock { pending -> [PendingReply] in
+            defer { pending = [:] }
+            return Array(pending.values)
+        }
+        for reply in all { reply.complete(.failure(error)) }
+    }
+}
+
+/// The reply routers of one wormhole, one per request identifier, made at its first
+/// request.
+final class ReplyRouters: Sendable {
+    private let routers = Locked<[String: ReplyRouter]>([:])
+
+    func router(for identifier: String, in wormhole: Wormhole) throws(WormholeError) -> ReplyRouter {
+        try routers.withLock { (routers) throws(WormholeError) -> ReplyRouter in
+            if let router = routers[identifier], router.isListening { return router }
+            let router = ReplyRouter(identifier: identifier)
+            try router.start(wormhole)
+            routers[identifier] = router
+            return router
+        }
+    }
+}

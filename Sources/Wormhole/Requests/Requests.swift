@@ -1,0 +1,39 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// The names and rules that requesters and responders of every implementation share
+/// (Protocol.md §19).
+enum Requests {
+    /// The work queue of the request identifier whose members are its responders.
+    static let respondersQueue = "responders"
+
+    /// Where the replies to requests of `identifier` are passed.
+    static func repliesIdentifier(of identifier: String) -> String {
+        identifier + ".replies"
+    }
+
+    /// A correlation for a new request: random, never 0 (0 means "none").
+    static func newCorrelation() -> UInt64 {
+        UInt64.random(in: 1...UInt64.max)
+    }
+
+    /// The error for a request that had no reply within `timeout` seconds, saying whether
+    /// any responder was there to answer it.
+    static func timedOut(_ identifier: String, after timeout: Double, wormhole: Wormhole) -> WormholeError {
+        let members = (try? wormhole.workQueues(identifier: identifier))?
+            .first { $0.name == respondersQueue }?.members.count ?? 0
+        let seconds = timeout == timeout.rounded() ? String(Int(timeout)) : String(timeout)
+        let why = members == 0
+            ? "no responder serves '\(identifier)' (start one with respond(toIdentifier:) or 'wormhole respond \(identifier) -- COMMAND')"
+            : "\(members) responder\(members == 1 ? "" : "s") of '\(identifier)' did not answer in time"
+        return WormholeError(.timedOut, "no reply to the request to '\(identifier)' within \(seconds) s: \(why)")
+    }
+
+    /// The error a requester receives for an error reply: what the responder said.
+    static func failed(_ identifier: String, reply: WormholeRecord) -> WormholeError {
+        WormholeError(.requestFailed, "the responder of '\(identifier)' failed: \(String(decoding: reply.payload, as: UTF8.self))")
+    }
+}

@@ -1,0 +1,165 @@
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Request and reply: ask whoever serves an identifier and await the answer, with a
+/// timeout. No daemon: requests are messages of the identifier (role `request`, with a
+/// random correlation); responders are the members of its work queue `responders`, so
+/// each request goes to one of them and, should that one die, to another; replies are
+/// passed to `<identifier>.replies` with the request's correlation (Protocol.md §19).
+extension Wormhole {
+    /// Passes `request` under `identifier` and waits for one responder's reply.
+    ///
+    /// Each request is answered once, by one responder, however many serve the
+    /// identifier; replies are matched to their request by a random 64-bit correlation,
+    /// so concurrent requests (of this process or others) never receive each other's.
+    /// The request expires with its timeout: a responder that starts later does not
+    /// answer it.
+    ///
+    /// ```swift
+    /// let state = try await wormhole.request(StateQuery(), identifier: "app.state", as: AppState.self, timeout: 2)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - request: The request, encoded as ``passMessage(_:identifier:)-2w6mt`` encodes.
+    ///   - identifier: What the responders serve.
+    ///   - type: What to decode the reply as.
+    ///   - timeout: Seconds to wait for the reply, on the monotonic clock.
+    /// - Returns: The reply.
+    /// - Throws: ``WormholeError/Code/timedOut`` when no reply came in time (the message
+    ///   says whether any responder serves the identifier);
+    ///   ``WormholeError/Code/requestFailed`` with what the responder said when its
+    ///   handler threw; ``WormholeError/Code/decodingFailed`` for a reply that does not
+    ///   decode; or what passing the request threw.
+    public func request<Request: Encodable & Sendable, Reply: Decodable & Sendable>(
+        _ request: Request, identifier: String, as type: Reply.Type = Reply.self, timeout: Double = 5
+    ) async throws(WormholeError) -> Reply {
+        let (kind, payload) = try MessageCoding.encode(request, identifier: identifier, using: jsonCoding)
+        return try await requestRecord(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+            .decode(as: Reply.self, using: jsonCoding)
+    }
+
+    /// ``request(_:identifier:as:timeout:)-3qf7d`` for a caller that may block its thread
+    /// meanwhile (not one of Swift concurrency's pool).
+    public func request<Request: Encodable & Sendable, Reply: Decodable & Sendable>(
+        _ request: Request, identifier: String, as type: Reply.Type = Reply.self, timeout: Double = 5
+    ) throws(WormholeError) -> Reply {
+        let (kind, payload) = try MessageCoding.encode(request, identifier: identifier, using: jsonCoding)
+        return try requestRecord(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+            .decode(as: Reply.self, using: jsonCoding)
+    }
+
+    /// A request of bytes already encoded; returns the reply's record (its bytes, kind,
+    /// and the responder's process). What `wormhole request` uses.
+    public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) async throws(WormholeError) -> WormholeRecord {
+        let pending = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+        return try Self.reply(await pending.value(), identifier: identifier)
+    }
+
+    /// ``requestRecord(payload:kind:identifier:timeout:)-5bkn1`` blocking the calling thread.
+    public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) throws(WormholeError) -> WormholeRecord {
+        let pending = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+        return try Self.reply(pending.wait(), identifier: identifier)
+    }
+
+    /// Serves `identifier`: `responder` is called with each request that this responder
+    /// receives (each request goes to one responder of the identifier, in whatever
+    /// process), and what it returns is the reply. What it throws reaches the requester
+    /// as a ``WormholeError/Code/requestFailed`` error carrying the error's description.
+    ///
+    /// A responder is a member of the identifier's work queue `responders`: a request
+    /// whose responder dies before replying goes to another (or, after three tries, to
+    /// `<identifier>.dead-letters`); a request whose requester gave up (its timeout
+    /// passed) is not answered. Messages of the identifier that are not requests are
+    /// skipped.
+    ///
+    /// ```swift
+    /// let responder = try wormhole.respond(toIdentifier: "app.state", as: StateQuery.self) { _ in
+    ///     model.currentState
+    /// }
+    /// ```
+    ///
+    /// - Returns: The responder's membership; ``WorkQueueMember/cancel()`` stops it.
+    @discardableResult
+    public func respond<Request: Decodable & Sendable, Reply: Encodable & Sendable>(
+        toIdentifier identifier: String,
+        as type: Request.Type = Request.self,
+        queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
+        responder: @escaping @Sendable (Request) throws -> Reply
+    ) throws(WormholeError) -> WorkQueueMember {
+        try respondToRecords(toIdentifier: identifier, queue: queue, onError: onError) { [jsonCoding] record in
+            let reply = try responder(try record.decode(as: Request.self, using: jsonCoding))
+            let (kind, payload) = try MessageCoding.encode(reply, identifier: Requests.repliesIdentifier(of: identifier), using: jsonCoding)
+            return (payload, kind)
+        }
+    }
+
+    /// ``respond(toIdentifier:as:queue:onError:responder:)`` with the request's record;
+    /// `responder` returns the reply's bytes and kind. What `wormhole respond` uses.
+    @discardableResult
+    public func respondToRecords(
+        toIdentifier identifier: String,
+        queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
+        responder: @escaping @Sendable (WormholeRecord) throws -> (payload: Data, kind: WormholePayloadKind)
+    ) throws(WormholeError) -> WorkQueueMember {
+        let replies = Requests.repliesIdentifier(of: identifier)
+        try Identifier.validate(replies, kind: "reply identifier")
+        let options = WorkQueueOptions(maximumDeliveries: 3, startingFrom: .history)
+        return try listenForRecords(withIdentifier: identifier, workQueue: Requests.respondersQueue, options: options,
+                                    queue: queue, onError: onError) { [self] record, _ in
+            // Only requests are answered; anything else passed under the identifier is
+            // someone else's message.
+            guard record.role == .request, record.correlation != 0 else { return }
+            let reply: (payload: Data, kind: WormholePayloadKind, role: WormholeRecordRole)
+            do {
+                let answer = try responder(record)
+                reply = (answer.payload, answer.kind, .reply)
+            } catch let error as WormholeError {
+                reply = (Data(error.description.utf8), .text, .errorReply)
+            } catch {
+                reply = (Data(String(describing: error).utf8), .text, .errorReply)
+            }
+            try passRecord(reply.payload, kind: reply.kind, identifier: replies, role: reply.role,
+                           correlation: record.correlation, expires: record.expires)
+        }
+    }
+
+    // MARK: - Internals
+
+    /// Registers the request with the identifier's reply router, passes it, and arms its
+    /// timeout.
+    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) -> PendingReply {
+        try Identifier.validate(identifier)
+        guard timeout > 0, timeout.isFinite, timeout < 1e9 else {
+            throw WormholeError(.invalidConfiguration, "a request's timeout must be a positive number of seconds, not \(timeout)")
+        }
+        try MessageCoding.check(payload, is: kind, identifier: identifier)
+        let router = try replyRouters.router(for: identifier, in: self)
+        let correlation = Requests.newCorrelation()
+        let pending = PendingReply(correlation: correlation)
+        router.add(pending)
+        do throws(WormholeError) {
+            try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: correlation,
+                           expires: Date().addingTimeInterval(timeout))
+        } catch {
+            router.finish(correlation, .failure(error))
+            throw error
+        }
+        RetryClock.shared.schedule(after: timeout) { [weak self, weak router] in
+            guard let self, let router else { return }
+            router.finish(correlation, .failure(Requests.timedOut(identifier, after: timeout, wormhole: self)))
+        }
+        return pending
+    }
+
+    private static func reply(_ outcome: ReplyOutcome, identifier: String) throws(WormholeError) -> WormholeRecord {
+        let record = try outcome.get()
+        if record.role == .errorReply { throw Requests.failed(identifier, reply: record) }
+        return record
+    }
+}

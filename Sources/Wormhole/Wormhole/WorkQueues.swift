@@ -1,0 +1,95 @@
+import Dispatch
+
+/// Work queues: each message of an identifier to one of several members, acknowledged
+/// when its handler returns, handed out again when its member dies, moved to a
+/// dead-letter identifier after too many tries. No daemon: the members share a state
+/// file in the container (Protocol.md §18).
+extension Wormhole {
+    /// Joins the work queue `name` of `identifier`: `listener` is called with messages
+    /// that no other member of the queue (in any process) receives.
+    ///
+    /// Each message passed under `identifier` goes to exactly one live member. It counts
+    /// as handled when `listener` returns (as a durable listener acknowledges); if
+    /// `listener` throws, or the member's process ends while it runs, the message is
+    /// handed out again (to this member or another), up to
+    /// ``WorkQueueOptions/maximumDeliveries`` times, after which it goes to the queue's
+    /// dead-letter identifier as a ``WormholeDeadLetter`` saying why. Members that join
+    /// later get what nobody has handled yet; the queue keeps the messages it has not
+    /// handed out from compaction, within the backlog cap
+    /// (``WormholeConfiguration/maximumBacklogMessageCount``); past it `onError` receives
+    /// a ``WormholeError/Code/messagesLost`` error saying how many the queue lost. Expired
+    /// messages are skipped and counted (``WormholeWorkQueueStatus/expired``).
+    ///
+    /// A member takes one message at a time; run several members (in one process or
+    /// several) to handle several at once.
+    ///
+    /// ```swift
+    /// let worker = try wormhole.listenForMessage(withIdentifier: "jobs", as: Job.self, workQueue: "workers") { job in
+    ///     try job.run()   // throws: tried again, then to "jobs.dead-letters"
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - identifier: The identifier whose messages the queue hands out.
+    ///   - type: What to decode each message as.
+    ///   - name: The queue's name; the members of one queue share its messages.
+    ///   - options: Deliveries before the dead letters, their identifier, and where a
+    ///     new queue starts.
+    ///   - queue: Where `listener` runs (a serial queue of the member's own by default).
+    ///   - onError: Messages that could not be read or decoded (a message that does not
+    ///     decode counts as a failed delivery), lost messages, and failures to store the
+    ///     queue's state. Logged when `nil`.
+    ///   - listener: Handles one message; throws when it could not.
+    /// - Returns: The member; ``WorkQueueMember/cancel()`` leaves the queue.
+    /// - Throws: ``WormholeError`` for an invalid identifier or name, a back end without
+    ///   work queues (only ``FileTransiting`` has them), or a container that cannot hold
+    ///   the queue's files.
+    @discardableResult
+    public func listenForMessage<Message: Decodable & Sendable>(
+        withIdentifier identifier: String,
+        as type: Message.Type = Message.self,
+        workQueue name: String,
+        options: WorkQueueOptions = WorkQueueOptions(),
+        queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
+        listener: @escaping @Sendable (Message) throws -> Void
+    ) throws(WormholeError) -> WorkQueueMember {
+        try listenForRecords(withIdentifier: identifier, workQueue: name, options: options, queue: queue, onError: onError) { [jsonCoding] record, _ in
+            try listener(try record.decode(as: Message.self, using: jsonCoding))
+        }
+    }
+
+    /// ``listenForMessage(withIdentifier:as:workQueue:options:queue:onError:listener:)``
+    /// with the records, and how many times each has been handed out (1 the first time).
+    @discardableResult
+    public func listenForRecords(
+        withIdentifier identifier: String,
+        workQueue name: String,
+        options: WorkQueueOptions = WorkQueueOptions(),
+        queue: DispatchQueue? = nil,
+        onError: (@Sendable (WormholeError) -> Void)? = nil,
+        listener: @escaping @Sendable (_ record: WormholeRecord, _ deliveries: Int) throws -> Void
+    ) throws(WormholeError) -> WorkQueueMember {
+        try Identifier.validate(identifier)
+        try Identifier.validate(name, kind: "work queue name")
+        guard let transiting = transiting as? FileTransiting else {
+            throw WormholeError(.invalidConfiguration, "this back end (\(type(of: transiting))) does not keep work queues; use a shared directory")
+        }
+        let id = makeRegistrationID()
+        let member = try WorkQueueMember(transiting: transiting, identifier: identifier, name: name, options: options, queue: queue,
+                                         onError: onError ?? Self.logError, handler: listener,
+                                         onCancel: { [weak self] in self?.unregister(id) })
+        register(id, identifier) { member.cancel() }
+        if member.isCancelled { unregister(id) }
+        return member
+    }
+
+    /// The work queues of `identifier` (of every identifier when `nil`): members,
+    /// pending and in-flight messages, and what was acknowledged, dead-lettered, expired
+    /// and lost.
+    public func workQueues(identifier: String? = nil) throws(WormholeError) -> [WormholeWorkQueueStatus] {
+        guard let transiting = transiting as? FileTransiting else { return [] }
+        if let identifier { try Identifier.validate(identifier) }
+        return WormholeWorkQueueStatus.read(transiting: transiting, identifier: identifier)
+    }
+}

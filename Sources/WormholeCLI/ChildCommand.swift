@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Runs a command with bytes on its standard input and collects its standard output and
+/// error: what `wormhole respond` does for each request. No shell is involved: the
+/// command and its arguments are passed as they are (`posix_spawnp`, the `PATH` search).
+enum ChildCommand {
+    struct Outcome {
+        var status: Int32
+        var output: [UInt8]
+        var error: [UInt8]
+        /// "exited with status N" or "was killed by signal N".
+        var ending: String
+        var succeeded: Bool { status == 0 }
+    }
+
+    static func run(_ arguments: [String], input: [UInt8]) -> Result<Outcome, CommandFailure> {
+        var toChild: [Int32] = [0, 0], fromChild: [Int32] = [0, 0], errorsOf: [Int32] = [0, 0]
+        guard pipe(&toChild) == 0, pipe(&fromChild) == 0, pipe(&errorsOf) == 0 else {
+            return .failure(CommandFailure("cannot make pipes for '\(arguments[0])': \(String(cString: strerror(errno)))"))
+        }
+        // Not inherited by the command (its standard streams are dup2'd copies).
+        for fd in toChild + fromChild + errorsOf { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, errorsOf[1], 2)
+        var pid: pid_t = 0
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let spawned = posix_spawnp(&pid, arguments[0], &actions, nil, argv, environ)
+        for fd in [toChild[0], fromChild[1], errorsOf[1]] { close(fd) }
+        guard spawned == 0 else {
+            for fd in [toChild[1], fromChild[0], errorsOf[0]] { close(fd) }
+            return .failure(CommandFailure("cannot run '\(arguments[0])': \(String(cString: strerror(spawned)))"))
+        }
+        // The input is written by a thread of its own, so that a command that writes much
+        // before reading all of it does not wait on us while we wait on it.
+        let writer = toChild[1]
+        let fed = DispatchSemaphore(value: 0)
+        signal(SIGPIPE, SIG_IGN)
+        DispatchQueue.global().async {
+            defer { fed.signal() }
+            var offset = 0
+            while offset < input.count {
+                let written = input.withUnsafeBytes { write(writer, $0.baseAddress! + offset, $0.count - offset) }
+                if written < 0 && errno == EINTR { continue }
+                if written <= 0 { break }
+                offset += written
+            }
+            close(writer)
+        }
+        var output: [UInt8] = [], error: [UInt8] = []
+        var open = [fromChild[0], errorsOf[0]]
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while !open.isEmpty {
+            var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            if poll(&fds, nfds_t(fds.count), -1) < 0 { if errno == EINTR { continue } else { break } }
+            for entry in fds where entry.revents != 0 {
+                let count = buffer.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    if entry.fd == fromChild[0] { output += buffer[0..<count] } else { error += buffer[0..<count] }
+                } else if count == 0 || errno != EINTR {
+                    close(entry.fd)
+                    open.removeAll { $0 == entry.fd }
+                }
+            }
+        }
+        fed.wait()
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let exited = status & 0x7f == 0
+        let code = exited ? (status >> 8) & 0xff : status & 0x7f
+        return .success(Outcome(status: exited ? code : 128 + code, output: output, error: error,
+                                ending: exited ? "exited with status \(code)" : "was killed by signal \(code)"))
+    }
+}

@@ -1,0 +1,133 @@
+import ArgumentParser
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Wormhole
+
+/// `wormhole request <identifier> [message]`: asks the responders of an identifier.
+struct Request: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "request",
+        abstract: "Send a request to the responders of an identifier and print the reply.",
+        discussion: """
+            The request is the argument, or standard input when it is absent or '-'; \
+            text is sent as text, other bytes as data, and with --json it must be one \
+            JSON value. One responder (of however many serve the identifier, in any \
+            process: 'wormhole respond', or a program using the library) answers it; \
+            its reply is printed as 'listen' prints a message.
+
+            Exit status: 0 with a reply; 2 when no reply came within --timeout (the \
+            message says whether any responder serves the identifier); 1 when the \
+            responder failed (its error is printed) or the request could not be sent.
+
+            Examples:
+              wormhole request app.state "current"
+              wormhole request --timeout 0.5 --json math.add '[2, 3]'
+            """)
+
+    @Argument(help: "The identifier the responders serve.")
+    var identifier: String
+
+    @Argument(help: "The request. Read from standard input when absent or '-'.")
+    var message: String?
+
+    @Option(name: .shortAndLong, help: ArgumentHelp("Seconds to wait for the reply.", valueName: "seconds"))
+    var timeout: Double = 5
+
+    @Flag(name: .long, help: "Send the request as JSON (checked), and print the reply as a JSON object: identifier, sequence, time, pid, kind and payload.")
+    var json = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
+
+    func validate() throws {
+        try Listen.validateTimeout(timeout)
+    }
+
+    func run() throws {
+        try Failures.reported {
+            let source: Send.Source = message.map { $0 == "-" ? .standardInput : .argument($0) } ?? .standardInput
+            let (payload, kind) = try Send.readPayload(source, fromFile: false, json: json)
+            let wormhole = try container.makeWormhole()
+            do {
+                let reply = try wormhole.requestRecord(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+                Output.write((json ? RecordFormat.json : .lines(prefixIdentifier: false)).render(reply, forTerminal: Output.outputIsTerminal))
+            } catch let error as WormholeError where error.code == .timedOut {
+                throw CommandFailure(error.description, exitCode: WormholeExitCode.noMessage)
+            }
+        }
+    }
+}
+
+/// `wormhole respond <identifier> -- <command> [arguments]`: answers requests by running a command.
+struct Respond: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "respond",
+        abstract: "Answer the requests of an identifier by running a command for each.",
+        discussion: """
+            For each request this responder receives, the command runs with the request \
+            on its standard input; what it writes on standard output is the reply (text \
+            when it is UTF-8, data otherwise). A command that fails (status other than \
+            0, or killed) sends an error reply instead, with its status and standard \
+            error; the requester reports it. No shell is involved: give the command and \
+            its arguments after '--'. Several responders may serve one identifier, in \
+            any processes: each request goes to one of them, and to another if its \
+            responder dies before answering. Runs until interrupted.
+
+            Examples:
+              wormhole respond app.state -- cat /run/app/state.json
+              wormhole respond math.add -- python3 -c 'import json,sys; print(sum(json.load(sys.stdin)))'
+            """)
+
+    @Argument(help: "The identifier to serve.")
+    var identifier: String
+
+    @Argument(parsing: .postTerminator, help: "The command to run for each request, after '--'.")
+    var command: [String] = []
+
+    @Option(name: .shortAndLong, help: "Exit after answering this many requests.")
+    var count: Int?
+
+    @Flag(name: .shortAndLong, help: "Say on standard error when it serves, and each request's outcome.")
+    var verbose = false
+
+    @OptionGroup(title: "Container") var container: ContainerOptions
+
+    func validate() throws {
+        if command.isEmpty {
+            throw ValidationError("Name the command to run for each request after '--', such as 'wormhole respond \(identifier) -- cat'.")
+        }
+        if let count, count < 1 { throw ValidationError("--count must be at least 1, not \(count).") }
+    }
+
+    func run() throws {
+        try Failures.reported {
+            let session = try ListeningSession(limit: count)
+            let wormhole = try container.makeWormhole()
+            let command = self.command, verbose = self.verbose
+            struct Failed: Error, CustomStringConvertible { let description: String }
+            let responder = try wormhole.respondToRecords(toIdentifier: identifier, queue: session.queue,
+                                                          onError: { Output.error($0.description) }) { request in
+                var outcome: Result<ChildCommand.Outcome, CommandFailure>?
+                guard session.admit({ outcome = ChildCommand.run(command, input: Array(request.payload)) }), let outcome else {
+                    throw Failed(description: "the responder was stopping")
+                }
+                let result = try outcome.get()
+                if verbose { Output.error("request \(request.sequence) from process \(request.processID): '\(command[0])' \(result.ending)") }
+                guard result.succeeded else {
+                    let message = String(decoding: result.error, as: UTF8.self).split(whereSeparator: \.isNewline).joined(separator: " / ")
+                    throw Failed(description: "'\(command.joined(separator: " "))' \(result.ending)" + (message.isEmpty ? "" : ": \(message)"))
+                }
+                let text = String(validating: result.output, as: UTF8.self)
+                return (Data(result.output), text == nil ? .data : .text)
+            }
+            if verbose || Output.errorIsTerminal {
+                Output.error("answering requests to '\(identifier)' with '\(command.joined(separator: " "))' in \(container.place(of: wormhole))\(verbose ? "" : "; Ctrl-C stops")")
+            }
+            try session.finish(count: count, timeout: nil, what: "requests", names: "'\(identifier)'") {
+                responder.cancel()
+            }
+        }
+    }
+}

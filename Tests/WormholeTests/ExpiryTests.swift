@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+@Suite("Expiry")
+struct ExpiryTests {
+    @Test("an expired message is not delivered to a listener that starts later, a durable one that resumes, or a work queue; each counts it",
+          .timeLimit(.minutes(1)))
+    func expiredMessagesAreNotDelivered() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        // The durable name and the queue exist before the messages are passed.
+        try wormhole.listenForRecords(withIdentifier: "news", durableName: "archive") { _ in }.cancel()
+        try wormhole.listenForMessage(withIdentifier: "news", as: String.self, workQueue: "w") { _ in }.cancel()
+        try await wormhole.passMessage("old 1", identifier: "news", timeToLive: 0.2)
+        try await wormhole.passMessage("kept", identifier: "news")
+        try await wormhole.passMessage("old 2", identifier: "news", timeToLive: 0.2)
+        try await wormhole.passMessage("fresh", identifier: "news", timeToLive: 60)
+        try await Task.sleep(for: .milliseconds(400))
+        for durable in [nil, "archive"] as [String?] {
+            let received = Collector<String>()
+            let reports = Collector<WormholeError>()
+            let token = if let durable {
+                try wormhole.listenForMessage(withIdentifier: "news", as: String.self, durableName: durable, startingFrom: .history,
+                                              onError: { reports.append($0) }) { received.append($0) }
+            } else {
+                try wormhole.listenForMessage(withIdentifier: "news", as: String.self, startingFrom: .history,
+                                              onError: { reports.append($0) }) { received.append($0) }
+            }
+            #expect(await received.wait(for: 2).count == 2)
+            await settle()
+            #expect(received.all == ["kept", "fresh"], "\(durable ?? "plain")")
+            #expect(reports.all.filter { $0.code == .messagesExpired }.compactMap(\.missedMessageCount).reduce(0, +) == 2)
+            token.cancel()
+        }
+        let taken = Collector<String>()
+        let member = try wormhole.listenForMessage(withIdentifier: "news", as: String.self, workQueue: "w") { taken.append($0) }
+        #expect(await taken.wait(for: 2).count == 2)
+        #expect(taken.all == ["kept", "fresh"])
+        #expect(try wormhole.workQueues(identifier: "news").first?.expired == 2)
+        member.cancel()
+        #expect(throws: WormholeError.self) { try wormhole.passMessage("x", identifier: "news", timeToLive: 0) }
+    }
+}

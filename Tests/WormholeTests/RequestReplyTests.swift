@@ -1,0 +1,63 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+@Suite("Request and reply")
+struct RequestReplyTests {
+    struct Query: Codable, Sendable { var number: Int }
+    struct Answer: Codable, Sendable, Equatable { var square: Int; var responder: String }
+    struct Refused: Error, CustomStringConvertible { var description: String { "odd numbers are refused" } }
+
+    @Test("a request is answered once by one of two responders; concurrent requests get their own replies; a thrown error reaches the requester",
+          .timeLimit(.minutes(1)))
+    func answeredOnceAndCorrelated() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let other = try Wormhole(directory: directory.path)
+        let calls = Collector<String>()
+        let first = try wormhole.respond(toIdentifier: "square", as: Query.self) { query in
+            calls.append("a\(query.number)")
+            if query.number == -1 { throw Refused() }
+            return Answer(square: query.number * query.number, responder: "a")
+        }
+        let second = try other.respond(toIdentifier: "square", as: Query.self) { query in
+            calls.append("b\(query.number)")
+            if query.number == -1 { throw Refused() }
+            return Answer(square: query.number * query.number, responder: "b")
+        }
+        let requester = try Wormhole(directory: directory.path)
+        try await withThrowingTaskGroup(of: (Int, Answer).self) { group in
+            for number in 1...100 {
+                group.addTask { (number, try await requester.request(Query(number: number), identifier: "square", as: Answer.self, timeout: 10)) }
+            }
+            for try await (number, answer) in group { #expect(answer.square == number * number) }
+        }
+        #expect(calls.count == 100, "each request answered once")
+        let error = await #expect(throws: WormholeError.self) {
+            _ = try await requester.request(Query(number: -1), identifier: "square", as: Answer.self, timeout: 5)
+        }
+        #expect(error?.code == .requestFailed)
+        #expect(error?.message.contains("odd numbers are refused") == true)
+        // The synchronous form, from a thread that may block.
+        let answer = try await Task.detached { try requester.request(Query(number: 7), identifier: "square", as: Answer.self, timeout: 5) }.value
+        #expect(answer.square == 49)
+        first.cancel()
+        second.cancel()
+    }
+
+    @Test("with no responder a request fails at its timeout, on the monotonic clock, saying that nobody serves the identifier",
+          .timeLimit(.minutes(1)))
+    func noResponderTimesOut() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let started = ContinuousClock.now
+        let error = await #expect(throws: WormholeError.self) {
+            _ = try await wormhole.request("anyone?", identifier: "nobody", as: String.self, timeout: 0.5)
+        }
+        let waited = ContinuousClock.now - started
+        #expect(error?.code == .timedOut)
+        #expect(error?.message.contains("no responder serves 'nobody'") == true, "\(error?.message ?? "")")
+        #expect(waited >= .milliseconds(500) && waited < .seconds(3))
+        #expect(throws: WormholeError.self) { _ = try wormhole.request("x", identifier: "nobody", as: String.self, timeout: -1) }
+    }
+}

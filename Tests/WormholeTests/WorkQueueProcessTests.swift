@@ -1,0 +1,116 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// Work queues and request/reply across real processes, with members killed by SIGKILL.
+@Suite("Work queues across processes")
+struct WorkQueueProcessTests {
+    /// The lines "sequence deliveries payload" that worker agents wrote.
+    static func workerLines(_ paths: [String]) throws -> [(sequence: UInt64, deliveries: Int, payload: String)] {
+        try paths.flatMap { path -> [(UInt64, Int, String)] in
+            guard FileManager.default.fileExists(atPath: path) else { return [] }
+            return try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { line in
+                let parts = line.split(separator: " ", maxSplits: 2)
+                return (UInt64(parts[0]) ?? 0, parts.count > 1 ? Int(parts[1]) ?? 0 : 0, parts.count > 2 ? String(parts[2]) : String(line))
+            }
+        }
+    }
+
+    @Test("3 workers x 10,000 jobs, workers killed with SIGKILL at random instants: every job handled, each acknowledged once, redeliveries no more than kills",
+          .timeLimit(.minutes(5)))
+    func killedWorkersLoseNoJob() async throws {
+        let directory = TemporaryDirectory()
+        let container = directory.file("c")
+        let wormhole = try Wormhole(directory: container)
+        let total = scaled(10_000)
+        let outputs = (0..<3).map { directory.file("worker\($0).txt") }
+        var workers: [Process] = []
+        for output in outputs {
+            workers.append(try Agent.start(["worker", container, "jobs", "workers", output]))
+            #expect(await waitForFile(output + ".ready"))
+        }
+        let started = Date()
+        let producer = Task.detached {
+            for index in 1...total { try await wormhole.passMessage("job-\(index)", identifier: "jobs") }
+        }
+        var kills = 0
+        var generator = SystemRandomNumberGenerator()
+        func acknowledged() -> UInt64 { (try? wormhole.workQueues(identifier: "jobs").first?.acknowledged) ?? 0 }
+        while acknowledged() < UInt64(total) && Date().timeIntervalSince(started) < 200 {
+            try await Task.sleep(for: .milliseconds(Int.random(in: 5...40, using: &generator)))
+            guard acknowledged() < UInt64(total) else { break }
+            let victim = Int.random(in: 0..<3, using: &generator)
+            kill(workers[victim].processIdentifier, SIGKILL)
+            workers[victim].waitUntilExit()
+            kills += 1
+            workers[victim] = try Agent.start(["worker", container, "jobs", "workers", outputs[victim]])
+        }
+        try await producer.value
+        let elapsed = Date().timeIntervalSince(started)
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        for worker in workers {
+            kill(worker.processIdentifier, SIGKILL)
+            worker.waitUntilExit()
+        }
+        let lines = try Self.workerLines(outputs)
+        let taken = lines.filter { $0.payload.hasPrefix("job-") }
+        #expect(lines.count == taken.count, "no error reported: \(lines.filter { !$0.payload.hasPrefix("job-") }.prefix(3))")
+        #expect(Set(taken.map(\.payload)) == Set((1...total).map { "job-\($0)" }), "every job handled")
+        let repeated = taken.count - total
+        let redelivered = taken.filter { $0.deliveries > 1 }.count
+        #expect(repeated <= kills && redelivered <= kills, "redeliveries \(redelivered), repeats \(repeated), kills \(kills)")
+        #expect(status.acknowledged == UInt64(total), "each job acknowledged exactly once")
+        #expect(status.pending == 0 && status.inFlight == 0 && status.deadLettered == 0 && status.lost == 0)
+        print("work queue kill test: \(total) jobs, 3 worker processes, \(kills) SIGKILLs; handled \(Set(taken.map(\.payload)).count), acknowledged \(status.acknowledged), redelivered \(redelivered), taken twice \(repeated); \(String(format: "%.1f", elapsed)) s")
+    }
+}
+
+extension WorkQueueProcessTests {
+    @Test("4 requesters x 1,000 requests to 2 responders, one killed with SIGKILL: every request answered or failed with a clear error within its timeout, none answered to the wrong requester",
+          .timeLimit(.minutes(5)))
+    func requestsSurviveAKilledResponder() async throws {
+        let directory = TemporaryDirectory()
+        let container = directory.file("c")
+        _ = try Wormhole(directory: container)
+        let count = scaled(1_000), timeout = 5.0
+        let responders = try ["r1", "r2"].map { name in try Agent.start(["respond", container, "ask", name]) }
+        for name in ["r1", "r2"] { #expect(await waitForFile(directory.file(name + ".ready"))) }
+        let outputs = (0..<4).map { directory.file("requester\($0).txt") }
+        let started = Date()
+        let requesters = try outputs.enumerated().map { index, output in
+            try Agent.start(["request", container, "ask", "\(count)", "q\(index)", output, "\(timeout)"])
+        }
+        // Killed at a random instant while the requests flow.
+        try await Task.sleep(for: .milliseconds(Int.random(in: 50...400)))
+        let victim = Int.random(in: 0..<2)
+        kill(responders[victim].processIdentifier, SIGKILL)
+        responders[victim].waitUntilExit()
+        for requester in requesters { #expect(await waitForExit(requester) == 0) }
+        let elapsed = Date().timeIntervalSince(started)
+        kill(responders[1 - victim].processIdentifier, SIGKILL)
+        responders[1 - victim].waitUntilExit()
+        var answered = 0, failed = 0, slowest = 0, byVictim = 0
+        for (index, output) in outputs.enumerated() {
+            let lines = try String(contentsOfFile: output, encoding: .utf8).split(separator: "\n")
+            #expect(lines.count == count)
+            for (number, line) in lines.enumerated() {
+                let parts = line.split(separator: " ")
+                #expect(parts[0] == "\(number + 1)")
+                let milliseconds = Int(parts[3]) ?? .max
+                slowest = max(slowest, milliseconds)
+                if parts[1] == "ok" {
+                    answered += 1
+                    let reply = parts[2].split(separator: ":", maxSplits: 1)
+                    #expect(reply.count == 2 && reply[1] == "q\(index):\(number + 1)", "a reply to its own request: \(line)")
+                    if reply[0] == (victim == 0 ? "r1" : "r2") { byVictim += 1 }
+                } else {
+                    failed += 1
+                    #expect(parts[2] == "timedOut" && line.contains("did not answer in time"), "a clear error: \(line)")
+                }
+                #expect(milliseconds <= Int(timeout * 1_000) + 1_000, "within its timeout: \(line)")
+            }
+        }
+        #expect(answered + failed == 4 * count)
+        print("request kill test: 4 requesters x \(count) requests, 2 responders, one killed (it had answered \(byVictim)); answered \(answered), failed \(failed) (timed out), slowest \(slowest) ms; \(String(format: "%.1f", elapsed)) s")
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+@Suite("Work queues")
+struct WorkQueueTests {
+    @Test("each message to exactly one member; acknowledged when the closure returns; status counts them", .timeLimit(.minutes(1)))
+    func eachMessageToOneMember() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let a = Collector<Int>(), b = Collector<Int>()
+        let first = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "workers") { a.append($0) }
+        let other = try Wormhole(directory: directory.path)
+        let second = try other.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "workers") { b.append($0) }
+        for index in 1...200 { try await wormhole.passMessage(index, identifier: "jobs") }
+        #expect(await eventually { a.count + b.count >= 200 })
+        await settle()
+        #expect((a.all + b.all).sorted() == Array(1...200))
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.name == "workers")
+        #expect(status.acknowledged == 200)
+        #expect(status.pending == 0 && status.inFlight == 0)
+        #expect(status.members.count == 2)
+        first.cancel()
+        second.cancel()
+    }
+
+    @Test("a member that joins later gets what nobody has handled; a throwing handler's message is tried again, then dead-lettered with the reason",
+          .timeLimit(.minutes(1)))
+    func lateJoinerAndDeadLetters() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for index in 1...50 { try await wormhole.passMessage(index, identifier: "jobs") }
+        struct Poisoned: Error {}
+        let handled = Collector<Int>()
+        let attempts = Collector<Int>()
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w",
+                                                   options: WorkQueueOptions(maximumDeliveries: 3)) { job in
+            if job == 13 {
+                attempts.append(job)
+                throw Poisoned()
+            }
+            handled.append(job)
+        }
+        #expect(await eventually { handled.count >= 49 })
+        let letters = Collector<WormholeDeadLetter>()
+        let token = try wormhole.listenForMessage(withIdentifier: "jobs.dead-letters", as: WormholeDeadLetter.self, startingFrom: .history) {
+            letters.append($0)
+        }
+        #expect(await letters.wait(for: 1).count == 1)
+        let letter = try #require(letters.all.first)
+        #expect(letter.sequence == 13 && letter.deliveries == 3 && letter.queue == "w")
+        #expect(letter.reason.contains("Poisoned"))
+        #expect(String(decoding: letter.payload, as: UTF8.self) == "13")
+        #expect(attempts.count == 3)
+        #expect(handled.all.sorted() == Array(1...50).filter { $0 != 13 })
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.acknowledged == 49 && status.deadLettered == 1 && status.pending == 0)
+        token.cancel()
+        member.cancel()
+    }
+
+    @Test("a queue keeps from compaction what it has not handed out, within the backlog cap; past the cap its members are told how many it lost",
+          .timeLimit(.minutes(1)))
+    func queueHoldsBackCompaction() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        configuration.maximumBacklogMessageCount = 300
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        // The queue exists (a member joined and left) before the messages are passed.
+        try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w") { _ in }.cancel()
+        for index in 1...250 { try await wormhole.passMessage(index, identifier: "jobs") }
+        let handled = Collector<Int>()
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w") { handled.append($0) }
+        #expect(await handled.wait(for: 250).count == 250)
+        #expect(handled.all == Array(1...250), "kept although only 10 are retained, and taken in order")
+        member.cancel()
+        for index in 251...1_000 { try await wormhole.passMessage(index, identifier: "jobs") }
+        let late = Collector<Int>()
+        let errors = Collector<WormholeError>()
+        let again = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w", onError: { errors.append($0) }) { late.append($0) }
+        #expect(await eventually { (late.all.last ?? 0) == 1_000 })
+        let lost = errors.all.compactMap(\.missedMessageCount).reduce(0, +)
+        #expect(lost > 0 && lost + UInt64(late.count) == 750, "lost \(lost), then \(late.count) handled")
+        #expect(errors.all.allSatisfy { $0.code == .messagesLost && $0.message.contains("work queue 'w'") })
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.lost == lost && status.acknowledged == 250 + UInt64(late.count))
+        again.cancel()
+    }
+
+    @Test("a live member goes on taking after compaction replaces the log (it was left reading the old file)", .timeLimit(.minutes(1)))
+    func memberFollowsCompaction() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 10
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let handled = Collector<Int>()
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w") { handled.append($0) }
+        for round in 0..<5 {
+            for index in 1...100 { try await wormhole.passMessage(round * 100 + index, identifier: "jobs") }
+            #expect(await handled.wait(for: (round + 1) * 100, seconds: 5).count == (round + 1) * 100, "round \(round)")
+        }
+        #expect(handled.all == Array(1...500))
+        member.cancel()
+    }
+}
