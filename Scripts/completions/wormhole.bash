@@ -173,13 +173,13 @@ _wormhole() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    send|listen|read|clear|list|status|forget|doctor|share|top|post|observe|path|help)
+    send|listen|request|respond|read|clear|list|status|forget|doctor|share|top|post|observe|path|help)
         # Offer subcommand argument completions
         "_wormhole_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'send listen read clear list status forget doctor share top post observe path help' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'send listen request respond read clear list status forget doctor share top post observe path help' -- "${cur}"))
         ;;
     esac
 }
@@ -188,12 +188,15 @@ _wormhole_send() {
     repeating_flags=()
     non_repeating_flags=(--json --lines --print-sequence --version -h --help)
     repeating_options=()
-    non_repeating_options=(--file --group --directory --optional-directory)
+    non_repeating_options=(--file --ttl --group --directory --optional-directory)
     __wormhole_offer_flags_options 2
 
     # Offer option value completions
     case "${prev}" in
     '--file')
+        return
+        ;;
+    '--ttl')
         return
         ;;
     '--group')
@@ -212,7 +215,7 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--all --history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --timeout -t --durable --group --directory --optional-directory)
+    non_repeating_options=(--count -c --timeout -t --durable --queue --max-deliveries --dead-letters --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -224,6 +227,63 @@ _wormhole_listen() {
         return
         ;;
     '--durable')
+        return
+        ;;
+    '--queue')
+        return
+        ;;
+    '--max-deliveries')
+        return
+        ;;
+    '--dead-letters')
+        return
+        ;;
+    '--group')
+        return
+        ;;
+    '--directory')
+        return
+        ;;
+    '--optional-directory')
+        return
+        ;;
+    esac
+}
+
+_wormhole_request() {
+    repeating_flags=()
+    non_repeating_flags=(--json --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--timeout -t --group --directory --optional-directory)
+    __wormhole_offer_flags_options 2
+
+    # Offer option value completions
+    case "${prev}" in
+    '--timeout'|'-t')
+        return
+        ;;
+    '--group')
+        return
+        ;;
+    '--directory')
+        return
+        ;;
+    '--optional-directory')
+        return
+        ;;
+    esac
+}
+
+_wormhole_respond() {
+    repeating_flags=()
+    non_repeating_flags=(--verbose -v --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--count -c --group --directory --optional-directory)
+    __wormhole_offer_flags_options -1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--count'|'-c')
         return
         ;;
     '--group')
