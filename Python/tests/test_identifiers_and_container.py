@@ -4,6 +4,7 @@ library's codes and words, and nothing is written outside the container."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 import unittest
@@ -118,13 +119,19 @@ class ContainerTests(ScratchTestCase):
         groups = os.path.join(self.scratch, "groups")
         environment = {"WORMHOLE_APP_GROUPS_DIRECTORY": groups}
         self.assertEqual(directory_for_group("group.example", environment), groups + "/group.example")
+        # Without the override: from the user id, whatever XDG_RUNTIME_DIR says (the
+        # Swift library's rule, so that a service and a session meet).
         runtime = os.path.join(self.scratch, "runtime")
         os.mkdir(runtime, 0o700)
-        self.assertEqual(directory_for_group("group.example", {"XDG_RUNTIME_DIR": runtime}),
-                         runtime + "/app-groups/group.example")
-        os.chmod(runtime, 0o755)      # not as the XDG specification requires: the fallback
-        fallback = directory_for_group("group.example", {"XDG_RUNTIME_DIR": runtime})
-        self.assertRegex(fallback, r"^/(dev/shm|tmp)/app-groups-%d/group\.example$" % os.geteuid())
+        name = "group.example.resolution-%d" % os.getpid()
+        found = directory_for_group(name, {"XDG_RUNTIME_DIR": runtime})
+        try:
+            uid = os.geteuid()
+            self.assertRegex(found, r"^(/run/user/%d/app-groups|/(dev/shm|tmp)/app-groups-%d)/%s$" % (uid, uid, re.escape(name)))
+            self.assertFalse(found.startswith(runtime))
+            self.assertEqual(directory_for_group(name, {}), found)
+        finally:
+            os.rmdir(found)
         with self.assertRaises(WormholeError) as caught:
             directory_for_group("group.example", {"WORMHOLE_APP_GROUPS_DIRECTORY": "relative"})
         self.assertIn("must be an absolute path", str(caught.exception))

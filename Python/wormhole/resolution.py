@@ -1,18 +1,22 @@
 """Where an application group's container is: the resolution of the Swift library's
 ``WormholeContainer`` (Sources/Wormhole/Container/WormholeContainer.swift), kept in this
-one module so that it follows the Swift library's order step for step.
+one module so that it follows the Swift library's order step for step. The place depends
+on the effective user id, never on ``XDG_RUNTIME_DIR`` or ``HOME``, so that every process
+of a user meets in one container whatever started it (Protocol.md §4):
 
 1. an explicit directory (``Wormhole(directory=...)``, not resolved here);
 2. ``$WORMHOLE_APP_GROUPS_DIRECTORY/<group>`` when that variable is set and non-empty;
-3. ``$XDG_RUNTIME_DIR/app-groups/<group>`` when that is an absolute path to a directory
-   (not a link) owned by this user with ``mode & 0o077 == 0``;
-4. ``/dev/shm/app-groups-<euid>/<group>``, or ``/tmp/app-groups-<euid>/<group>`` where
-   ``/dev/shm`` is not a directory.
+3. ``/run/wormhole/app-groups/<group>`` when it exists: a group shared with the members
+   of a Unix group (``wormhole share``), which this package does not use yet: it says so;
+4. the user's own container that exists already: ``/run/user/<uid>/app-groups/<group>``,
+   then ``/dev/shm/app-groups-<uid>/<group>``;
+5. when none exists, a new one: ``/run/user/<uid>/app-groups/<group>`` when
+   ``/run/user/<uid>`` is a directory of the user's own with mode 0700, else
+   ``/dev/shm/app-groups-<uid>/<group>`` (``/tmp/...`` where ``/dev/shm`` is missing).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from typing import Mapping, Optional
@@ -26,10 +30,32 @@ __all__ = ["ENVIRONMENT_OVERRIDE", "directory_for_group", "groups_directory"]
 ENVIRONMENT_OVERRIDE = "WORMHOLE_APP_GROUPS_DIRECTORY"
 
 
+SHARED_GROUPS_DIRECTORY = "/run/wormhole/app-groups"
+
+
 def directory_for_group(application_group_identifier: str, environment: Optional[Mapping[str, str]] = None) -> str:
     """Resolves, creates if needed (0700) and checks the container of a group; returns
     its absolute path."""
     identifiers.validate(application_group_identifier, "application group identifier")
+    environment = os.environ if environment is None else environment
+    override = _override(environment)
+    if override is not None:
+        _prepare(override, create_parents=True)
+        path = override + "/" + application_group_identifier
+        _prepare(path, create_parents=False)
+        return path
+    shared = SHARED_GROUPS_DIRECTORY + "/" + application_group_identifier
+    if _exists(shared):
+        raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
+                            f"'{application_group_identifier}' is shared with the members of a Unix group ({shared}, "
+                            "made by 'wormhole share'); the Python package does not use shared groups yet: "
+                            "give its path as Wormhole(directory=...) only from a process of the group's owner, "
+                            "or use the Swift library or the wormhole command", path=shared)
+    for base in (_runtime_groups_directory(), _fallback_groups_directory()):
+        path = base + "/" + application_group_identifier
+        if _exists(path):
+            _prepare(path, create_parents=False)
+            return path
     base = groups_directory(environment)
     path = base + "/" + application_group_identifier
     _prepare(path, create_parents=False)
@@ -37,35 +63,56 @@ def directory_for_group(application_group_identifier: str, environment: Optional
 
 
 def groups_directory(environment: Optional[Mapping[str, str]] = None) -> str:
-    """The directory under which the application groups' containers live, created and
-    checked."""
+    """The directory under which this user's application groups' containers are made,
+    created and checked: ``$WORMHOLE_APP_GROUPS_DIRECTORY``, else
+    ``/run/user/<uid>/app-groups`` when ``/run/user/<uid>`` is the user's own, else
+    ``/dev/shm/app-groups-<uid>``."""
     environment = os.environ if environment is None else environment
-    override = environment.get(ENVIRONMENT_OVERRIDE, "")
-    if override:
-        if not override.startswith("/"):
-            raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
-                                f"{ENVIRONMENT_OVERRIDE}='{override}' must be an absolute path")
+    override = _override(environment)
+    if override is not None:
         _prepare(override, create_parents=True)
-        return _normalized(override)
+        return override
+    if _has_runtime_directory():
+        path = _runtime_groups_directory()
+    else:
+        path = _fallback_groups_directory()
+    _prepare(path, create_parents=False)
+    return path
+
+
+def _override(environment: Mapping[str, str]) -> Optional[str]:
+    override = environment.get(ENVIRONMENT_OVERRIDE, "")
+    if not override:
+        return None
+    if not override.startswith("/"):
+        raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
+                            f"{ENVIRONMENT_OVERRIDE}='{override}' must be an absolute path")
+    return _normalized(override)
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.lstat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _runtime_groups_directory() -> str:
+    return f"/run/user/{os.geteuid()}/app-groups"
+
+
+def _fallback_groups_directory() -> str:
     parent = "/dev/shm" if os.path.isdir("/dev/shm") and not os.path.islink("/dev/shm") else "/tmp"
-    fallback = f"{parent}/app-groups-{os.geteuid()}"
-    runtime = environment.get("XDG_RUNTIME_DIR", "")
-    if runtime.startswith("/"):
-        try:
-            status = os.lstat(runtime)
-        except OSError:
-            status = None
-        if status is not None and stat.S_ISDIR(status.st_mode):
-            if status.st_uid == os.geteuid() and status.st_mode & 0o077 == 0:
-                path = _normalized(runtime) + "/app-groups"
-                _prepare(path, create_parents=False)
-                return path
-            logging.getLogger("Wormhole").warning(
-                "XDG_RUNTIME_DIR '%s' is not owned by this user with mode 0700 (owner %d, mode %o), as the XDG Base "
-                "Directory specification requires; using %s instead",
-                runtime, status.st_uid, stat.S_IMODE(status.st_mode), fallback)
-    _prepare(fallback, create_parents=False)
-    return fallback
+    return f"{parent}/app-groups-{os.geteuid()}"
+
+
+def _has_runtime_directory() -> bool:
+    try:
+        status = os.lstat(f"/run/user/{os.geteuid()}")
+    except OSError:
+        return False
+    return stat.S_ISDIR(status.st_mode) and status.st_uid == os.geteuid() and status.st_mode & 0o077 == 0
 
 
 def _prepare(path: str, create_parents: bool) -> None:
