@@ -23,7 +23,7 @@ public enum WormholePayloadKind: UInt8, Sendable, Hashable, CustomStringConverti
     }
 }
 
-/// What a record is for: a message (every record passed by ``Wormhole/passMessage(_:identifier:)``),
+/// What a record is for: a message (every record passed by ``Wormhole/passMessage(_:identifier:)-2w6mt``),
 /// or a part of a request and its reply.
 public enum WormholeRecordRole: UInt8, Sendable, Hashable, CustomStringConvertible {
     /// A message, for every listener.

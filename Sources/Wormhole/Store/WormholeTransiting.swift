@@ -53,11 +53,11 @@ public protocol WormholeTransiting: Sendable {
     func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary]
 
     /// A reader of `identifier`'s records from `start` on. Call it after
-    /// ``observe(identifier:handler:)`` so that no wake-up is missed in between.
+    /// ``WormholeTransiting/observe(identifier:handler:)-4fmmi`` so that no wake-up is missed in between.
     func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader
 
     /// A durable reader: it resumes after the last message acknowledged under `name`
-    /// (``WormholeTransitingReader/acknowledge(_:)``), or starts at `start` the first time
+    /// (``WormholeTransitingReader/acknowledge(_:)-2zic3``), or starts at `start` the first time
     /// the name is used. Throws ``WormholeError/Code/durableNameInUse`` while another
     /// reader holds the name. The default throws: a back end without durable positions.
     func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader
@@ -228,7 +228,7 @@ public enum WormholeTransitingEvent: Sendable {
     case failed(WormholeError)
 }
 
-/// A registration made by ``WormholeTransiting/observe(identifier:handler:)``.
+/// A registration made by ``WormholeTransiting/observe(identifier:handler:)-4fmmi``.
 public protocol WormholeTransitingObservation: Sendable {
     /// Stops the wake-ups and releases what they held.
     func cancel()

@@ -24,7 +24,7 @@ extension Wormhole {
         return try transiting.append(payload, kind: kind, identifier: identifier, attributes: try Self.expiring(after: timeToLive)).sequence
     }
 
-    /// ``passMessage(_:identifier:timeToLive:)-9fy8n`` from an asynchronous context.
+    /// ``passMessage(_:identifier:timeToLive:)-3yey7`` from an asynchronous context.
     @discardableResult
     public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String, timeToLive: Double) async throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)

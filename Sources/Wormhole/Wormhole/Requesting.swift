@@ -42,7 +42,7 @@ extension Wormhole {
             .decode(as: Reply.self, using: jsonCoding)
     }
 
-    /// ``request(_:identifier:as:timeout:)-3qf7d`` for a caller that may block its thread
+    /// ``request(_:identifier:as:timeout:)-i10e`` for a caller that may block its thread
     /// meanwhile (not one of Swift concurrency's pool).
     public func request<Request: Encodable & Sendable, Reply: Decodable & Sendable>(
         _ request: Request, identifier: String, as type: Reply.Type = Reply.self, timeout: Double = 5
@@ -59,7 +59,7 @@ extension Wormhole {
         return try Self.reply(await pending.value(), identifier: identifier)
     }
 
-    /// ``requestRecord(payload:kind:identifier:timeout:)-5bkn1`` blocking the calling thread.
+    /// ``requestRecord(payload:kind:identifier:timeout:)-5o5yo`` blocking the calling thread.
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) throws(WormholeError) -> WormholeRecord {
         let pending = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
         return try Self.reply(pending.wait(), identifier: identifier)
