@@ -91,6 +91,28 @@ class FormatTests(ScratchTestCase):
 
 
 class VersionConversionTests(ScratchTestCase):
+    def test_a_damaged_last_record_is_skipped_not_cut_and_its_number_not_given_again(self) -> None:
+        """Protocol.md §9.3: a whole record with a wrong checksum at the end is damage."""
+        os.mkdir(self.directory, 0o700)
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        for text in ("one", "two", "three"):
+            wormhole.pass_message(text, "note")
+        path = os.path.join(self.directory, "note.wormhole")
+        size = os.path.getsize(path)
+        with open(path, "r+b") as handle:      # in place, as a bit flip would
+            handle.seek(size - 5)
+            byte = handle.read(1)
+            handle.seek(size - 5)
+            handle.write(bytes([byte[0] ^ 0x20]))
+        other = Wormhole(directory=self.directory)
+        self.addCleanup(other.close)
+        self.assertEqual(other.pass_message("four", "note"), 4)
+        self.assertGreater(os.path.getsize(path), size)
+        items = other.retained_records("note")
+        self.assertEqual([r.sequence for r in items if isinstance(r, Record)], [1, 2, 4])
+        self.assertEqual(len([r for r in items if not isinstance(r, Record)]), 1)
+
     def test_a_version_2_log_is_read_and_converted_by_the_next_writer(self) -> None:
         os.mkdir(self.directory, 0o700)
         path = os.path.join(self.directory, "note.wormhole")

@@ -370,6 +370,12 @@ class Walk:
                 if len(after) == 16 and after[:4] == marker and _U32.unpack_from(after, 4)[0] <= MAXIMUM_PAYLOAD:
                     position += length
                     continue
+                if not after:
+                    # §9.3: the last record, whole but damaged: damage to report and
+                    # skip, not a torn tail to wait on or cut (it took a number, §9.2).
+                    yield pending
+                    self.end = position + length
+                    return
             local = position - base
             found = buffer.find(marker, local + 1)
             if found >= 0:
@@ -428,5 +434,8 @@ def find_tail(fd: int, size: int, header: Header, maximum: int, path: str = "log
             tail = Tail(item.offset + item.length, max(tail.last_sequence, item.sequence), item.offset, item)
         elif item.code == WormholeError.MESSAGE_TOO_LARGE:
             tail = Tail(item.offset, max(tail.last_sequence, item.sequence), item.offset, item)  # type: ignore
+    if walk.end > tail.end:
+        # A damaged last record, whole (§9.3): it took the next number.
+        tail.last_sequence += 1
     tail.end = walk.end
     return tail
