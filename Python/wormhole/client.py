@@ -18,6 +18,7 @@ from .errors import WormholeError
 from .format import KIND_NAMES, LOG_SUFFIX, MAXIMUM_PAYLOAD, Record, find_tail
 from .notifications import NotificationCenter
 from .reader import Cursor, StartingPoint, open_log, read_all, read_latest
+from .watching import ContainerWatch, log_events_wake, log_replaced
 from .writer import Writer
 
 __all__ = ["Wormhole", "ListenerToken", "MessageStream"]
@@ -257,7 +258,7 @@ class ListenerToken:
         self._replaced = False
         container = wormhole.container
         self._name = identifier + LOG_SUFFIX
-        self._watch = inotify.Watch(container.fd, container.path, self._events)           # S1
+        self._watch = ContainerWatch(container, self._events, self._container_replaced)   # S1, §4.1
         durable = None
         try:
             if durable_name is not None:
@@ -272,34 +273,22 @@ class ListenerToken:
         self._thread.start()
 
     def _events(self, events: List[inotify.Event]) -> None:
-        for mask, name in events:
-            if mask & inotify.IN_Q_OVERFLOW:
-                self._replaced = True
-            elif not name and inotify.directory_gone(mask):
-                self._replaced = True
-                try:
-                    if self.wormhole.container.refresh():
-                        self._watch.rewatch(self.wormhole.container.fd)
-                except WormholeError:
-                    pass
-            elif name == self._name:
-                if mask & (inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO):
-                    self._replaced = True
-                elif not mask & inotify.IN_MODIFY:
-                    continue
-            else:
-                continue
+        if log_events_wake(events, self._name):
+            self._replaced = self._replaced or log_replaced(events, self._name)
             self._wake.set()
+
+    def _container_replaced(self) -> None:
+        self._replaced = True
+        self._wake.set()
 
     def _run(self) -> None:
         cursor = self.cursor
-        durable = cursor.durable
         try:
             while not self._stopped:
                 if self._replaced:
                     self._replaced = False
                     cursor.invalidate()
-                items = cursor.read(one_log=durable is not None)                         # S5
+                items = cursor.read(one_log=cursor.durable is not None)                  # S5
                 for item in items:
                     if self._stopped:
                         return
@@ -310,9 +299,9 @@ class ListenerToken:
                             self.on_error(error)
                         except Exception:
                             _log.exception("a listener of '%s' raised", self.identifier)
-                        if durable is not None:
+                        if cursor.durable is not None:
                             try:
-                                durable.store(item.sequence, cursor.log_id or 0)         # D5
+                                cursor.durable.store(item.sequence, cursor.log_id or 0)  # D5
                             except WormholeError as error:
                                 self.on_error(error)
                     else:

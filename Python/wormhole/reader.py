@@ -134,6 +134,11 @@ class Cursor:
         self.deferred: Optional[WormholeError] = None
         self.started_ns = time.time_ns()
         self.durable = durable
+        # A queue's reader counts expired messages itself (§18.3): it reads them.
+        self.drops_expired = True
+        # The container's generation when the claim was made: a container replaced since
+        # holds neither the claim nor a durable position; they are made again in it.
+        self.claimed_generation = container.generation
         self.claim = claims.Claim(container, identifier, configuration.claim_step())     # S2
         try:
             self._look(start)
@@ -250,7 +255,7 @@ class Cursor:
                         self._report_gap(sequence, header.cleared_through, results)         # §11.4
                     after_damage = False
                     self.delivered = sequence
-                    if isinstance(item, Record) and item.expired(self.started_ns):
+                    if isinstance(item, Record) and self.drops_expired and item.expired(self.started_ns):
                         continue          # expired before this listener started
                     results.append(item)
                 else:
@@ -326,6 +331,24 @@ class Cursor:
         self.reported_damage = -1
         return header is not None
 
+    def _claim_again_if_replaced(self) -> None:
+        """After the container was replaced, this reader's claim (or durable position) is
+        in the old directory: made again in the new one before its log is opened, as a
+        new listener claims before it looks."""
+        generation = self.container.generation
+        if generation == self.claimed_generation:
+            return
+        fresh = claims.Claim(self.container, self.identifier, self.claim.step)
+        self.claim.close()
+        self.claim = fresh
+        if self.durable is not None:
+            durable = claims.DurablePosition(self.container, self.identifier, self.durable.name)
+            self.durable.close()
+            self.durable = durable
+        self.claimed_generation = generation
+        self.claim.update(self.delivered, self.log_id or 0, force=True)
+        self._store_durable()
+
     def _report_gap(self, sequence: int, cleared_through: int, results: List[Item]) -> None:
         base = self.delivered if self.sees_cleared else max(self.delivered, cleared_through)
         if sequence > base + 1:
@@ -340,10 +363,13 @@ class Cursor:
     def _open_current(self) -> bool:
         """R3: once the held file is read to its end, the file at the name now."""
         self.invalidated = False
+        # A listener follows the directory at the path but never makes it: passes and
+        # posts make a removed container again.
         try:
-            self.container.refresh()
+            self.container.refresh(create=False)
         except WormholeError:
             pass
+        self._claim_again_if_replaced()
         opened = open_log(self.container, self.identifier)
         if opened is None:
             if self.fd is not None:
