@@ -11,7 +11,7 @@ from . import claims
 from .configuration import DEFAULT, Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
-from .format import HEADER_SIZE, LOG_SUFFIX, Header, Item, Record, Walk, find_tail, problem, read_header
+from .format import HEADER_SIZE, LOG_SUFFIX, MAXIMUM_PAYLOAD, Header, Item, Record, Walk, find_tail, problem, read_header
 
 
 def open_log(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, os.stat_result, Optional[Header]]]:
@@ -50,6 +50,31 @@ def read_latest(container: ContainerDirectory, identifier: str, configuration: C
         return tail.last_record
     finally:
         os.close(fd)
+
+
+def log_summary(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, int]]:
+    """(logID, last sequence number) of the log of ``identifier``, or None when there is
+    no log (or an empty one)."""
+    opened = open_log(container, identifier)
+    if opened is None:
+        return None
+    fd, status, header = opened
+    try:
+        if header is None:
+            return None
+        return header.log_id, find_tail(fd, status.st_size, header, MAXIMUM_PAYLOAD).last_sequence
+    finally:
+        os.close(fd)
+
+
+def read_record(container: ContainerDirectory, identifier: str, sequence: int,
+                configuration: Configuration = DEFAULT) -> Optional[Record]:
+    """The record ``sequence`` of the log, when it is still there (not cleared, not
+    compacted away, not damaged)."""
+    for item in read_all(container, identifier, configuration):
+        if isinstance(item, Record) and item.sequence >= sequence:
+            return item if item.sequence == sequence else None
+    return None
 
 
 def read_all(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT) -> List[Item]:

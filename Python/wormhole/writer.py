@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
-from . import claims
+from . import claims, queues
 from .configuration import DEFAULT, Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
@@ -281,6 +281,9 @@ def compact(container: ContainerDirectory, identifier: str, fd: int, header: Hea
             break
         keep_from, count, size = sequence, count + 1, size + payload
     claim = claims.lowest_live_claim(container, identifier, header.log_id)                # C4
+    kept_for_queues = queues.lowest_unhandled(container, identifier, header.log_id)       # Q5, §18.4
+    if kept_for_queues is not None:
+        claim = kept_for_queues if claim is None else min(claim, kept_for_queues)
     if claim is not None and claim < claims.UINT64_MAX and claim + 1 < keep_from:
         following = claim + 1
         count, size, capped = 0, 0, keep_from
