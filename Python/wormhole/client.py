@@ -409,6 +409,9 @@ class ListenerToken:
     """One listener; ``cancel()`` stops it (and waits for its callback to return, unless
     called from that callback)."""
 
+    SAFETY_WAKE = 5.0
+    """Seconds after which a listener reads although inotify said nothing."""
+
     def __init__(self, wormhole: Wormhole, identifier: str, callback: Callable[[Any], None], start: StartingPoint,
                  durable_name: Optional[str], on_error: ErrorHandler, records: bool) -> None:
         self.wormhole, self.identifier = wormhole, identifier
@@ -468,8 +471,9 @@ class ListenerToken:
                         self.on_error(item)
                 if getattr(cursor, "more", False):
                     continue
-                # The wake-up is inotify; the timeout is a safety net only.
-                self._wake.wait(5.0)
+                # The wake-up is inotify (the container's watch and its parent's); the
+                # timeout is a safety net only.
+                self._wake.wait(self.SAFETY_WAKE)
                 self._wake.clear()
         finally:
             self._watch.close()
