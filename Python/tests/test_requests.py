@@ -143,6 +143,7 @@ print("wrong", len(bad))
         self.respond(lambda request: "parent:" + request)
         requester.join(30)
         self.assertEqual(replies.items, ["parent:hang"])
+        self.assertTrue(eventually(lambda: self.wormhole.work_queues("svc")[0].acknowledged == 1))
         status = self.wormhole.work_queues("svc")[0]
         self.assertEqual((status.acknowledged, status.pending, status.in_flight, len(status.members)), (1, 0, 0, 1))
 

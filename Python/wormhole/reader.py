@@ -395,7 +395,14 @@ class Cursor:
         except WormholeError:
             pass
         self._claim_again_if_replaced()
-        opened = open_log(self.container, self.identifier)
+        try:
+            opened = open_log(self.container, self.identifier)
+        except (OSError, WormholeError):
+            # Out of descriptors, or a file not yet usable at the name (made a moment ago
+            # by a member of a shared group, before its fchmod): the next wake-up tries
+            # again, so no message of the new file is left unread.
+            self.invalidated = True
+            raise
         if opened is None:
             if self.fd is not None:
                 os.close(self.fd)

@@ -123,12 +123,12 @@ extension PythonInteropTests {
         #expect(await waitForFile(out + ".ready"))
         let sequence = try await wormhole.passMessage("bad/job é", identifier: "jobs")
         #expect(await eventually(seconds: 30) { (try? wormhole.record(withIdentifier: "jobs.dead-letters")) != nil })
-        let record = try #require(try wormhole.record(withIdentifier: "jobs.dead-letters"))
+        let record = try #require(try await wormhole.record(withIdentifier: "jobs.dead-letters"))
         let letter = try record.decode(as: WormholeDeadLetter.self)
         #expect(letter.identifier == "jobs" && letter.queue == "workers" && letter.sequence == sequence && letter.deliveries == 3)
         #expect(letter.reason == "the handler threw: cannot handle bad/job é")
         #expect(letter.kind == "text" && letter.payload == Data("bad/job é".utf8))
-        let passed = try #require(try wormhole.record(withIdentifier: "jobs")).date
+        let passed = try #require(try await wormhole.record(withIdentifier: "jobs")).date
         #expect(abs(letter.date.timeIntervalSince(passed)) < 0.001)
         #expect(record.kind == .json)
         #expect(record.payload == (try WormholeJSONCoding.standardEncoder().encode(letter)), "the same bytes as Swift's encoding of the letter")
