@@ -249,6 +249,19 @@ class Claim:
             self.fd = None
 
 
+class NoClaim:
+    """The claim of a reader whose durable position is its claim: nothing to write."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def update(self, delivered: int, log_id: int, force: bool = False) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class DurablePosition:
     """§12.4: a durable listener's position, locked while it runs, kept when it stops."""
 

@@ -164,7 +164,9 @@ class Cursor:
         # The container's generation when the claim was made: a container replaced since
         # holds neither the claim nor a durable position; they are made again in it.
         self.claimed_generation = container.generation
-        self.claim = claims.Claim(container, identifier, configuration.claim_step())     # S2
+        # S2; a durable listener's position is its claim (§12.4), as in the Swift library.
+        self.claim = claims.Claim(container, identifier, configuration.claim_step()) if durable is None \
+            else claims.NoClaim(configuration.claim_step())
         try:
             self._look(start)
         except BaseException:
@@ -363,10 +365,11 @@ class Cursor:
         generation = self.container.generation
         if generation == self.claimed_generation:
             return
-        fresh = claims.Claim(self.container, self.identifier, self.claim.step)
-        self.claim.close()
-        self.claim = fresh
-        if self.durable is not None:
+        if self.durable is None:
+            fresh = claims.Claim(self.container, self.identifier, self.claim.step)
+            self.claim.close()
+            self.claim = fresh
+        else:
             durable = claims.DurablePosition(self.container, self.identifier, self.durable.name)
             self.durable.close()
             self.durable = durable
