@@ -100,3 +100,14 @@ class ContainerWatchTests(ScratchTestCase):
         self.assertIsNotNone(watch._parent)
         watch.close()
         self.assertIsNone(watch._parent)
+
+    def test_a_writer_passes_to_the_directory_at_the_path_not_to_one_moved_away(self) -> None:
+        writer = self.writer(self.directory)
+        writer.pass_message("first", "note")
+        os.rename(self.directory, self.directory + ".old")
+        writer.pass_message("second", "note")
+        self.assertEqual(Wormhole(directory=self.directory).message("note"), "second")
+        self.assertEqual(Wormhole(directory=self.directory + ".old").message("note"), "first")
+        shutil.rmtree(self.directory)
+        writer.pass_message("third", "note")           # a removed container is made again
+        self.assertEqual(Wormhole(directory=self.directory).message("note"), "third")
