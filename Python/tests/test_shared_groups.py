@@ -34,7 +34,8 @@ wormhole.respond("svc", lambda request: f"{os.geteuid()}:{request}")
 wormhole.listen_for_message("jobs", job, work_queue="workers")
 wormhole.listen_for_message("note", lambda value: os.write(1, f"note {value}\n".encode()), durable_name="service")
 os.write(1, f"ready {wormhole.directory}\n".encode())
-time.sleep(120)
+sys.stdin.read()                       # until the test closes it
+wormhole.close()
 """
 
 DESKTOP = r"""
@@ -114,19 +115,20 @@ class SharedGroupTests(unittest.TestCase):
     def start(self, user: str, code: str) -> subprocess.Popen:
         return subprocess.Popen(["runuser", "-u", user, "--", "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "LANG=C.UTF-8",
                                  f"PYTHONPATH={self.path}", "/bin/sh", "-c", 'umask 077; cd /; exec "$@"', "sh", PYTHON,
-                                 "-c", code, self.group], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 "-c", code, self.group], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
 
     def test_a_service_and_a_desktop_user_share_a_group_and_an_outsider_is_refused(self) -> None:
         service = self.start(self.service, SERVICE)
         self.addCleanup(service.wait)
-        self.addCleanup(service.kill)
+        self.addCleanup(service.stdin.close)        # (runuser's child ends with its input)
         self.addCleanup(service.stdout.close)
         self.addCleanup(service.stderr.close)
         ready = service.stdout.readline().decode()
         self.assertEqual(ready, f"ready {self.container}\n", service.stderr.read1().decode() if not ready else "")
 
         desktop = self.start(self.desktop, DESKTOP)
-        output, errors = desktop.communicate(timeout=90)
+        output, errors = desktop.communicate(timeout=90)     # (its input closed: it reads none)
         self.assertEqual(desktop.returncode, 0, errors.decode())
         service_uid = pwd.getpwnam(self.service).pw_uid
         self.assertEqual(output.decode().splitlines(), [self.container, f"{service_uid}:hello", "20"])
@@ -157,8 +159,8 @@ class SharedGroupTests(unittest.TestCase):
                          f"to add it ('usermod -aG {self.unix_group} {self.outsider}'), then log in again",
                          errors.decode())
 
-        service.kill()
-        service.wait()
+        service.stdin.close()
+        self.assertEqual(service.wait(timeout=30), 0)
         jobs = [line for line in service.stdout.read().decode().splitlines() if line.startswith("job ")]
         self.assertEqual(sorted(jobs, key=lambda line: int(line.split()[1])), [f"job {index}" for index in range(20)])
 
