@@ -47,6 +47,7 @@ class ContainerWatch:
         except OSError:
             self._shared_parent = False
         self._parent: Optional[inotify.Watch] = None
+        self._watched = container.inode
         self._watch = inotify.Watch(container.fd, container.path, self._container_events)
         try:
             self._settle_parent()
@@ -139,18 +140,21 @@ class ContainerWatch:
         """The directory at the path may no longer be the one held: open the one there
         now, if any, watch it, and tell the owner."""
         try:
-            changed = self.container.refresh(create=False)
+            self.container.refresh(create=False)
         except WormholeError:
-            changed = False
+            pass
         try:
             status = os.lstat(self.container.path)
             self._missing = (status.st_dev, status.st_ino) != self.container.inode
         except OSError:
             self._missing = True
-        if changed:
+        # Another thread (a reader) may have opened the new directory first: what is
+        # watched is compared with what is held, not with what this call opened.
+        if self.container.inode != self._watched:
             self._emptying = False
             try:
                 self._watch.rewatch(self.container.fd)
+                self._watched = self.container.inode
             except WormholeError:
                 pass
         self._settle_parent()
