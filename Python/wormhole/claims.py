@@ -486,13 +486,6 @@ def identifiers_with_listeners(container: ContainerDirectory) -> List[str]:
     except OSError as error:
         raise WormholeError.system("open", error, container.file_path(CLAIMS)) from None
     try:
-        names = []
-        for name in os.listdir(top):
-            try:
-                identifiers.validate(name)
-                names.append(name)
-            except WormholeError:
-                pass
-        return sorted(names)
+        return identifiers.valid(os.listdir(top))
     finally:
         os.close(top)

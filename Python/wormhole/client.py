@@ -18,7 +18,7 @@ from .errors import WormholeError
 from .format import KIND_JSON, KIND_NAMES, LOG_SUFFIX, ROLE_ERROR_REPLY, ROLE_REPLY, ROLE_REQUEST, KIND_TEXT, Record
 from .notifications import NotificationCenter
 from .reader import Cursor, StartingPoint, log_summary, read_all, read_latest
-from .watching import ContainerWatch, log_events_wake, log_replaced
+from .subscription import LogSubscription
 from .work_queues import WorkQueueMember, WorkQueueOptions
 from .writer import Writer
 
@@ -180,16 +180,8 @@ class Wormhole:
 
     def identifiers(self) -> List[str]:
         """The identifiers that have a log in the container."""
-        result = []
-        for name in self.container.entries():
-            if name.endswith(LOG_SUFFIX):
-                identifier = name[:-len(LOG_SUFFIX)]
-                try:
-                    identifiers.validate(identifier)
-                except WormholeError:
-                    continue
-                result.append(identifier)
-        return sorted(result)
+        return identifiers.valid(name[:-len(LOG_SUFFIX)] for name in self.container.entries()
+                                 if name.endswith(LOG_SUFFIX))
 
     # Listening
 
@@ -405,23 +397,18 @@ class Wormhole:
             return self._notifications
 
 
-class ListenerToken:
-    """One listener; ``cancel()`` stops it (and waits for its callback to return, unless
-    called from that callback)."""
+class ListenerToken(LogSubscription):
+    """One listener; ``cancel()`` stops it alone (and waits for its callback to return,
+    unless called from that callback); its claim is withdrawn, a durable position stays."""
 
     SAFETY_WAKE = 5.0
     """Seconds after which a listener reads although inotify said nothing."""
 
     def __init__(self, wormhole: Wormhole, identifier: str, callback: Callable[[Any], None], start: StartingPoint,
                  durable_name: Optional[str], on_error: ErrorHandler, records: bool) -> None:
-        self.wormhole, self.identifier = wormhole, identifier
+        super().__init__(wormhole, identifier)                                            # S1, §4.1
         self.callback, self.on_error, self.records = callback, on_error, records
-        self._wake = threading.Event()
-        self._stopped = False
-        self._replaced = False
         container = wormhole.container
-        self._name = identifier + LOG_SUFFIX
-        self._watch = ContainerWatch(container, self._events, self._container_replaced)   # S1, §4.1
         durable = None
         try:
             if durable_name is not None:
@@ -432,24 +419,13 @@ class ListenerToken:
                 durable.close()
             self._watch.close()
             raise
-        self._thread = threading.Thread(target=self._run, name=f"wormhole-listener-{identifier}", daemon=True)
-        self._thread.start()
-
-    def _events(self, events: List[inotify.Event]) -> None:
-        if log_events_wake(events, self._name):
-            self._replaced = self._replaced or log_replaced(events, self._name)
-            self._wake.set()
-
-    def _container_replaced(self) -> None:
-        self._replaced = True
-        self._wake.set()
+        self._start(f"wormhole-listener-{identifier}")
 
     def _run(self) -> None:
         cursor = self.cursor
         try:
             while not self._stopped:
-                if self._replaced:
-                    self._replaced = False
+                if self._take_replaced():
                     cursor.invalidate()
                 items = cursor.read(one_log=cursor.durable is not None)                  # S5
                 for item in items:
@@ -478,26 +454,6 @@ class ListenerToken:
         finally:
             self._watch.close()
             cursor.close()
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self._stopped
-
-    def cancel(self) -> None:
-        """Stops this listener alone; its claim is withdrawn (a durable position stays)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._wake.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
-        self.wormhole._forget(self)
-
-    def __enter__(self) -> "ListenerToken":
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.cancel()
 
 
 _END = object()

@@ -555,14 +555,7 @@ def identifiers_with_queues(container: ContainerDirectory) -> List[str]:
     if top is None:
         return []
     try:
-        names = []
-        for name in os.listdir(top):
-            try:
-                identifiers.validate(name)
-                names.append(name)
-            except WormholeError:
-                pass
-        return sorted(names)
+        return identifiers.valid(os.listdir(top))
     finally:
         os.close(top)
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional, Tuple, Union
+from typing import Callable, List, Optional, Tuple, TypeVar, Union
 
 from . import claims
 from .configuration import DEFAULT, Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
 from .format import HEADER_SIZE, LOG_SUFFIX, MAXIMUM_PAYLOAD, Header, Item, Record, Walk, find_tail, problem, read_header
+
+T = TypeVar("T")
 
 
 def open_log(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, os.stat_result, Optional[Header]]]:
@@ -29,16 +31,24 @@ def open_log(container: ContainerDirectory, identifier: str) -> Optional[Tuple[i
     return fd, status, header
 
 
-def read_latest(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT
-                ) -> Optional[Record]:
-    """§11.1: the latest record, or None. One too large for this reader raises."""
+def _with_log(container: ContainerDirectory, identifier: str,
+              body: Callable[[int, os.stat_result, Header], T]) -> Optional[T]:
+    """``body(fd, stat, header)`` on the open log, or None when there is no log (or an
+    empty one)."""
     opened = open_log(container, identifier)
     if opened is None:
         return None
     fd, status, header = opened
     try:
-        if header is None:
-            return None
+        return None if header is None else body(fd, status, header)
+    finally:
+        os.close(fd)
+
+
+def read_latest(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT
+                ) -> Optional[Record]:
+    """§11.1: the latest record, or None. One too large for this reader raises."""
+    def latest(fd: int, status: os.stat_result, header: Header) -> Optional[Record]:
         tail = find_tail(fd, status.st_size, header, configuration.maximum_message_size,
                          container.file_path(identifier + LOG_SUFFIX), identifier)
         if tail.last_record is None or tail.last_sequence <= header.cleared_through:
@@ -48,23 +58,15 @@ def read_latest(container: ContainerDirectory, identifier: str, configuration: C
         if tail.last_record.expired(time.time_ns()):
             return None
         return tail.last_record
-    finally:
-        os.close(fd)
+
+    return _with_log(container, identifier, latest)
 
 
 def log_summary(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, int]]:
     """(logID, last sequence number) of the log of ``identifier``, or None when there is
     no log (or an empty one)."""
-    opened = open_log(container, identifier)
-    if opened is None:
-        return None
-    fd, status, header = opened
-    try:
-        if header is None:
-            return None
-        return header.log_id, find_tail(fd, status.st_size, header, MAXIMUM_PAYLOAD).last_sequence
-    finally:
-        os.close(fd)
+    return _with_log(container, identifier, lambda fd, status, header: (
+        header.log_id, find_tail(fd, status.st_size, header, MAXIMUM_PAYLOAD).last_sequence))
 
 
 def read_record(container: ContainerDirectory, identifier: str, sequence: int,
@@ -80,18 +82,10 @@ def read_record(container: ContainerDirectory, identifier: str, sequence: int,
 def read_all(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT) -> List[Item]:
     """§11.2: every record above clearedThrough, oldest first, and a problem for each
     that cannot be read."""
-    opened = open_log(container, identifier)
-    if opened is None:
-        return []
-    fd, _, header = opened
-    try:
-        if header is None:
-            return []
-        return [item for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
-                                      container.file_path(identifier + LOG_SUFFIX), identifier)
-                if not (isinstance(item, Record) and item.sequence <= header.cleared_through)]
-    finally:
-        os.close(fd)
+    return _with_log(container, identifier, lambda fd, status, header: [
+        item for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
+                              container.file_path(identifier + LOG_SUFFIX), identifier)
+        if not (isinstance(item, Record) and item.sequence <= header.cleared_through)]) or []
 
 
 class StartingPoint:

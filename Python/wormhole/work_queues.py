@@ -4,24 +4,20 @@
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
-from typing import TYPE_CHECKING, Callable, List, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
-from . import identifiers, inotify
+from . import identifiers
 from .errors import WormholeError
-from .format import LOG_SUFFIX, Record
+from .format import Record
 from .queues import WorkQueueFile
 from .reader import StartingPoint
-from .watching import ContainerWatch, log_events_wake
+from .subscription import LogSubscription
 
 if TYPE_CHECKING:
     from .client import Wormhole
 
 __all__ = ["WorkQueueOptions", "WorkQueueMember"]
-
-_log = logging.getLogger("Wormhole")
 
 
 class WorkQueueOptions:
@@ -60,10 +56,12 @@ class WorkQueueOptions:
 Handler = Callable[[Record, int], None]
 
 
-class WorkQueueMember:
+class WorkQueueMember(LogSubscription):
     """A member of a work queue: it takes messages from the queue, one at a time, on a
     thread of its own, until ``cancel()``. Each message it takes is acknowledged when the
-    handler returns; given back (for this member or another) when the handler raises."""
+    handler returns; given back (for this member or another) when the handler raises.
+    ``cancel()`` leaves the queue: no message is taken after it returns; what this member
+    still held goes to the others."""
 
     def __init__(self, wormhole: "Wormhole", identifier: str, name: str, options: WorkQueueOptions,
                  handler: Handler, on_error: Callable[[WormholeError], None]) -> None:
@@ -83,57 +81,16 @@ class WorkQueueMember:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                 f"the dead-letter identifier of a queue of '{identifier}' cannot be '{identifier}' "
                                 f"itself")
-        self.wormhole, self.identifier, self.name = wormhole, identifier, name
-        self.options, self.handler, self.on_error = options, handler, on_error
-        self._log_name = identifier + LOG_SUFFIX
-        self._wake = threading.Event()
-        self._replaced = False
-        self._stopped = False
-        container = wormhole.container
+        self.name, self.options, self.handler, self.on_error = name, options, handler, on_error
         # Watch first, then join: a message passed in between wakes a drain that finds it.
-        self._watch = ContainerWatch(container, self._events, self._container_replaced)
+        super().__init__(wormhole, identifier)
         try:
-            self.file = WorkQueueFile(container, wormhole.configuration, identifier, name, options.start,
+            self.file = WorkQueueFile(wormhole.container, wormhole.configuration, identifier, name, options.start,
                                       wormhole._pass_json)
         except BaseException:
             self._watch.close()
             raise
-        self._thread = threading.Thread(target=self._run, name=f"wormhole-queue-{identifier}-{name}", daemon=True)
-        self._thread.start()
-
-    def _events(self, events: List[inotify.Event]) -> None:
-        if log_events_wake(events, self._log_name):
-            if any(name == self._log_name and mask & ~inotify.IN_MODIFY for mask, name in events) or \
-                    any(mask & inotify.IN_Q_OVERFLOW for mask, _ in events):
-                self._replaced = True
-            self._wake.set()
-
-    def _container_replaced(self) -> None:
-        self._replaced = True
-        self._wake.set()
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self._stopped
-
-    def cancel(self) -> None:
-        """Leaves the queue: no message is taken after it returns. Called from elsewhere
-        than the member's handler, it waits for a message being handled to be handled
-        and acknowledged; called from the handler, that message is acknowledged when the
-        handler returns. What this member still held goes to the others."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._wake.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
-        self.wormhole._forget(self)
-
-    def __enter__(self) -> "WorkQueueMember":
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.cancel()
+        self._start(f"wormhole-queue-{identifier}-{name}")
 
     def _run(self) -> None:
         try:
@@ -149,8 +106,7 @@ class WorkQueueMember:
         """Takes, handles and acknowledges until the queue has nothing for this member."""
         maximum = self.options.maximum_deliveries
         while not self._stopped:
-            if self._replaced:
-                self._replaced = False
+            if self._take_replaced():
                 self.file.invalidate_reader()
             try:
                 delivery = self.file.take(maximum, self.dead_letters, self.on_error)
