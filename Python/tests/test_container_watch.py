@@ -111,3 +111,16 @@ class ContainerWatchTests(ScratchTestCase):
         shutil.rmtree(self.directory)
         writer.pass_message("third", "note")           # a removed container is made again
         self.assertEqual(Wormhole(directory=self.directory).message("note"), "third")
+
+    def test_an_observer_follows_a_container_removed_and_made_again(self) -> None:
+        observer = self.writer(self.directory)
+        posted = Collector()
+        observer.notification_center.observe("ping", posted.append)
+        shutil.rmtree(self.directory)
+        poster = self.writer(self.directory)
+        poster.notification_center.post("ping")
+        self.assertEqual(posted.wait_for(1, timeout=10)[:1], ["ping"])
+        self.assertTrue(eventually(lambda: observer.container.inode == poster.container.inode, 10))
+        seen = len(posted.items)
+        poster.notification_center.post("ping")            # heard through the new directory's watch
+        self.assertEqual(len(posted.wait_for(seen + 1, timeout=10)), seen + 1)

@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 
-from support import Collector, ScratchTestCase, eventually
+from support import Collector, WormholeTestCase, eventually
 
 from wormhole import ROLE_REPLY, ROLE_REQUEST, Wormhole, WormholeError
 
@@ -28,12 +28,7 @@ time.sleep(120)
 """
 
 
-class RequestTests(ScratchTestCase):
-    def setUp(self) -> None:
-        super().setUp()
-        self.wormhole = Wormhole(directory=self.directory)
-        self.addCleanup(self.wormhole.close)
-
+class RequestTests(WormholeTestCase):
     def respond(self, callback, **arguments):
         member = self.wormhole.respond("svc", callback, **arguments)
         self.addCleanup(member.cancel)
@@ -65,15 +60,13 @@ class RequestTests(ScratchTestCase):
 
     def test_concurrent_requesters_in_two_processes_get_their_own_replies(self) -> None:
         self.respond(lambda request: "re:" + request)
-        other = self.child(r"""
+        other = self.owned_child(r"""
 import sys
 from wormhole import Wormhole
 wormhole = Wormhole(directory=sys.argv[1])
 bad = [i for i in range(100) if wormhole.request(f"child {i}", "svc", timeout=20) != f"re:child {i}"]
 print("wrong", len(bad))
 """, self.directory)
-        self.addCleanup(other.stderr.close)
-        self.addCleanup(other.stdout.close)
         wrong = Collector()
 
         def ask(tag: str) -> None:
@@ -128,11 +121,7 @@ print("wrong", len(bad))
         self.assertTrue(eventually(lambda: self.wormhole.work_queues("svc")[0].expired == 1))
 
     def test_a_responder_killed_mid_request_leaves_it_to_another(self) -> None:
-        child = self.child(RESPONDER, self.directory)
-        self.addCleanup(child.wait)
-        self.addCleanup(child.kill)
-        self.addCleanup(child.stdout.close)
-        self.addCleanup(child.stderr.close)
+        child = self.owned_child(RESPONDER, self.directory)
         self.assertEqual(child.stdout.readline().strip(), b"ready")
         replies = Collector()
         requester = threading.Thread(target=lambda: replies.append(self.wormhole.request("hang", "svc", timeout=30)))

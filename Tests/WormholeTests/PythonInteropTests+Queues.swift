@@ -13,12 +13,17 @@ extension PythonInteropTests {
         let description: String
     }
 
+    /// A scratch directory, the path of a container in it, and a wormhole of that container.
+    static func scratchContainer() throws -> (TemporaryDirectory, String, Wormhole) {
+        let scratch = TemporaryDirectory("python-interop-scratch")
+        let container = scratch.file("c")
+        return (scratch, container, try Wormhole(directory: container))
+    }
+
     @Test("a Swift requester is answered by a Python responder and a Python requester by a Swift one; a failure reaches either as requestFailed with what the responder said; no responder times out saying so",
           .timeLimit(.minutes(3)))
     func requestsAnsweredAcrossLanguages() async throws {
-        let scratch = TemporaryDirectory("python-interop-scratch")
-        let container = scratch.file("c")
-        let wormhole = try Wormhole(directory: container)
+        let (scratch, container, wormhole) = try Self.scratchContainer()
 
         // Python responds, Swift asks.
         let answered = scratch.file("python-responder.out")
@@ -66,9 +71,7 @@ extension PythonInteropTests {
     @Test("a work queue whose members are a Swift process and a Python process: each job handled once, by one of them; a Python member killed with SIGKILL holding a job leaves it to a Swift member",
           .timeLimit(.minutes(3)))
     func aWorkQueueSharedByASwiftAndAPythonProcess() async throws {
-        let scratch = TemporaryDirectory("python-interop-scratch")
-        let container = scratch.file("c")
-        let wormhole = try Wormhole(directory: container)
+        let (scratch, container, wormhole) = try Self.scratchContainer()
         let swiftOut = scratch.file("swift.txt"), pythonOut = scratch.file("python.txt")
         let swift = try Agent.start(["worker", container, "jobs", "workers", swiftOut])
         defer { kill(swift.processIdentifier, SIGKILL); swift.waitUntilExit() }
@@ -114,9 +117,7 @@ extension PythonInteropTests {
     @Test("a job a Python member gave up on reaches the dead letters as the Swift library's WormholeDeadLetter, byte for byte as Swift encodes it",
           .timeLimit(.minutes(2)))
     func aPythonDeadLetterIsSwiftsDeadLetter() async throws {
-        let scratch = TemporaryDirectory("python-interop-scratch")
-        let container = scratch.file("c")
-        let wormhole = try Wormhole(directory: container)
+        let (scratch, container, wormhole) = try Self.scratchContainer()
         let out = scratch.file("python.txt")
         let python = try Self.peer(["work", container, "jobs", "workers", out, "--poison", "bad/job é"], scratch, "python-worker")
         defer { kill(python.pid, SIGKILL) }
