@@ -29,4 +29,4 @@ __all__ = ["Wormhole", "ListenerToken", "MessageStream", "Configuration", "Wormh
            "StartingPoint", "ListenerStatus", "NotificationCenter", "ObservationToken", "directory_for_group",
            "ENVIRONMENT_OVERRIDE", "WorkQueueMember", "WorkQueueOptions", "WorkQueueStatus", "WorkQueueMemberStatus", "KIND_DATA", "KIND_TEXT", "KIND_JSON", "ROLE_MESSAGE", "ROLE_REQUEST",
            "ROLE_REPLY", "ROLE_ERROR_REPLY"]
-__version__ = "3.0.0"
+__version__ = "3.1.0"
