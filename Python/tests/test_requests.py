@@ -11,7 +11,7 @@ import time
 
 from support import Collector, WormholeTestCase, eventually
 
-from wormhole import ROLE_REPLY, ROLE_REQUEST, Wormhole, WormholeError
+from wormhole import ROLE_REPLY, ROLE_REQUEST, WormholeError
 
 RESPONDER = r"""
 import os, sys, time

@@ -11,11 +11,11 @@ import threading
 import time
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union
 
-from . import claims, coding, identifiers, inotify, queues, requesting, resolution
+from . import claims, coding, identifiers, queues, requesting, resolution
 from .configuration import DEFAULT, Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
-from .format import KIND_JSON, KIND_NAMES, LOG_SUFFIX, ROLE_ERROR_REPLY, ROLE_REPLY, ROLE_REQUEST, KIND_TEXT, Record
+from .format import KIND_JSON, KIND_NAMES, KIND_TEXT, LOG_SUFFIX, ROLE_ERROR_REPLY, ROLE_REPLY, ROLE_REQUEST, Record
 from .notifications import NotificationCenter
 from .reader import Cursor, StartingPoint, log_summary, read_all, read_latest
 from .subscription import LogSubscription
@@ -79,7 +79,7 @@ class Wormhole:
         self.container = ContainerDirectory(path)
         self._writers: Dict[str, Writer] = {}
         self._lock = threading.Lock()
-        self._tokens: List[Union["ListenerToken", WorkQueueMember]] = []
+        self._tokens: List[LogSubscription] = []
         self._routers: Dict[str, requesting.ReplyRouter] = {}
         self._notifications: Optional[NotificationCenter] = None
 
@@ -231,7 +231,7 @@ class Wormhole:
             self._tokens.append(token)
         return token
 
-    def _forget(self, token: Union["ListenerToken", WorkQueueMember]) -> None:
+    def _forget(self, token: LogSubscription) -> None:
         with self._lock:
             if token in self._tokens:
                 self._tokens.remove(token)

@@ -3,7 +3,6 @@ inotify, with an optional 64-bit state value per name (the Darwin notification a
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import threading

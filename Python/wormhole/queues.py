@@ -13,14 +13,14 @@ import json
 import os
 import struct
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 from . import claims, identifiers
 from .coding import iso8601_ns
 from .configuration import Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
-from .format import KIND_JSON, Record, crc32, pread, pwrite_all, random_u64
+from .format import Item, Record, crc32, pread, pwrite_all, random_u64
 from .reader import Cursor, StartingPoint, log_summary, read_record
 
 __all__ = ["WorkQueueState", "WorkQueueFile", "WorkQueueStatus", "WorkQueueMemberStatus", "Delivery",
@@ -36,6 +36,7 @@ _ENTRY = struct.Struct("<QQIIq")
 _IDENTITY = struct.Struct("<IIQ")
 
 Report = Callable[[WormholeError], None]
+T = TypeVar("T")
 
 
 class Entry:
@@ -153,7 +154,7 @@ class WorkQueueFile:
         members_path = container.file_path(relative + "/" + MEMBERS)
         self.others: Dict[int, int] = {}
         self.reader: Optional[Cursor] = None
-        self.buffered: List[Tuple[object, Optional[int]]] = []
+        self.buffered: List[Tuple[Optional[Item], Optional[int]]] = []
         self.closed = False
         opened: List[int] = []
         try:
@@ -302,7 +303,7 @@ class WorkQueueFile:
                     return None
                 if not isinstance(item, Record):
                     if item.code != WormholeError.MESSAGES_LOST:     # gaps: counted below
-                        report(item)                                 # type: ignore[arg-type]
+                        report(item)
                     continue
                 if log_id is not None and log_id != state.log_id:
                     if state.log_id != 0:
@@ -363,7 +364,7 @@ class WorkQueueFile:
 
     # Internals
 
-    def _locked(self, body: Callable[[WorkQueueState], object]) -> object:
+    def _locked(self, body: Callable[[WorkQueueState], T]) -> T:
         if self.closed:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                 f"the work queue '{self.name}' of '{self.identifier}' was left")
@@ -430,7 +431,7 @@ class WorkQueueFile:
             except ValueError:
                 continue
 
-    def _next(self, taken: int) -> Tuple[object, Optional[int]]:
+    def _next(self, taken: int) -> Tuple[Optional[Item], Optional[int]]:
         """The next record (or problem) of the log after ``taken``, one at a time, with
         the logID it belongs to; (None, None) when there is none yet."""
         if self.reader is None:
