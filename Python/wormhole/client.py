@@ -274,7 +274,6 @@ class Wormhole:
         kind = _kind_number(kind)
         payload = bytes(payload)
         coding.check_payload(kind, payload, identifier)
-        deadline = time.monotonic() + timeout
         router = self._router(identifier)                                                    # Q1
         correlation = requesting.new_correlation()
         pending = requesting.PendingReply(correlation)
@@ -286,6 +285,9 @@ class Wormhole:
             router.finish(correlation, error if isinstance(error, WormholeError) else
                           WormholeError(WormholeError.SYSTEM_ERROR, str(error)))
             raise
+        # Counted from the pass, as the request's expiry is: a requester gives up only once
+        # no responder would answer any more.
+        deadline = time.monotonic() + timeout
         while not pending.wait(max(0.0, deadline - time.monotonic())):                        # Q3
             if time.monotonic() >= deadline:
                 router.finish(correlation, requesting.timed_out(identifier, timeout, self))   # Q4

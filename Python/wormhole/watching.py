@@ -97,8 +97,10 @@ class ContainerWatch:
             status = os.lstat(self.container.path)
         except OSError:
             status = None
-        if status is None or not stat.S_ISDIR(status.st_mode) or \
-                (status.st_dev, status.st_ino) != self.container.inode:
+        # Against the directory watched, not the one held: a reader may have opened the
+        # new one already, and the watch must follow it.
+        if status is None or not stat.S_ISDIR(status.st_mode) or (status.st_dev, status.st_ino) != self._watched \
+                or self.container.inode != self._watched:
             self._gone()
 
     # Events
