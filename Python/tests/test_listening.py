@@ -98,6 +98,27 @@ class OrderTests(ScratchTestCase):
             self.assertEqual(mine, [f"{name}{i}" for i in range(count)])
 
 
+class LogMadeAnewTests(ScratchTestCase):
+    def test_a_log_deleted_and_made_again_is_read_from_1_even_when_opened_empty(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        received = Collector()
+        token = wormhole.listen_for_message("note", received.append)
+        self.addCleanup(token.cancel)
+        for text in ("a", "b", "c"):
+            wormhole.pass_message(text, "note")
+        self.assertEqual(received.wait_for(3), ["a", "b", "c"])
+        log = os.path.join(self.directory, "note.wormhole")
+        os.unlink(log)
+        self.assertTrue(eventually(lambda: token.cursor.fd is None))
+        open(log, "wb").close()                     # as a writer's W1, before its header (W4)
+        self.assertTrue(eventually(lambda: token.cursor.fd is not None and token.cursor.header is None))
+        other = Wormhole(directory=self.directory)
+        self.addCleanup(other.close)
+        self.assertEqual(other.pass_message("fresh", "note"), 1, "numbering starts again in the new log")
+        self.assertEqual(received.wait_for(4), ["a", "b", "c", "fresh"])
+
+
 class DurableTests(ScratchTestCase):
     CHILD = ("import sys, wormhole\n"
              "w = wormhole.Wormhole(directory=sys.argv[1])\n"

@@ -260,6 +260,7 @@ class Cursor:
                     if self.invalidated and self._open_current():
                         continue
                     return
+                self._adopt(self.header)          # R3, for a file that was empty when opened
             header = self.header
             if self.log_id is None:
                 self.log_id = header.log_id
@@ -352,6 +353,15 @@ class Cursor:
         self.reported_damage = -1
         return header is not None
 
+    def _adopt(self, header: Header) -> None:
+        """R3: a log with another logID was created anew and its numbers restarted:
+        delivered = 0. Also when the file was empty when it was opened (its header is read
+        at a later wake-up): numbering of a log deleted and made again starts at 1 too."""
+        if self.log_id is not None and header.log_id != self.log_id:
+            self.delivered = 0
+            self.sees_cleared = False
+        self.log_id = header.log_id
+
     def _claim_again_if_replaced(self) -> None:
         """After the container was replaced, this reader's claim (or durable position) is
         in the old directory: made again in the new one before its log is opened, as a
@@ -411,11 +421,8 @@ class Cursor:
             return False
         if self.fd is not None:
             os.close(self.fd)
-        if header is not None and self.log_id is not None and header.log_id != self.log_id:
-            self.delivered = 0                                            # created anew
-            self.sees_cleared = False
         if header is not None:
-            self.log_id = header.log_id
+            self._adopt(header)
         self.fd, self.header, self.inode = fd, header, (status.st_dev, status.st_ino)
         self.offset = HEADER_SIZE
         self.reported_damage = -1
