@@ -120,7 +120,8 @@ class ContainerWatchTests(ScratchTestCase):
         poster = self.writer(self.directory)
         poster.notification_center.post("ping")
         self.assertEqual(posted.wait_for(1, timeout=10)[:1], ["ping"])
-        self.assertTrue(eventually(lambda: observer.container.inode == poster.container.inode, 10))
+        watch = observer.notification_center._watch
+        self.assertTrue(eventually(lambda: watch._watched == poster.container.inode, 10), "the watch follows it")
         seen = len(posted.items)
         poster.notification_center.post("ping")            # heard through the new directory's watch
-        self.assertEqual(len(posted.wait_for(seen + 1, timeout=10)), seen + 1)
+        self.assertGreaterEqual(len(posted.wait_for(seen + 1, timeout=10)), seen + 1)
