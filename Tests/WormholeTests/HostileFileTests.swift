@@ -299,8 +299,12 @@ struct HostileFileTests {
         queue.async { gate.wait() }
         let received = Collector<Int>()
         let lost = Collector<UInt64>()
+        let reasons = Collector<String>()
         let token = try wormhole.listenForMessage(withIdentifier: "x", as: Int.self, queue: queue, onError: { error in
-            if error.code == .messagesLost { lost.append(error.missedMessageCount ?? 0) }
+            if error.code == .messagesLost {
+                lost.append(error.missedMessageCount ?? 0)
+                reasons.append(error.message)
+            }
         }) { received.append($0) }
         let total = 20_000
         var largest = 0
@@ -322,7 +326,33 @@ struct HostileFileTests {
         let missed = lost.all.reduce(0, +)
         #expect(missed > 0)
         #expect(values.count + Int(missed) == total, "\(values.count) received + \(missed) reported lost")
+        #expect(reasons.all.allSatisfy { $0.contains("compacted away") && $0.contains("backlog cap") }, "\(reasons.all)")
         token.cancel()
+    }
+
+    @Test("a record removed from the middle of a log outside the protocol: the listener is told that it is missing from the log, not that the backlog cap dropped it",
+          .timeLimit(.minutes(1)))
+    func recordRemovedFromTheMiddleIsReportedAsMissing() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for text in ["m1", "m2", "m3"] { try await wormhole.passMessage(text, identifier: "cut") }
+        // Records of one size: the second one's bytes are taken out, the third moves up.
+        let path = directory.file("cut.wormhole")
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        let size = LogFormat.recordOverhead + 2
+        #expect(bytes.count == LogFormat.headerSize + 3 * size)
+        bytes.removeSubrange(LogFormat.headerSize + size ..< LogFormat.headerSize + 2 * size)
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let received = Collector<String>()
+        let reports = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "cut", as: String.self, startingFrom: .history,
+                                                  onError: { reports.append($0) }) { received.append($0) }
+        #expect(await received.wait(for: 2, seconds: 10) == ["m1", "m3"])
+        token.cancel()
+        let report = try #require(reports.all.first { $0.code == .messagesLost })
+        #expect(report.missedMessageCount == 1)
+        #expect(report.message.contains("(2...2) are missing from the log"), "\(report.message)")
+        #expect(!report.message.contains("backlog cap"))
     }
 
     @Test("1,000 wormholes passing to 5 identifiers each, then dropped: every descriptor they opened is closed")
