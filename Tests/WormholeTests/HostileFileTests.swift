@@ -368,6 +368,33 @@ struct HostileFileTests {
         #expect(numbers[0] == numbers[1])
     }
 
+    @Test("maximumOpenLogCount bounds the logs a writer keeps open (3 of 10 identifiers), keeps them all when it allows, and refuses a count below 1")
+    func maximumOpenLogCountBoundsTheCache() throws {
+        func openLogs(in directory: TemporaryDirectory) throws -> Int {
+            let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+            return descriptors.filter { name in
+                let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(name)")) ?? ""
+                return target.hasPrefix(directory.path) && target.hasSuffix(".wormhole")
+            }.count
+        }
+        for (limit, expected) in [(3, 3), (10, 10)] {
+            let directory = TemporaryDirectory()
+            var configuration = Wormhole.Configuration()
+            configuration.maximumOpenLogCount = limit
+            let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+            for round in 0..<2 {
+                for number in 0..<10 { try wormhole.passMessage("\(round)", identifier: "id\(number)") }
+            }
+            #expect(try openLogs(in: directory) == expected, "maximumOpenLogCount \(limit)")
+            for number in 0..<10 { #expect(try wormhole.message(withIdentifier: "id\(number)", as: String.self) == "1") }
+        }
+        var configuration = Wormhole.Configuration()
+        configuration.maximumOpenLogCount = 0
+        let error = #expect(throws: WormholeError.self) { _ = try Wormhole(directory: TemporaryDirectory().path, configuration: configuration) }
+        #expect(error?.code == .invalidConfiguration)
+        #expect(error?.message.contains("maximumOpenLogCount must be at least 1, not 0") == true)
+    }
+
     @Test("threads passing to more identifiers than the descriptor cache holds: every pass lands once, in order, none lost",
           .timeLimit(.minutes(2)))
     func cacheEvictionUnderConcurrentPassesLosesNothing() throws {
