@@ -274,7 +274,7 @@ class Cursor:
                         continue
                     found = True
                     if not after_damage or not isinstance(item, Record):
-                        self._report_gap(sequence, header.cleared_through, results)         # §11.4
+                        self._report_gap(sequence, header, results)                         # §11.4
                     after_damage = False
                     self.delivered = sequence
                     if isinstance(item, Record) and self.drops_expired and item.expired(self.started_ns):
@@ -381,16 +381,20 @@ class Cursor:
         self.claim.update(self.delivered, self.log_id or 0, force=True)
         self._store_durable()
 
-    def _report_gap(self, sequence: int, cleared_through: int, results: List[Item]) -> None:
-        base = self.delivered if self.sees_cleared else max(self.delivered, cleared_through)
+    def _report_gap(self, sequence: int, header: Header, results: List[Item]) -> None:
+        """§11.4: the messages between the last delivered one and ``sequence`` that this
+        reader never saw, unless cleared; why, as the file tells: at or below its base
+        they were compacted away, above it they were removed outside the protocol."""
+        base = self.delivered if self.sees_cleared else max(self.delivered, header.cleared_through)
         if sequence > base + 1:
             lost = sequence - base - 1
+            why = ("were compacted away before this listener read them: it fell behind by more than the backlog cap "
+                   "(Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount), or started before "
+                   "the oldest message kept" if sequence - 1 <= header.base_sequence else
+                   "are missing from the log: removed by something that changed the file outside the protocol")
             results.append(problem(WormholeError.MESSAGES_LOST,
                                    f"{lost} message{'s' if lost != 1 else ''} of '{self.identifier}' "
-                                   f"({base + 1}...{sequence - 1}) were dropped before this listener read them: it "
-                                   f"fell behind by more than the backlog cap (Wormhole.Configuration."
-                                   f"maximumBacklogMessageCount, maximumBacklogByteCount), or started before the "
-                                   f"oldest message kept", sequence=sequence, lost=lost))
+                                   f"({base + 1}...{sequence - 1}) {why}", sequence=sequence, lost=lost))
 
     def _open_current(self) -> bool:
         """R3: once the held file is read to its end, the file at the name now."""
