@@ -91,11 +91,9 @@ struct WorkQueueBoundaryTests {
     @Test("a full disk under a queue: a new queue is refused with a clear error; members report the dead letters they cannot pass, lose no message, and move them once space returns",
           .enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"), .timeLimit(.minutes(1)))
     func fullDiskUnderAQueue() async throws {
-        let parent = TemporaryDirectory()
-        let mountPoint = parent.file("small")
-        mkdir(mountPoint, 0o700)
-        try #require(mount("tmpfs", mountPoint, "tmpfs", 0, "size=256k,mode=0700") == 0, "mount: \(String(cString: strerror(errno)))")
-        defer { umount2(mountPoint, Int32(MNT_DETACH)) }
+        let small = try SmallFilesystem()
+        defer { withExtendedLifetime(small) {} }
+        let mountPoint = small.path
         let wormhole = try Wormhole(directory: mountPoint + "/c")
         let jobs = (1...20).map { "job-\($0)" }
         let poisoned: Set = ["job-5", "job-13"]
@@ -103,11 +101,7 @@ struct WorkQueueBoundaryTests {
         try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "workers") { _ in }.cancel()
         _ = try wormhole.passMessages(jobs, identifier: "jobs")
         // Every block taken; inodes to spare.
-        let filler = mountPoint + "/filler"
-        try #require(FileManager.default.createFile(atPath: filler, contents: nil))
-        let handle = try #require(FileHandle(forWritingAtPath: filler))
-        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
-        try? handle.close()
+        let filler = try small.fill()
 
         let refused = #expect(throws: WormholeError.self) {
             try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "other") { _ in }
