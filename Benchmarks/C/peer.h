@@ -158,7 +158,7 @@ static uint64_t resident_kib(void) {
 /* --- sender ------------------------------------------------------------------------- */
 
 /* After the warm-up: WARMED, then wait for the harness's GO (or a pause without one). */
-static void sender_handshake(int handshake) {
+__attribute__((unused)) static void sender_handshake(int handshake) {
     if (handshake) {
         emit("WARMED\n");
         char line[64];
@@ -169,6 +169,19 @@ static void sender_handshake(int handshake) {
     sleep_until(now_ns() + 10000000u);
 }
 
+/* SAMPLES v1,v2,...: nanoseconds, one line. */
+static void emit_samples(const uint64_t *values, long long count) {
+    size_t capacity = 16 + (size_t)count * 21, used = 0;
+    char *samples = malloc(capacity);
+    if (!samples) fail("out of memory");
+    used += (size_t)snprintf(samples, capacity, "SAMPLES ");
+    for (long long i = 0; i < count; i++)
+        used += (size_t)snprintf(samples + used, capacity - used, i ? ",%llu" : "%llu", (unsigned long long)values[i]);
+    snprintf(samples + used, capacity - used, "\n");
+    emit(samples);
+    free(samples);
+}
+
 static int compare_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
@@ -177,7 +190,7 @@ static int compare_u64(const void *a, const void *b) {
 /* The measured part of a sender: `count` calls of send(index), one every `interval`
  * nanoseconds from the start (0: back to back), each timed; then the RESULT line (as
  * PacedSender.swift prints it). */
-static void send_paced(long long count, uint64_t interval, void (*send)(void *, uint64_t), void *context) {
+__attribute__((unused)) static void send_paced(long long count, uint64_t interval, void (*send)(void *, uint64_t), void *context) {
     uint64_t *pass = calloc((size_t)(count > 0 ? count : 1), sizeof *pass);
     if (!pass) fail("out of memory");
     uint64_t cpu_before = cpu_us();
@@ -205,6 +218,33 @@ static void send_paced(long long count, uint64_t interval, void (*send)(void *, 
     free(pass);
 }
 
+/* --- round trips (the requests section) ------------------------------------------ */
+
+/* The caller of a request/reply baseline: 20 warm-up round trips, then `count` back to
+ * back, each timed from before the request is sent to after its reply is read; then
+ * RESULT count=... failed=... cpu_us=... and SAMPLES with each round trip in
+ * nanoseconds (as RequestRoles.swift prints them). `call` returns 0 when the reply came
+ * and matched the request. */
+__attribute__((unused)) static void call_round_trips(long long count, int (*call)(void *, uint64_t), void *context) {
+    uint64_t *times = calloc((size_t)(count > 0 ? count : 1), sizeof *times);
+    if (!times) fail("out of memory");
+    long long failed = 0, timed = 0;
+    for (uint64_t i = 0; i < WARM_UP_COUNT; i++) (void)call(context, WARM_UP_BIT | i);
+    uint64_t cpu_before = cpu_us();
+    for (long long i = 0; i < count; i++) {
+        uint64_t begin = now_ns();
+        if (call(context, (uint64_t)i) != 0) { failed++; continue; }
+        times[timed++] = now_ns() - begin;
+    }
+    uint64_t cpu_after = cpu_us();
+    char line[256];
+    snprintf(line, sizeof line, "RESULT count=%lld failed=%lld cpu_us=%llu\n", timed, failed,
+             (unsigned long long)(cpu_after - cpu_before));
+    emit(line);
+    emit_samples(times, timed);
+    free(times);
+}
+
 /* --- listener ------------------------------------------------------------------------ */
 
 /* What a listener received (as Tally.swift counts it, for one identifier). */
@@ -221,7 +261,7 @@ struct tally {
     int reported;
 };
 
-static void tally_init(struct tally *t, long long count) {
+__attribute__((unused)) static void tally_init(struct tally *t, long long count) {
     memset(t, 0, sizeof *t);
     t->count = count;
     t->highest = -1;
@@ -257,7 +297,7 @@ static inline void tally_record(struct tally *t, uint64_t index, uint64_t stamp,
 }
 
 /* RESULT and SAMPLES, once (the main thread or the watchdog, whichever ends first). */
-static void tally_report(struct tally *t) {
+__attribute__((unused)) static void tally_report(struct tally *t) {
     pthread_mutex_lock(&t->report_lock);
     if (t->reported) { pthread_mutex_unlock(&t->report_lock); return; }
     t->reported = 1;
@@ -280,15 +320,7 @@ static void tally_report(struct tally *t) {
              (unsigned long long)(cpu_us() - cpu_from), (unsigned long long)resident_kib(),
              (unsigned long long)(voluntary_switches() - switches_from), listed ? missing : "none");
     emit(line);
-    size_t capacity = 16 + (size_t)t->received * 21, used = 0;
-    char *samples = malloc(capacity);
-    if (!samples) fail("out of memory");
-    used += (size_t)snprintf(samples, capacity, "SAMPLES ");
-    for (long long i = 0; i < t->received; i++)
-        used += (size_t)snprintf(samples + used, capacity - used, i ? ",%llu" : "%llu", (unsigned long long)t->latencies[i]);
-    snprintf(samples + used, capacity - used, "\n");
-    emit(samples);
-    free(samples);
+    emit_samples(t->latencies, t->received);
     pthread_mutex_unlock(&t->report_lock);
 }
 
@@ -310,7 +342,7 @@ static void *watchdog(void *argument) {
     }
 }
 
-static void start_watchdog(struct tally *t) {
+__attribute__((unused)) static void start_watchdog(struct tally *t) {
     pthread_t thread;
     if (pthread_create(&thread, NULL, watchdog, t) != 0) fail("pthread_create failed");
     pthread_detach(thread);

@@ -24,8 +24,9 @@ struct Status: ParsableCommand {
             queue, its live members (process ids; '*' marks one handling a message), \
             messages pending (not handed out yet, or held by a member that ended), in \
             flight (handed to a live member, not yet acknowledged), acknowledged, moved \
-            to the dead letters, expired and lost. With --json each queue is an object \
-            with a "queue" key.
+            to the dead letters, expired and lost. A queue member is listed there, \
+            not among the listeners. With --json each queue is an object with a \
+            "queue" key.
 
             Examples:
               wormhole status

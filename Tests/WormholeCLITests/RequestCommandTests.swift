@@ -42,4 +42,20 @@ struct RequestCommandTests {
         let conflicting = try await sandbox.run(["listen", "--queue", "w", "--durable", "d", "jobs"])
         #expect(conflicting.status == 64)
     }
+
+    @Test("status lists a running queue member once: in its queue's row, not again as a running listener")
+    func statusListsAMemberOnce() async throws {
+        let sandbox = Sandbox()
+        let member = try sandbox.start(["listen", "--queue", "w", "--verbose", "jobs"])
+        #expect(await member.waitForStandardError(containing: "taking messages of"))
+        let json = try await sandbox.run(["status", "--json", "jobs"])
+        #expect(json.status == 0)
+        let queues = json.lines.filter { $0.contains(#""queue":"w""#) }
+        #expect(queues.count == 1 && queues[0].contains(#""members":[{"pid":\#(member.pid),"#), "\(json.output)")
+        #expect(!json.lines.contains { $0.contains(#""running":true"#) }, "no running listener besides the member: \(json.output)")
+        let table = try await sandbox.run(["status", "jobs"])
+        #expect(table.lines.filter { $0.contains(String(member.pid)) }.count == 1, "one row names the member's process: \(table.output)")
+        member.send(SIGINT)
+        _ = await member.finish()
+    }
 }

@@ -202,3 +202,83 @@ struct SharedGroupTests {
         #expect(lstat(deployment.container, &status) == 0 && status.st_uid == 0 && status.st_mode & 0o7777 == 0o2770)
     }
 }
+
+extension SharedGroupTests {
+    @Test("a work queue in a shared group with members of two Unix users: each job to one member, files the group's; a request whose responder (one user) is SIGKILLed while it runs is answered by the other user's",
+          .timeLimit(.minutes(3)))
+    func workQueueOfTwoUsers() async throws {
+        let deployment = try Deployment()
+        #expect(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
+        let group = ["--group", deployment.group]
+        func queues(_ identifier: String) async throws -> [[String: Any]] {
+            let status = try await deployment.run(as: deployment.desktop, ["status", "--json", identifier] + group)
+            return status.lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }.filter { $0["queue"] != nil }
+        }
+
+        // One member of each user; the jobs from the desktop user, in one batch.
+        let total = 60
+        let members = try [deployment.service, deployment.desktop].map { user in
+            try deployment.start(as: user, ["listen", "--queue", "workers", "--timeout", "120", "--verbose", "jobs"] + group)
+        }
+        for member in members { #expect(await member.waitForStandardError(containing: "taking messages of")) }
+        let sent = try await deployment.run(as: deployment.desktop, ["-c", "seq 1 \(total) | \"$0\" send --lines --group \(deployment.group) jobs", Products.path("wormhole")],
+                                            command: "/bin/sh")
+        #expect(sent.status == 0, "\(sent.stderr)")
+        var queue: [String: Any]?
+        for _ in 0..<60 {
+            queue = try await queues("jobs").first
+            if queue?["acknowledged"] as? Int == total { break }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        #expect(queue?["acknowledged"] as? Int == total && queue?["damaged"] as? Bool == false, "\(String(describing: queue))")
+        #expect((queue?["members"] as? [Any])?.count == 2, "both users' members, as the desktop user sees them: \(String(describing: queue))")
+        var printed: [String] = []
+        for member in members {
+            member.send(SIGTERM)
+            let ended = await member.finish()
+            #expect(!ended.stderr.contains("error"), "\(ended.stderr)")
+            printed += ended.lines
+        }
+        #expect(printed.sorted() == (1...total).map(String.init).sorted(), "each job printed once, by one member or the other: \(printed.count) lines")
+
+        // Request/reply across the users: the service's responder takes the request and is
+        // killed while its command runs; the desktop user's responder answers it.
+        let command = ["--", "/bin/sh", "-c", "sleep 1; id -un"]
+        let first = try deployment.start(as: deployment.service, ["respond", "ask", "--verbose"] + group + command)
+        #expect(await first.waitForStandardError(containing: "answering requests"))
+        let request = try deployment.start(as: deployment.desktop, ["request", "ask", "who", "--timeout", "30"] + group)
+        var holder: Int32?
+        for _ in 0..<100 where holder == nil {
+            let members = try await queues("ask").first { $0["queue"] as? String == "responders" }?["members"] as? [[String: Any]] ?? []
+            holder = members.first { $0["handling"] as? Bool == true }.flatMap { ($0["pid"] as? Int).map(Int32.init) }
+            if holder == nil { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        guard let killed = holder else {
+            Issue.record("the service's responder did not take the request")
+            first.send(SIGTERM)
+            request.send(SIGTERM)
+            for command in members + [first, request] { _ = await command.finish() }
+            return
+        }
+        let second = try deployment.start(as: deployment.desktop, ["respond", "ask", "--verbose"] + group + command)
+        #expect(await second.waitForStandardError(containing: "answering requests"))
+        #expect(kill(killed, SIGKILL) == 0)
+        let answered = await request.finish(seconds: 60)
+        #expect(answered.status == 0 && answered.lines == [deployment.desktop], "answered by the other user's responder: \(answered.output) \(answered.stderr)")
+        _ = await first.finish()
+        second.send(SIGTERM)
+        _ = await second.finish()
+
+        // The queue's files are the group's, whichever user made them.
+        let gid = getgrnam(deployment.unixGroup)!.pointee.gr_gid
+        var checked = 0
+        let enumerator = FileManager.default.enumerator(atPath: deployment.container + "/.queues")
+        while let name = enumerator?.nextObject() as? String {
+            var status = stat()
+            #expect(lstat(deployment.container + "/.queues/" + name, &status) == 0)
+            #expect(status.st_gid == gid && status.st_mode & 0o070 != 0, "\(name): group \(status.st_gid), mode \(String(status.st_mode & 0o7777, radix: 8))")
+            checked += 1
+        }
+        #expect(checked >= 6, "the queues' directories and state files")
+    }
+}

@@ -59,10 +59,11 @@
 //                                                      the 3 messages passed once READY exists). Prints "calls C", then "ok ...",
 //                                                      "error <code>" or, for listeners,
 //                                                      "received R errors E"
-//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON]  join the work queue QUEUE of ID; append
+//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON [MS]]  join the work queue QUEUE of ID; append
 //                                                      "sequence deliveries payload" to OUT as each
 //                                                      message is taken (before it is handled);
-//                                                      a payload equal to POISON throws; "lost N"
+//                                                      a payload equal to POISON ('-': none) throws;
+//                                                      each job then takes MS milliseconds; "lost N"
 //                                                      and "error CODE" for reports; OUT.ready once
 //                                                      joined; runs until killed
 //   WormholeTestAgent respond DIR ID NAME               answer each request of ID with "NAME:<request>";
@@ -577,7 +578,9 @@ do {
     case "worker":
         let wormhole = try AgentLocation.wormhole(argument(1))
         let append = lineAppender(argument(4))
-        let poison = arguments.count > 5 ? argument(5) : nil
+        // [poison] ("-": none) [milliseconds each job takes after its line is written]
+        let poison = arguments.count > 5 && argument(5) != "-" ? argument(5) : nil
+        let delay = arguments.count > 6 ? UInt32(argument(6)) ?? 0 : 0
         struct Poisoned: Error {}
         let options = WorkQueueOptions(maximumDeliveries: poison == nil ? 1_000 : 3, redeliveryInterval: 0.05)
         let member = try wormhole.listenForRecords(withIdentifier: argument(2), workQueue: argument(3), options: options, onError: { error in
@@ -585,6 +588,7 @@ do {
         }) { record, deliveries in
             let payload = String(decoding: record.payload, as: UTF8.self)
             append("\(record.sequence) \(deliveries) \(payload)")
+            if delay > 0 { usleep(delay * 1000) }
             if payload == poison { throw Poisoned() }
         }
         _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)

@@ -37,19 +37,13 @@ struct KeptPromisesTests {
     @Test("a durable name first used on a full filesystem is refused with a clear error and leaves no position behind; once space is freed it starts and keeps its place",
           .enabled(if: geteuid() == 0, "mounting a small tmpfs needs root"), .timeLimit(.minutes(1)))
     func durableNameOnAFullDiskIsRefusedNotForgotten() async throws {
-        let parent = TemporaryDirectory()
-        let mountPoint = parent.file("small")
-        mkdir(mountPoint, 0o700)
-        try #require(mount("tmpfs", mountPoint, "tmpfs", 0, "size=256k,mode=0700") == 0, "mount: \(String(cString: strerror(errno)))")
-        defer { umount2(mountPoint, Int32(MNT_DETACH)) }
+        let small = try SmallFilesystem()
+        defer { withExtendedLifetime(small) {} }
+        let mountPoint = small.path
         let wormhole = try Wormhole(directory: mountPoint + "/c")
         try await wormhole.passMessage("before", identifier: "jobs")
         // Every block taken; inodes to spare (an empty file can still be made).
-        let filler = mountPoint + "/filler"
-        try #require(FileManager.default.createFile(atPath: filler, contents: nil))
-        let handle = try #require(FileHandle(forWritingAtPath: filler))
-        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
-        try? handle.close()
+        let filler = try small.fill()
 
         let error = #expect(throws: WormholeError.self) {
             try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, durableName: "late", startingFrom: .history) { _ in }

@@ -110,6 +110,11 @@ struct Peers: Sendable {
     /// `python3` and the Python listener (`--python-listener`, `Benchmarks/Python/listener.py`).
     var python: String?
     var pythonListener: String?
+    /// `redis_peer`: a Redis Streams consumer-group worker (the queues section), and the
+    /// port and process id of the redis-server `Benchmarks/run` started on 127.0.0.1.
+    var redisPeer: String?
+    var redisPort: Int?
+    var redisPid: pid_t?
 
     func has(_ mechanism: Mechanism) -> Bool {
         switch mechanism {

@@ -35,9 +35,9 @@ struct Suite {
     /// The C peers and the bus of the D-Bus baseline (`--c-bin`, `--dbus-address`, ...).
     var peers = Peers()
 
-    static let allSections = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls", "postgres"]
+    static let allSections = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls", "requests", "queues", "postgres"]
     /// The sections that run once per file system (syscalls: on the first one only).
-    static let fileSystemSections: Set<String> = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls"]
+    static let fileSystemSections: Set<String> = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls", "requests", "queues"]
 
     /// The mechanisms of the latency and burst sections: every local one this run has.
     var localMechanisms: [Mechanism] { Mechanism.local.filter { peers.has($0) } }
@@ -75,12 +75,18 @@ struct Suite {
         // The C peers, from the directory Benchmarks/run builds them into.
         if options.flag("c-bin") {
             let directory = try options.string("c-bin")
-            for (name, path) in [("floor", directory + "/floor"), ("dbus_peer", directory + "/dbus_peer")] {
+            let what = ["floor": "the C floor", "dbus_peer": "the D-Bus baseline", "redis_peer": "the Redis baseline"]
+            for name in ["floor", "dbus_peer", "redis_peer"] {
+                let path = directory + "/" + name
                 guard access(path, X_OK) == 0 else {
-                    printError("Note: \(path) is missing: \(name == "floor" ? "the C floor" : "the D-Bus baseline") is skipped")
+                    printError("Note: \(path) is missing: \(what[name]!) is skipped")
                     continue
                 }
-                if name == "floor" { peers.floor = path } else { peers.dbusPeer = path }
+                switch name {
+                case "floor": peers.floor = path
+                case "dbus_peer": peers.dbusPeer = path
+                default: peers.redisPeer = path
+                }
             }
         } else {
             printError("Note: no --c-bin: the C floor and the D-Bus baseline are skipped (Benchmarks/run builds them)")
@@ -92,6 +98,12 @@ struct Suite {
             peers.dbusDaemon = executableOnPath("dbus-daemon")
         } else if peers.dbusPeer != nil {
             printError("Note: no --dbus-address: the D-Bus baseline is skipped (Benchmarks/run starts a bus)")
+        }
+        if options.flag("redis-port") {
+            peers.redisPort = try options.int("redis-port", default: 0)
+            if options.flag("redis-pid") { peers.redisPid = pid_t(try options.int("redis-pid", default: 0)) }
+        } else if peers.redisPeer != nil {
+            printError("Note: no --redis-port: the Redis baseline is skipped (Benchmarks/run starts a redis-server)")
         }
         if options.flag("python-listener") {
             peers.pythonListener = try options.string("python-listener")
@@ -154,6 +166,8 @@ struct Suite {
             if sections.contains("process") { try process(runner, fileSystem) }
             if sections.contains("memory") && place.name == places.first?.name { try memory(runner, fileSystem) }
             if sections.contains("syscalls") && place.name == places.first?.name { try systemCalls(runner, fileSystem) }
+            if sections.contains("requests") { try requests(runner, fileSystem) }
+            if sections.contains("queues") { try queues(runner, fileSystem) }
             removeTree(place.path)
         }
         if sections.contains("postgres"), let postgresURL { try postgres(postgresURL) }
@@ -713,6 +727,16 @@ struct Suite {
                     ["what", "p50 (us)", "p90 (us)", "max (us)", "resident (KiB)", "note"]) {
                 [$0.mechanism, Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.max),
                  $0.residentKiB.map { Format.grouped(Int($0)) } ?? "", $0.note]
+            }
+            section("requests", "Request/reply round trips, 16 bytes, back to back (us)",
+                    ["mechanism", "round trips", "p50", "p90", "p99", "max", "failed", "caller CPU/round trip (us)"]) {
+                [$0.mechanism, Format.grouped($0.messages), Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.p99),
+                 Format.micro($0.max), Format.integer($0.lost), Format.micro($0.senderMicroseconds)]
+            }
+            section("queues", "Work queue: jobs of 16 bytes taken and acknowledged one at a time by worker processes (the queue filled first)",
+                    ["mechanism", "workers", "jobs", "jobs/s (median)", "lost", "repeated", "worker CPU/job (us)", "note"]) {
+                [$0.mechanism, String($0.listeners), Format.grouped($0.messages), Format.rate($0.rate), Format.integer($0.lost),
+                 Format.integer($0.duplicates), Format.micro($0.listenerMicroseconds), $0.note]
             }
             section("syscalls", "System calls and user-space instructions per message (strace -c -f: burst of \(Format.grouped(tracedBurst)); callgrind: burst of \(Format.grouped(profiledBurst)))",
                     ["mechanism", "process", "system calls/msg", "user-space instructions/msg", "lost", "system calls/msg by name (strace)"]) {

@@ -9,6 +9,7 @@ import Glibc
 //                     [--postgres-url URL]   (or $WORMHOLE_BENCH_POSTGRES_URL: adds the postgres section)
 //                     [--c-bin DIR]          (the C peers: DIR/floor and DIR/dbus_peer, from Benchmarks/C)
 //                     [--dbus-address A --dbus-pid P --dbus-config FILE]   (a running bus for D-Bus)
+//                     [--redis-port P --redis-pid PID]   (a running redis-server on 127.0.0.1, the queues section)
 //
 // `run` starts this executable again as child processes in the roles below, one sender
 // and one or more listeners per measurement. The roles can be started by hand too (for
@@ -34,14 +35,20 @@ do {
     case "naive-listen": status = try BaselineRoles.naiveListen(options)
     case "notify-send": status = try PostgresRoles.notifySend(options)
     case "notify-listen": status = try PostgresRoles.notifyListen(options)
+    case "rr-serve": status = try RequestRoles.serve(options)
+    case "rr-call": status = try RequestRoles.call(options)
+    case "queue-work": status = try RequestRoles.work(options)
     default:
         print("""
             usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]
                                      [--tmpfs-dir D] [--disk-dir D] [--out DIR] [--cli PATH] [--installed-cli PATH] [--postgres-url URL]
                                      [--c-bin DIR] [--dbus-address A --dbus-pid P --dbus-config FILE]
-            roles: wormhole-listen, wormhole-send, memory-listen, memory-send, stream-send, stream-receive, naive-send, naive-listen, notify-send, notify-listen
+                                     [--redis-port P --redis-pid PID]
+            roles: wormhole-listen, wormhole-send, memory-listen, memory-send, stream-send, stream-receive, naive-send, naive-listen, notify-send, notify-listen,
+                   rr-serve, rr-call, queue-work
             (wormhole-listen and wormhole-send take --dir D, or --postgres URL --container NAME)
-            the C peers are programs of their own: floor send|listen --dir D, dbus_peer send|listen --address A
+            the C peers are programs of their own: floor send|listen --dir D, dbus_peer send|listen|serve|call --address A,
+            redis_peer fill|work --port P
             """)
         status = role == "help" || role == "--help" ? 0 : 64
     }

@@ -65,7 +65,8 @@ final class WorkQueueFile {
         do throws(WormholeError) {
             let members = try container.subdirectory(Self.membersDirectory, in: queueDirectory, path: container.filePath(relative + "/" + Self.membersDirectory), create: true)!
             opened.append(members)
-            try Self.createState(in: queueDirectory, path: statePath, taken: Self.startingSequence(start, transiting: transiting, identifier: identifier))
+            try Self.createState(in: queueDirectory, container: container, path: statePath,
+                                 taken: Self.startingSequence(start, transiting: transiting, identifier: identifier))
             let stateFD = try Syscalls.open(Self.stateFile, in: queueDirectory, .readWrite).orThrow("open the work queue state", path: statePath)
             opened.append(stateFD)
             // Registered under the queue's lock: nobody takes the new file, unlocked for a
@@ -73,7 +74,7 @@ final class WorkQueueFile {
             try Syscalls.lock(stateFD).orThrow("lock the work queue state", path: statePath)
             let (token, memberFD): (UInt64, FileDescriptor)
             do throws(WormholeError) {
-                (token, memberFD) = try Self.register(in: members, path: container.filePath(relative + "/" + Self.membersDirectory))
+                (token, memberFD) = try Self.register(in: members, container: container, path: container.filePath(relative + "/" + Self.membersDirectory))
             } catch {
                 Syscalls.unlock(stateFD)
                 throw error
@@ -93,11 +94,12 @@ final class WorkQueueFile {
     }
 
     /// Creates this member's file, `members/<token in hexadecimal>`, locked, holding the
-    /// process id (u32), 4 zero bytes and the PID namespace (u64).
-    private static func register(in members: FileDescriptor, path: String) throws(WormholeError) -> (UInt64, FileDescriptor) {
+    /// process id (u32), 4 zero bytes and the PID namespace (u64). With the container's
+    /// file mode: in a shared group the members of other users test its lock.
+    private static func register(in members: FileDescriptor, container: ContainerDirectory, path: String) throws(WormholeError) -> (UInt64, FileDescriptor) {
         for _ in 0..<8 {
             let token = UInt64.random(in: 1...UInt64.max)
-            switch Syscalls.open(String(token, radix: 16), in: members, .createExclusive) {
+            switch container.createFile(String(token, radix: 16), in: members) {
             case .success(let fd):
                 _ = Syscalls.lock(fd, exclusive: true, wait: false)
                 var identity = (UInt32(bitPattern: Syscalls.cachedProcessID).littleEndian, UInt32(0), Syscalls.pidNamespace.littleEndian)
@@ -144,7 +146,10 @@ final class WorkQueueFile {
             for index in state.entries.indices where state.entries[index].member != token && state.entries[index].member != 0 {
                 if !isAlive(state.entries[index].member) { state.entries[index].member = 0 }
             }
-            while let index = state.entries.indices.filter({ state.entries[$0].member == 0 })
+            // Messages whose dead letter could not be passed (a full disk): kept for the
+            // next take, skipped in this one.
+            var unmoved: Set<UInt64> = []
+            while let index = state.entries.indices.filter({ state.entries[$0].member == 0 && !unmoved.contains(state.entries[$0].sequence) })
                     .min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
                 let entry = state.entries[index]
                 guard let record = try record(entry.sequence) else {
@@ -155,9 +160,15 @@ final class WorkQueueFile {
                     continue
                 }
                 if entry.deliveries >= maximumDeliveries {
+                    do throws(WormholeError) {
+                        try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
+                                       reason: "handed out \(entry.deliveries) times; each time its member ended (killed or stopped) before acknowledging it")
+                    } catch {
+                        report(error)
+                        unmoved.insert(entry.sequence)
+                        continue
+                    }
                     state.entries.remove(at: index)
-                    try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
-                                   reason: "handed out \(entry.deliveries) times; each time its member ended (killed or stopped) before acknowledging it")
                     state.deadLettered += 1
                     continue
                 }
@@ -235,7 +246,13 @@ final class WorkQueueFile {
                 return
             }
             if let record = try record(sequence) {
-                try deadLetter(record, deliveries: entry.deliveries, to: deadLetters, reason: reason)
+                do throws(WormholeError) {
+                    try deadLetter(record, deliveries: entry.deliveries, to: deadLetters, reason: reason)
+                } catch {
+                    // Kept, for nobody: the next take tries its dead letter again.
+                    state.entries[index].member = 0
+                    throw error
+                }
                 state.deadLettered += 1
             } else {
                 state.lost += 1
@@ -316,7 +333,8 @@ final class WorkQueueFile {
 
     private func currentReader(after sequence: UInt64) throws(WormholeError) -> any WormholeTransitingReader {
         if let reader { return reader }
-        let made = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence))
+        // No listener claim: the queue's state is the member's claim (§18.4).
+        let made = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence), claims: false)
         // The queue counts expired messages in its state: it reads them.
         made.dropsExpired = false
         reader = made
@@ -325,7 +343,7 @@ final class WorkQueueFile {
 
     /// The log's record `sequence`, when it is still there.
     private func record(_ sequence: UInt64) throws(WormholeError) -> WormholeRecord? {
-        let reader = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence &- 1))
+        let reader = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence &- 1), claims: false)
         reader.dropsExpired = false
         defer { reader.close() }
         for result in try reader.read(maximumCount: 4) {
@@ -341,7 +359,13 @@ final class WorkQueueFile {
         do { data = try WormholeJSONCoding.standardEncoder().encode(letter) } catch {
             throw WormholeError(.encodingFailed, "cannot encode the dead letter of message \(record.sequence) of '\(identifier)': \(error)")
         }
-        _ = try transiting.append(data, kind: .json, identifier: deadLetters)
+        do throws(WormholeError) {
+            _ = try transiting.append(data, kind: .json, identifier: deadLetters)
+        } catch {
+            throw WormholeError(error.code,
+                "the work queue '\(name)' of '\(identifier)' cannot move message \(record.sequence) to its dead letters '\(deadLetters)': \(error.message); it stays in the queue, and is moved when it can be",
+                path: error.path, errno: error.errno)
+        }
     }
 
     /// Tells the rest (here "read the log again") when the reader may be stale.
@@ -366,20 +390,28 @@ final class WorkQueueFile {
     }
 
     /// Makes the state file whole under its name: written under a temporary name, then
-    /// linked, so that nobody ever reads a partial one. Nothing when it exists.
-    private static func createState(in directory: FileDescriptor, path: String, taken: UInt64) throws(WormholeError) {
+    /// linked, so that nobody ever reads a partial one. Nothing when it exists. With the
+    /// container's file mode: in a shared group every member's user changes it.
+    private static func createState(in directory: FileDescriptor, container: ContainerDirectory, path: String, taken: UInt64) throws(WormholeError) {
         if case .success(let fd) = Syscalls.open(stateFile, in: directory, .read) {
             try? fd.close()
             return
         }
         let temporary = ".\(stateFile).\(Syscalls.processID)-\(String(UInt64.random(in: 1...UInt64.max), radix: 16))"
-        let fd = try Syscalls.open(temporary, in: directory, .createExclusive).orThrow("create the work queue state", path: path)
+        let fd = try container.createFile(temporary, in: directory).orThrow("create the work queue state", path: path)
         defer {
             Syscalls.remove(temporary, in: directory)
             try? fd.close()
         }
         let bytes = WorkQueueState(taken: taken).encoded()
-        try bytes.withUnsafeBytes { Syscalls.write(fd, $0, at: 0) }.orThrow("write the work queue state", path: path)
+        switch bytes.withUnsafeBytes({ Syscalls.write(fd, $0, at: 0) }) {
+        case .success: break
+        case .failure(let errno) where errno == .noSpace || errno == .diskQuotaExceeded:
+            throw WormholeError(.systemError,
+                "cannot write the work queue state '\(path)': the filesystem is full (no space or no inodes left: see 'df' and 'df -i'); the member did not join, and no state was written (the next member to join makes it)",
+                path: path, errno: errno)
+        case .failure(let errno): throw WormholeError.system("write the work queue state", errno, path: path)
+        }
         switch Syscalls.link(temporary, to: stateFile, in: directory) {
         case .success, .failure(.fileExists): return
         case .failure(let errno): throw WormholeError.system("create the work queue state", errno, path: path)
@@ -418,9 +450,16 @@ final class WorkQueueFile {
             guard case .success(let queue) = Syscalls.open(name, in: queues, .directory) else { continue }
             defer { try? queue.close() }
             var state: WorkQueueState?
-            if case .success(let fd) = Syscalls.open(stateFile, in: queue, .read) {
+            switch Syscalls.open(stateFile, in: queue, .read) {
+            case .success(let fd):
                 state = readState(fd)
                 try? fd.close()
+            case .failure(.noSuchFileOrDirectory):
+                // Not made yet (its first member is joining, or could not: a full disk):
+                // no queue yet, neither damaged nor keeping anything.
+                continue
+            case .failure:
+                break
             }
             let members = try? Syscalls.open(membersDirectory, in: queue, .directory).get()
             result.append((name, state, members))
@@ -439,6 +478,19 @@ final class WorkQueueFile {
             lowest = min(lowest ?? keep, keep)
         }
         return lowest
+    }
+
+    /// The highest sequence number of the log `logID` that a work queue of `identifier`
+    /// has taken: handed out, whatever the log says now (a cut log goes on above it).
+    /// `nil` when no queue has taken from that log.
+    static func highestTaken(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
+        var highest: UInt64?
+        for (_, state, members) in states(container: container, identifier: identifier) {
+            try? members?.close()
+            guard let state, state.logID == logID, state.taken > 0 else { continue }
+            highest = max(highest ?? state.taken, state.taken)
+        }
+        return highest
     }
 
     /// The identifiers that have work queues.

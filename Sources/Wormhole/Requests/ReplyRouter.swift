@@ -12,10 +12,17 @@ typealias ReplyOutcome = Result<WormholeRecord, WormholeError>
 /// (``value()``).
 final class PendingReply: Sendable {
     let correlation: UInt64
+    /// Seconds the requester waits, and when that ends (``MonotonicCondition/now()``).
+    let timeout: Double
+    let deadline: UInt64
     private let state = Locked<(outcome: ReplyOutcome?, continuation: CheckedContinuation<ReplyOutcome, Never>?)>((nil, nil))
     private let done = MonotonicEvent()
 
-    init(correlation: UInt64) { self.correlation = correlation }
+    init(correlation: UInt64, timeout: Double) {
+        self.correlation = correlation
+        self.timeout = timeout
+        self.deadline = MonotonicCondition.deadline(after: timeout)
+    }
 
     /// Completes the request; later calls do nothing. Returns whether this call did.
     @discardableResult
@@ -55,15 +62,28 @@ final class PendingReply: Sendable {
 /// The requests of one wormhole to one identifier, and the one listener of its reply
 /// identifier that completes them by correlation. Replies to other requesters (the reply
 /// identifier is shared) and late replies to requests that timed out are ignored.
+///
+/// Timeouts are swept, not timed one by one: one sweep is scheduled on the retry clock
+/// for the earliest deadline of the requests waiting, and fails those whose time is up.
+/// A request answered in time costs the clock nothing (a timer per request woke the
+/// clock's thread at each request, and kept every answered request's timer until its
+/// deadline).
 final class ReplyRouter: Sendable {
     let identifier: String
     let repliesIdentifier: String
     private let pending = Locked<[UInt64: PendingReply]>([:])
     private let token = Locked<ListenerToken?>(nil)
+    /// The deadline of the sweep scheduled, when one is.
+    private let sweepAt = Locked<UInt64?>(nil)
+    /// The error of a request that timed out (`nil` once the wormhole is gone).
+    private let timedOut: @Sendable (Double) -> WormholeError?
 
-    init(identifier: String) {
+    init(identifier: String, wormhole: Wormhole) {
         self.identifier = identifier
         self.repliesIdentifier = Requests.repliesIdentifier(of: identifier)
+        timedOut = { [weak wormhole] timeout in
+            wormhole.map { Requests.timedOut(identifier, after: timeout, wormhole: $0) }
+        }
     }
 
     /// Whether the router still listens (a `stopListeningForMessage` of the reply
@@ -84,8 +104,40 @@ final class ReplyRouter: Sendable {
         token.withLock { $0?.cancel(); $0 = nil }
     }
 
+    /// Waits for `reply`'s reply, until its deadline.
     func add(_ reply: PendingReply) {
         pending.withLock { $0[reply.correlation] = reply }
+        armSweep(at: reply.deadline)
+    }
+
+    /// Schedules a sweep at `deadline` unless one is scheduled at or before it.
+    private func armSweep(at deadline: UInt64) {
+        let arm = sweepAt.withLock { scheduled -> Bool in
+            if let scheduled, scheduled <= deadline { return false }
+            scheduled = deadline
+            return true
+        }
+        guard arm else { return }
+        let now = MonotonicCondition.now()
+        RetryClock.shared.schedule(after: Double(deadline > now ? deadline - now : 0) / 1e9) { [weak self] in
+            self?.sweep(scheduledAt: deadline)
+        }
+    }
+
+    /// Fails the requests whose deadline passed, then schedules the next sweep.
+    private func sweep(scheduledAt deadline: UInt64) {
+        sweepAt.withLock { if $0 == deadline { $0 = nil } }
+        let now = MonotonicCondition.now()
+        let (expired, next) = pending.withLock { pending -> ([PendingReply], UInt64?) in
+            let expired = pending.values.filter { $0.deadline <= now }
+            for reply in expired { pending.removeValue(forKey: reply.correlation) }
+            return (expired, pending.values.map(\.deadline).min())
+        }
+        for reply in expired {
+            guard let error = timedOut(reply.timeout) else { return }
+            reply.complete(.failure(error))
+        }
+        if let next { armSweep(at: next) }
     }
 
     /// Completes `correlation`'s request with `outcome`, unless its reply came first.
@@ -117,7 +169,7 @@ final class ReplyRouters: Sendable {
     func router(for identifier: String, in wormhole: Wormhole) throws(WormholeError) -> ReplyRouter {
         try routers.withLock { (routers) throws(WormholeError) -> ReplyRouter in
             if let router = routers[identifier], router.isListening { return router }
-            let router = ReplyRouter(identifier: identifier)
+            let router = ReplyRouter(identifier: identifier, wormhole: wormhole)
             try router.start(wormhole)
             routers[identifier] = router
             return router

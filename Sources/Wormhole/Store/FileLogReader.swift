@@ -53,9 +53,13 @@ final class FileLogReader: WormholeTransitingReader {
     private var durable: DurablePosition?
     private let buffer = ReadBuffer()
 
-    /// - Parameter durableName: For a durable listener, its name: the start is where
-    ///   its position says (`start` applies the first time the name is used).
-    init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint, durableName: String? = nil) throws(WormholeError) {
+    /// - Parameters:
+    ///   - durableName: For a durable listener, its name: the start is where its position
+    ///     says (`start` applies the first time the name is used).
+    ///   - claims: Whether the reader keeps a listener claim (§12). A work queue's member
+    ///     reads without one: its queue's state keeps what the queue has not handled
+    ///     (§18.4), and `status` lists the member once, under its queue.
+    init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint, durableName: String? = nil, claims: Bool = true) throws(WormholeError) {
         self.identifier = identifier
         self.container = transiting.container
         self.maximumPayload = transiting.configuration.maximumMessageSize
@@ -63,7 +67,7 @@ final class FileLogReader: WormholeTransitingReader {
         // between looking and claiming. A durable listener's position is its claim.
         claimStep = UInt64(max(1, transiting.configuration.retainedMessageCount / 4))
         claimedGeneration = container.current.generation
-        if durableName == nil {
+        if durableName == nil && claims {
             cursor = try ListenerCursor(container: container, identifier: identifier, step: claimStep)
         }
         do throws(WormholeError) {

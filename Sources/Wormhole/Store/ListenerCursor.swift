@@ -262,12 +262,12 @@ final class ListenerCursor {
         }
     }
 
-    /// The highest position in the log `logID` among live listeners' claims and durable
-    /// positions: messages up to it were handed out, whatever the file says now. `nil`
-    /// when none is in that log. Claims lag (they are written in batches), so this is a
-    /// lower bound.
+    /// The highest position in the log `logID` among live listeners' claims, durable
+    /// positions and what work queues took (their members read without claims):
+    /// messages up to it were handed out, whatever the file says now. `nil` when none is
+    /// in that log. Claims lag (they are written in batches), so this is a lower bound.
     static func highestPosition(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
-        var highest: UInt64?
+        var highest = WorkQueueFile.highestTaken(container: container, identifier: identifier, logID: logID)
         try? forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, _, _ in
             let position: UInt64?
             if name.hasPrefix(DurablePosition.prefix) {

@@ -78,7 +78,8 @@ extension Wormhole {
 
     /// Who listens to `identifier` (every identifier when `nil`): each running listener,
     /// in any process, with its position and how far behind it is, and each durable
-    /// name, running or not, with when it last handled a message.
+    /// name, running or not, with when it last handled a message. Work queue members are
+    /// not listeners here: ``workQueues(identifier:)`` lists them, each in its queue.
     public func listeners(identifier: String? = nil) throws(WormholeError) -> [WormholeListenerStatus] {
         try transiting.listeners(identifier: identifier)
     }

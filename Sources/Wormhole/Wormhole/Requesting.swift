@@ -131,8 +131,8 @@ extension Wormhole {
 
     // MARK: - Internals
 
-    /// Registers the request with the identifier's reply router, passes it, and arms its
-    /// timeout.
+    /// Registers the request, with its timeout, with the identifier's reply router, and
+    /// passes it.
     private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) -> PendingReply {
         try Identifier.validate(identifier)
         guard timeout > 0, timeout.isFinite, timeout < 1e9 else {
@@ -141,7 +141,7 @@ extension Wormhole {
         try MessageCoding.check(payload, is: kind, identifier: identifier)
         let router = try replyRouters.router(for: identifier, in: self)
         let correlation = Requests.newCorrelation()
-        let pending = PendingReply(correlation: correlation)
+        let pending = PendingReply(correlation: correlation, timeout: timeout)
         router.add(pending)
         do throws(WormholeError) {
             try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: correlation,
@@ -149,10 +149,6 @@ extension Wormhole {
         } catch {
             router.finish(correlation, .failure(error))
             throw error
-        }
-        RetryClock.shared.schedule(after: timeout) { [weak self, weak router] in
-            guard let self, let router else { return }
-            router.finish(correlation, .failure(Requests.timedOut(identifier, after: timeout, wormhole: self)))
         }
         return pending
     }

@@ -160,6 +160,36 @@ func listenerLines(_ path: String) throws -> [(sequence: UInt64, payload: String
     }
 }
 
+/// A small tmpfs mounted for one test (root only), unmounted when the test lets go of it:
+/// a file system that a test can fill.
+final class SmallFilesystem {
+    let path: String
+    private let parent = TemporaryDirectory()
+
+    init(size: String = "256k") throws {
+        path = parent.file("small")
+        mkdir(path, 0o700)
+        guard mount("tmpfs", path, "tmpfs", 0, "size=\(size),mode=0700") == 0 else {
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        }
+    }
+
+    deinit { umount2(path, Int32(MNT_DETACH)) }
+
+    /// Takes every block with the file `filler` (inodes are left: an empty file can still
+    /// be made); returns its path, to remove when space is to come back.
+    @discardableResult
+    func fill() throws -> String {
+        let filler = path + "/filler"
+        guard FileManager.default.createFile(atPath: filler, contents: nil), let handle = FileHandle(forWritingAtPath: filler) else {
+            throw POSIXError(.EIO)
+        }
+        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
+        try? handle.close()
+        return filler
+    }
+}
+
 /// Scales the heaviest process tests: `WORMHOLE_TEST_SCALE=0.25` runs a quarter of the
 /// messages and kill cycles (the sanitizer runs use it; instrumented code is ~10x slower).
 func scaled(_ count: Int) -> Int {
