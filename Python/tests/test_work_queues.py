@@ -360,3 +360,19 @@ class WorkQueueFullDiskTests(WormholeTestCase):
         self.assertEqual((status().pending, status().in_flight, status().lost), (0, 0, 0))
         time.sleep(0.2)
         self.assertEqual(attempts.items, [1, 2], "never handed out a third time")
+
+    def test_a_member_cannot_join_a_new_queue_on_a_full_disk_and_its_directory_is_no_queue(self) -> None:
+        self.wormhole.pass_message("job", "jobs")
+        self.fill()
+        with self.assertRaises(WormholeError) as caught:
+            self.wormhole.listen_for_message("jobs", print, work_queue="workers")
+        self.assertIn("cannot write the work queue state", str(caught.exception))
+        self.assertIn("the filesystem is full", str(caught.exception))
+        queue = os.path.join(self.wormhole.directory, ".queues", "jobs", "workers")
+        self.assertEqual(sorted(os.listdir(queue)), ["members"], "neither a state nor a temporary one")
+        self.assertEqual(self.wormhole.work_queues(), [], "not listed as a damaged queue")
+        os.unlink(self.filler)
+        handled = Collector()
+        member = self.wormhole.listen_for_message("jobs", handled.append, work_queue="workers")
+        self.addCleanup(member.cancel)
+        self.assertEqual(handled.wait_for(1), ["job"])

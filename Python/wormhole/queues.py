@@ -8,6 +8,7 @@ holds a lock on ``members/<token>`` for as long as it lives. The Swift library's
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import json
 import os
@@ -216,7 +217,16 @@ class WorkQueueFile:
         except OSError as error:
             raise WormholeError.system("create the work queue state", error, self.state_path) from None
         try:
-            pwrite_all(fd, WorkQueueState(taken=taken).encode(), 0)
+            try:
+                pwrite_all(fd, WorkQueueState(taken=taken).encode(), 0)
+            except OSError as error:
+                if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise WormholeError(WormholeError.SYSTEM_ERROR,
+                                        f"cannot write the work queue state '{self.state_path}': the filesystem is full "
+                                        f"(no space or no inodes left: see 'df' and 'df -i'); the member did not join, "
+                                        f"and no state was written (the next member to join makes it)",
+                                        path=self.state_path, errno=error.errno) from None
+                raise
             try:
                 os.link(temporary, STATE, src_dir_fd=self.queue_fd, dst_dir_fd=self.queue_fd)
             except FileExistsError:
