@@ -142,6 +142,8 @@ class SharedGroupTests(unittest.TestCase):
                 status = os.lstat(os.path.join(root, name))
                 self.assertEqual((stat.S_IMODE(status.st_mode), status.st_gid), (0o660, self.gid), f"{root}/{name}")
         self.assertTrue(os.path.exists(f"{self.container}/.queues/jobs/workers/state"))
+        # The service's member file is among those checked: other users' members test its lock.
+        self.assertEqual(len(os.listdir(f"{self.container}/.queues/jobs/workers/members")), 1)
         self.assertTrue(os.path.exists(f"{self.container}/.listeners/note/durable-service"))
 
         # Root, any group's member, resolves the group to the same container and sees the service.

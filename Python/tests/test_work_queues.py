@@ -7,9 +7,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import threading
 import time
+import unittest
 
 from support import Collector, WormholeTestCase, eventually, scaled
 
@@ -176,6 +180,54 @@ class WorkQueueTests(WormholeTestCase):
         self.assertEqual(errors, [])
         self.assertEqual(self.status().lost, 0)
 
+    def test_members_read_without_a_listener_claim_and_are_listed_once_under_their_queue(self) -> None:
+        handled = Collector()
+        self.member(lambda record, _: handled.append(record.sequence))
+        responder = self.wormhole.respond("svc", lambda query: query + 1)
+        self.addCleanup(responder.cancel)
+        for index in range(5):
+            self.wormhole.pass_message(index, "jobs")
+        self.assertEqual(sorted(handled.wait_for(5)), [1, 2, 3, 4, 5])
+        self.assertEqual(self.wormhole.request(1, "svc", timeout=10), 2)
+        # §18.4: the queue's state is the members' claim; no claim file of their own.
+        self.assertEqual(self.wormhole.listeners("jobs"), [])
+        self.assertEqual(self.wormhole.listeners("svc"), [])
+        self.assertEqual([status.identifier for status in self.wormhole.listeners()], ["svc.replies"],
+                         "only the requester's listener of the replies")
+        for identifier in ("jobs", "svc"):
+            claims = os.path.join(self.directory, ".listeners", identifier)
+            self.assertEqual(os.listdir(claims) if os.path.isdir(claims) else [], [], identifier)
+        self.assertEqual(len(self.status().members), 1)
+        self.assertEqual([len(queue.members) for queue in self.wormhole.work_queues("svc")], [1])
+
+    def test_a_new_writer_finds_the_numbers_a_queue_took_in_a_cut_log(self) -> None:
+        handled = Collector()
+        self.member(lambda record, _: handled.append((record.sequence, record.value())))
+        for index in range(1, 11):
+            self.wormhole.pass_message(index, "jobs")
+        self.assertEqual(handled.wait_for(10), [(index, index) for index in range(1, 11)])
+        self.assertTrue(eventually(lambda: self.status().acknowledged == 10))
+        os.truncate(os.path.join(self.directory, "jobs.wormhole"), 128)      # cut after the header
+        fresh = Wormhole(directory=self.directory)
+        self.addCleanup(fresh.close)
+        # W5': the queue took 10 of this log, and its members hold no claim that says so.
+        self.assertEqual(fresh.pass_message(11, "jobs"), 11)
+        self.assertEqual(handled.wait_for(11)[-1], (11, 11), "not skipped as already taken")
+        self.assertEqual(self.status().lost, 0)
+
+    def test_a_queue_directory_without_a_state_is_no_queue_yet(self) -> None:
+        self.member(lambda record, _: None).cancel()
+        os.makedirs(os.path.join(self.directory, ".queues", "jobs", "joining", "members"), 0o700)
+        self.assertEqual([queue.name for queue in self.wormhole.work_queues("jobs")], ["workers"])
+        self.assertEqual([queue.name for queue in self.wormhole.work_queues()], ["workers"])
+        shutil.rmtree(os.path.join(self.directory, ".queues", "jobs", "workers"))
+        self.assertEqual(self.wormhole.work_queues(), [])
+        small = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=4))
+        self.addCleanup(small.close)
+        for index in range(scaled(200)):
+            small.pass_message(index, "jobs")
+        self.assertGreater(self._base_sequence("jobs"), scaled(200) - 10, "compaction passed it by")
+
     def _base_sequence(self, identifier: str) -> int:
         with open(os.path.join(self.directory, identifier + ".wormhole"), "rb") as file:
             return int.from_bytes(file.read(32)[24:32], "little")
@@ -240,3 +292,87 @@ class WorkQueueTests(WormholeTestCase):
         for writer in writers:
             writer.join()
         self.assertEqual(sorted(handled.wait_for(total)), list(range(1, total + 1)))
+
+
+@unittest.skipUnless(os.geteuid() == 0 and shutil.which("mount"), "mounting a small tmpfs needs root")
+class WorkQueueFullDiskTests(WormholeTestCase):
+    """A queue on a filesystem with no room left: a small tmpfs, filled by the test."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.mount_point = tempfile.mkdtemp(prefix="wormhole-python-small-")
+        self.addCleanup(os.rmdir, self.mount_point)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", self.mount_point], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", self.mount_point], check=True)
+        self.wormhole = Wormhole(directory=os.path.join(self.mount_point, "container"))
+        self.addCleanup(self.wormhole.close)
+        self.filler = os.path.join(self.mount_point, "filler")
+
+    def fill(self) -> None:
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def test_a_dead_letter_that_cannot_be_passed_stays_in_the_queue_and_is_moved_later(self) -> None:
+        def status():
+            return self.wormhole.work_queues("jobs")[0]
+
+        attempts, errors, handled = Collector(), Collector(), Collector()
+
+        def handler(record: Record, deliveries: int) -> None:
+            if record.payload == b"bad":
+                attempts.append(deliveries)
+                raise ValueError("cannot handle it")
+            handled.append(record.value())
+
+        options = WorkQueueOptions(maximum_deliveries=2, redelivery_interval=0.05)
+        self.wormhole.listen_for_message("jobs", handler, work_queue="workers", options=options,
+                                         records=True).cancel()
+        bad = self.wormhole.pass_message("bad", "jobs")
+        self.wormhole.pass_message("good", "jobs")
+        self.fill()
+        member = self.wormhole.listen_for_message("jobs", handler, work_queue="workers", options=options, records=True,
+                                                  on_error=errors.append)
+        self.addCleanup(member.cancel)
+        # Given back at its last delivery, then skipped by each take: the next job is done.
+        self.assertEqual(handled.wait_for(1), ["good"])
+        self.assertEqual(attempts.wait_for(2), [1, 2])
+        self.assertGreaterEqual(len(errors.wait_for(2)), 2, "given back, then the next take")
+        for error in errors.items[:2]:
+            self.assertEqual(error.code, WormholeError.SYSTEM_ERROR)
+            self.assertIn(f"the work queue 'workers' of 'jobs' cannot move message {bad} to its dead letters "
+                          f"'jobs.dead-letters'", str(error))
+            self.assertIn("it stays in the queue, and is moved when it can be", str(error))
+            self.assertIn("No space left on device", str(error))
+        self.assertTrue(eventually(lambda: status().acknowledged == 1))
+        self.assertEqual((status().pending, status().in_flight, status().dead_lettered, status().lost), (1, 0, 0, 0))
+        self.assertIsNone(self.wormhole.record("jobs.dead-letters"))
+        os.unlink(self.filler)
+        self.assertTrue(eventually(lambda: status().dead_lettered == 1))
+        letter = self.wormhole.message("jobs.dead-letters")
+        self.assertEqual((letter["sequence"], letter["deliveries"], letter["payload"]), (bad, 2, "YmFk"))
+        self.assertTrue(letter["reason"].startswith("handed out 2 times"), letter["reason"])   # moved by a take (T2)
+        self.assertEqual((status().pending, status().in_flight, status().lost), (0, 0, 0))
+        time.sleep(0.2)
+        self.assertEqual(attempts.items, [1, 2], "never handed out a third time")
+
+    def test_a_member_cannot_join_a_new_queue_on_a_full_disk_and_its_directory_is_no_queue(self) -> None:
+        self.wormhole.pass_message("job", "jobs")
+        self.fill()
+        with self.assertRaises(WormholeError) as caught:
+            self.wormhole.listen_for_message("jobs", print, work_queue="workers")
+        self.assertIn("cannot write the work queue state", str(caught.exception))
+        self.assertIn("the filesystem is full", str(caught.exception))
+        queue = os.path.join(self.wormhole.directory, ".queues", "jobs", "workers")
+        self.assertEqual(sorted(os.listdir(queue)), ["members"], "neither a state nor a temporary one")
+        self.assertEqual(self.wormhole.work_queues(), [], "not listed as a damaged queue")
+        os.unlink(self.filler)
+        handled = Collector()
+        member = self.wormhole.listen_for_message("jobs", handled.append, work_queue="workers")
+        self.addCleanup(member.cancel)
+        self.assertEqual(handled.wait_for(1), ["job"])

@@ -172,7 +172,7 @@ def lowest_live_claim(container: ContainerDirectory, identifier: str, log_id: in
 
 def highest_position(container: ContainerDirectory, identifier: str, log_id: int) -> int:
     """§9.1 W5': the highest position in this log among live claims and durable positions
-    (0 when none)."""
+    (0 when none). The writer adds what work queues took (``queues.highest_taken``)."""
     highest = [0]
 
     def visit(name: str, fd: int, status: os.stat_result, directory: int) -> None:
@@ -250,7 +250,8 @@ class Claim:
 
 
 class NoClaim:
-    """The claim of a reader whose durable position is its claim: nothing to write."""
+    """The claim of a reader whose durable position is its claim, or of a work queue's
+    member (its queue's state is its claim, §18.4): nothing to write."""
 
     def __init__(self, step: int) -> None:
         self.step = step

@@ -8,6 +8,7 @@ holds a lock on ``members/<token>`` for as long as it lives. The Swift library's
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import json
 import os
@@ -216,7 +217,16 @@ class WorkQueueFile:
         except OSError as error:
             raise WormholeError.system("create the work queue state", error, self.state_path) from None
         try:
-            pwrite_all(fd, WorkQueueState(taken=taken).encode(), 0)
+            try:
+                pwrite_all(fd, WorkQueueState(taken=taken).encode(), 0)
+            except OSError as error:
+                if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise WormholeError(WormholeError.SYSTEM_ERROR,
+                                        f"cannot write the work queue state '{self.state_path}': the filesystem is full "
+                                        f"(no space or no inodes left: see 'df' and 'df -i'); the member did not join, "
+                                        f"and no state was written (the next member to join makes it)",
+                                        path=self.state_path, errno=error.errno) from None
+                raise
             try:
                 os.link(temporary, STATE, src_dir_fd=self.queue_fd, dst_dir_fd=self.queue_fd)
             except FileExistsError:
@@ -271,8 +281,11 @@ class WorkQueueFile:
             for entry in state.entries:                                                            # T1
                 if entry.member not in (self.token, 0) and not self._alive(entry.member):
                     entry.member = 0
+            # Messages whose dead letter could not be passed (a full disk): kept for the
+            # next take, skipped in this one.
+            unmoved = set()
             while True:                                                                            # T2
-                waiting = [entry for entry in state.entries if entry.member == 0]
+                waiting = [entry for entry in state.entries if entry.member == 0 and entry.sequence not in unmoved]
                 if not waiting:
                     break
                 entry = min(waiting, key=lambda each: each.sequence)
@@ -283,10 +296,15 @@ class WorkQueueFile:
                     report(self._lost(1, "it was cleared or dropped from the log before it was handled"))
                     continue
                 if entry.deliveries >= maximum_deliveries:
+                    try:
+                        self._dead_letter(record, entry.deliveries, dead_letters,
+                                          f"handed out {entry.deliveries} times; each time its member ended (killed "
+                                          f"or stopped) before acknowledging it")
+                    except WormholeError as error:
+                        report(error)
+                        unmoved.add(entry.sequence)
+                        continue
                     state.entries.remove(entry)
-                    self._dead_letter(record, entry.deliveries, dead_letters,
-                                      f"handed out {entry.deliveries} times; each time its member ended (killed or "
-                                      f"stopped) before acknowledging it")
                     state.dead_lettered += 1
                     continue
                 if record.expired(now):
@@ -348,7 +366,11 @@ class WorkQueueFile:
                         return
                     record = read_record(self.container, self.identifier, sequence, self.configuration)
                     if record is not None:
-                        self._dead_letter(record, entry.deliveries, dead_letters, reason)
+                        try:
+                            self._dead_letter(record, entry.deliveries, dead_letters, reason)
+                        except WormholeError:
+                            entry.member = 0        # kept, for nobody: the next take tries again
+                            raise
                         state.dead_lettered += 1
                     else:
                         state.lost += 1
@@ -435,7 +457,9 @@ class WorkQueueFile:
         """The next record (or problem) of the log after ``taken``, one at a time, with
         the logID it belongs to; (None, None) when there is none yet."""
         if self.reader is None:
-            self.reader = Cursor(self.container, self.identifier, StartingPoint.after(taken), self.configuration)
+            # No listener claim: the queue's state is the member's claim (§18.4).
+            self.reader = Cursor(self.container, self.identifier, StartingPoint.after(taken), self.configuration,
+                                 claiming=False)
             self.reader.drops_expired = False
         while not self.buffered:
             items = self.reader.read(one_log=True)
@@ -453,7 +477,15 @@ class WorkQueueFile:
         state.entries, state.taken, state.log_id = [], 0, log_id
 
     def _dead_letter(self, record: Record, deliveries: int, dead_letters: str, reason: str) -> None:
-        self.pass_json(dead_letters, dead_letter(self.identifier, self.name, record, deliveries, reason))
+        """§18.5; a dead letter that cannot be passed (a full disk) raises, and its message
+        stays in the queue."""
+        try:
+            self.pass_json(dead_letters, dead_letter(self.identifier, self.name, record, deliveries, reason))
+        except WormholeError as error:
+            raise WormholeError(error.code,
+                                f"the work queue '{self.name}' of '{self.identifier}' cannot move message "
+                                f"{record.sequence} to its dead letters '{dead_letters}': {error.message}; it stays in "
+                                f"the queue, and is moved when it can be", path=error.path, errno=error.errno) from None
 
     def _lost(self, count: int, reason: str) -> WormholeError:
         return WormholeError(WormholeError.MESSAGES_LOST,
@@ -524,6 +556,10 @@ def states(container: ContainerDirectory, identifier: str) -> List[Tuple[str, Op
                 state = None
                 try:
                     fd = os.open(STATE, os.O_RDONLY | _OPEN_FLAGS, dir_fd=queue)
+                except FileNotFoundError:
+                    # Not made yet (its first member is joining, or could not: a full
+                    # disk): no queue yet, neither damaged nor keeping anything.
+                    continue
                 except OSError:
                     pass
                 else:
@@ -549,6 +585,19 @@ def lowest_unhandled(container: ContainerDirectory, identifier: str, log_id: int
         keep = state.lowest_unhandled(log_id) if state is not None else 0
         lowest = keep if lowest is None else min(lowest, keep)
     return lowest
+
+
+def highest_taken(container: ContainerDirectory, identifier: str, log_id: int) -> int:
+    """§9.1 W5', §18.4: the highest sequence number of the log ``log_id`` that a work
+    queue of ``identifier`` has taken (handed out, whatever the log says now; its members
+    read without claims); 0 when none has."""
+    highest = 0
+    for _, state, members in states(container, identifier):
+        if members is not None:
+            os.close(members)
+        if state is not None and state.log_id == log_id:
+            highest = max(highest, state.taken)
+    return highest
 
 
 def identifiers_with_queues(container: ContainerDirectory) -> List[str]:

@@ -133,7 +133,8 @@ class Cursor:
     ``invalidate()`` marks the file at the name as possibly replaced."""
 
     def __init__(self, container: ContainerDirectory, identifier: str, start: StartingPoint = StartingPoint("now"),
-                 configuration: Configuration = DEFAULT, durable: Optional[claims.DurablePosition] = None) -> None:
+                 configuration: Configuration = DEFAULT, durable: Optional[claims.DurablePosition] = None,
+                 claiming: bool = True) -> None:
         self.container = container
         self.identifier = identifier
         self.name = identifier + LOG_SUFFIX
@@ -159,7 +160,10 @@ class Cursor:
         # holds neither the claim nor a durable position; they are made again in it.
         self.claimed_generation = container.generation
         # S2; a durable listener's position is its claim (§12.4), as in the Swift library.
-        self.claim = claims.Claim(container, identifier, configuration.claim_step()) if durable is None \
+        # A work queue's member reads without one (``claiming`` False): its queue's state
+        # keeps what the queue has not handled (§18.4), and status lists the member once.
+        self.claiming = claiming and durable is None
+        self.claim = claims.Claim(container, identifier, configuration.claim_step()) if self.claiming \
             else claims.NoClaim(configuration.claim_step())
         try:
             self._look(start)
@@ -369,11 +373,11 @@ class Cursor:
         generation = self.container.generation
         if generation == self.claimed_generation:
             return
-        if self.durable is None:
+        if self.claiming:
             fresh = claims.Claim(self.container, self.identifier, self.claim.step)
             self.claim.close()
             self.claim = fresh
-        else:
+        elif self.durable is not None:
             durable = claims.DurablePosition(self.container, self.identifier, self.durable.name)
             self.durable.close()
             self.durable = durable

@@ -132,7 +132,8 @@ class Writer:
         if tail.end < size:
             os.ftruncate(fd, tail.end)
         if known_end is None and self.tail is None:
-            highest = claims.highest_position(self.container, self.identifier, header.log_id)        # W5'
+            highest = max(claims.highest_position(self.container, self.identifier, header.log_id),    # W5'
+                          queues.highest_taken(self.container, self.identifier, header.log_id))
             if highest > tail.last_sequence:
                 tail = Tail(tail.end, highest, tail.last_offset)
         self.tail = tail
