@@ -59,15 +59,18 @@
 //                                                      the 3 messages passed once READY exists). Prints "calls C", then "ok ...",
 //                                                      "error <code>" or, for listeners,
 //                                                      "received R errors E"
-//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON]  join the work queue QUEUE of ID; append
+//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON|- [HANG [MAX]]]
+//                                                      join the work queue QUEUE of ID; append
 //                                                      "sequence deliveries payload" to OUT as each
 //                                                      message is taken (before it is handled);
-//                                                      a payload equal to POISON throws; "lost N"
+//                                                      a payload equal to POISON throws, one equal
+//                                                      to HANG never returns; MAX deliveries (3 with
+//                                                      a POISON, else 1,000); "lost N"
 //                                                      and "error CODE" for reports; OUT.ready once
 //                                                      joined; runs until killed
-//   WormholeTestAgent respond DIR ID NAME               answer each request of ID with "NAME:<request>";
-//                                                      NAME.ready (in DIR's parent) once serving;
-//                                                      runs until killed
+//   WormholeTestAgent respond DIR ID NAME [READY]       answer each request of ID with "NAME:<request>";
+//                                                      READY (default NAME.ready in DIR's parent)
+//                                                      once serving; runs until killed
 //   WormholeTestAgent request DIR ID COUNT TAG OUT S    COUNT requests "TAG:i", one after another, each
 //                                                      with a timeout of S seconds; append to OUT
 //                                                      "i ok <reply> <ms>" or "i error <code> <ms>"
@@ -577,15 +580,19 @@ do {
     case "worker":
         let wormhole = try AgentLocation.wormhole(argument(1))
         let append = lineAppender(argument(4))
-        let poison = arguments.count > 5 ? argument(5) : nil
+        // [poison payload or -] [payload to hang on] [maximum deliveries]
+        let poison = arguments.count > 5 && argument(5) != "-" ? argument(5) : nil
+        let hang = arguments.count > 6 ? argument(6) : nil
         struct Poisoned: Error {}
-        let options = WorkQueueOptions(maximumDeliveries: poison == nil ? 1_000 : 3, redeliveryInterval: 0.05)
+        let maximum = arguments.count > 7 ? Int(argument(7)) ?? 3 : (poison == nil ? 1_000 : 3)
+        let options = WorkQueueOptions(maximumDeliveries: maximum, redeliveryInterval: 0.05)
         let member = try wormhole.listenForRecords(withIdentifier: argument(2), workQueue: argument(3), options: options, onError: { error in
             if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code) \(error)") }
         }) { record, deliveries in
             let payload = String(decoding: record.payload, as: UTF8.self)
             append("\(record.sequence) \(deliveries) \(payload)")
             if payload == poison { throw Poisoned() }
+            if payload == hang { while true { sleep(60) } }
         }
         _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
         while true { sleep(60) }
@@ -595,7 +602,8 @@ do {
         let wormhole = try AgentLocation.wormhole(argument(1))
         let name = argument(3)
         let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in "\(name):\(request)" }
-        _ = FileManager.default.createFile(atPath: argument(1) + "/../" + name + ".ready", contents: nil)
+        // [ready file]: by default <name>.ready beside the container directory.
+        _ = FileManager.default.createFile(atPath: arguments.count > 4 ? argument(4) : argument(1) + "/../" + name + ".ready", contents: nil)
         while true { sleep(60) }
         _ = member
 

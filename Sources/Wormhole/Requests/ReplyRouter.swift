@@ -80,12 +80,31 @@ final class ReplyRouter: Sendable {
         token.withLock { $0 = made }
     }
 
+    /// ``start(_:)`` for asynchronous callers: a back end that waits on a server
+    /// suspends the caller instead of blocking its thread.
+    func start(_ wormhole: Wormhole) async throws(WormholeError) {
+        let made = try await wormhole.makeListener(identifier: repliesIdentifier, start: .now, queue: nil, onError: { [weak self] error in
+            self?.failAll(error)
+        }) { [weak self] record in
+            self?.route(record)
+        }
+        token.withLock { $0 = made }
+    }
+
     func stop() {
         token.withLock { $0?.cancel(); $0 = nil }
     }
 
-    func add(_ reply: PendingReply) {
+    /// A new request's pending reply, with a fresh correlation, waiting for its reply.
+    func begin() -> PendingReply {
+        let reply = PendingReply(correlation: Requests.newCorrelation())
         pending.withLock { $0[reply.correlation] = reply }
+        return reply
+    }
+
+    /// Whether the request `correlation` still waits for its reply.
+    func isWaiting(for correlation: UInt64) -> Bool {
+        pending.withLock { $0[correlation] != nil }
     }
 
     /// Completes `correlation`'s request with `outcome`, unless its reply came first.
@@ -122,5 +141,21 @@ final class ReplyRouters: Sendable {
             routers[identifier] = router
             return router
         }
+    }
+
+    /// ``router(for:in:)`` for asynchronous callers: the router is started outside the
+    /// lock, while the caller is suspended; of two started at the same moment, the first
+    /// kept is used and the other stopped.
+    func router(for identifier: String, in wormhole: Wormhole) async throws(WormholeError) -> ReplyRouter {
+        if let router = routers.withLock({ $0[identifier] }), router.isListening { return router }
+        let made = ReplyRouter(identifier: identifier)
+        try await made.start(wormhole)
+        let kept = routers.withLock { routers -> ReplyRouter in
+            if let router = routers[identifier], router.isListening { return router }
+            routers[identifier] = made
+            return made
+        }
+        if kept !== made { made.stop() }
+        return kept
     }
 }

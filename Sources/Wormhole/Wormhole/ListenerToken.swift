@@ -43,7 +43,7 @@ public final class ListenerToken: Sendable, Hashable {
     /// call in progress, so that no call starts after it returns.
     private let delivery = DeliveryLock()
 
-    init(
+    convenience init(
         transiting: any WormholeTransiting,
         identifier: String,
         start: Wormhole.StartingPoint,
@@ -53,12 +53,6 @@ public final class ListenerToken: Sendable, Hashable {
         listener: @escaping @Sendable (WormholeRecord) -> Void,
         onCancel: @escaping @Sendable () -> Void
     ) throws(WormholeError) {
-        self.identifier = identifier
-        self.queue = queue.map { DispatchQueue(label: "Wormhole.listener.\(identifier)", target: $0) }
-        self.startQueue = self.queue ?? DispatchQueue(label: "Wormhole.listener.\(identifier).start")
-        self.onError = onError
-        self.listener = listener
-        self.onCancel = onCancel
         // Watch first, then find the starting position: a message passed in between
         // wakes a drain that finds it.
         let relay = EventRelay()
@@ -74,8 +68,53 @@ public final class ListenerToken: Sendable, Hashable {
             observation.cancel()
             throw error
         }
+        self.init(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: durableName != nil,
+                  queue: queue, onError: onError, listener: listener, onCancel: onCancel)
+    }
+
+    /// The listener for asynchronous callers: watching and finding the starting position
+    /// suspend the caller (a back end that waits on a server blocks no thread for it).
+    static func make(
+        transiting: any WormholeTransiting,
+        identifier: String,
+        start: Wormhole.StartingPoint,
+        queue: DispatchQueue?,
+        onError: @escaping @Sendable (WormholeError) -> Void,
+        listener: @escaping @Sendable (WormholeRecord) -> Void,
+        onCancel: @escaping @Sendable () -> Void
+    ) async throws(WormholeError) -> ListenerToken {
+        let relay = EventRelay()
+        let observation = try await transiting.observe(identifier: identifier) { relay.forward($0) }
+        let reader: any WormholeTransitingReader
+        do throws(WormholeError) {
+            reader = try await transiting.makeReader(identifier: identifier, startingFrom: start)
+        } catch {
+            observation.cancel()
+            throw error
+        }
+        return ListenerToken(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: false,
+                             queue: queue, onError: onError, listener: listener, onCancel: onCancel)
+    }
+
+    private init(
+        identifier: String,
+        relay: EventRelay,
+        observation: any WormholeTransitingObservation,
+        reader: sending any WormholeTransitingReader,
+        isDurable: Bool,
+        queue: DispatchQueue?,
+        onError: @escaping @Sendable (WormholeError) -> Void,
+        listener: @escaping @Sendable (WormholeRecord) -> Void,
+        onCancel: @escaping @Sendable () -> Void
+    ) {
+        self.identifier = identifier
+        self.queue = queue.map { DispatchQueue(label: "Wormhole.listener.\(identifier)", target: $0) }
+        self.startQueue = self.queue ?? DispatchQueue(label: "Wormhole.listener.\(identifier).start")
+        self.onError = onError
+        self.listener = listener
+        self.onCancel = onCancel
         self.reader = Locked(reader)
-        self.isDurable = durableName != nil
+        self.isDurable = isDurable
         self.observation = Locked(observation)
         relay.connect(self)
         // Anything passed before the relay was connected is found by this first drain,

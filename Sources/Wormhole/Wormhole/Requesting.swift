@@ -55,7 +55,7 @@ extension Wormhole {
     /// A request of bytes already encoded; returns the reply's record (its bytes, kind,
     /// and the responder's process). What `wormhole request` uses.
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) async throws(WormholeError) -> WormholeRecord {
-        let pending = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+        let pending = try await startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
         return try Self.reply(await pending.value(), identifier: identifier)
     }
 
@@ -134,28 +134,64 @@ extension Wormhole {
     /// Registers the request with the identifier's reply router, passes it, and arms its
     /// timeout.
     private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) -> PendingReply {
+        try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
+        let router = try replyRouters.router(for: identifier, in: self)
+        let pending = router.begin()
+        do throws(WormholeError) {
+            try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
+                           expires: Date().addingTimeInterval(timeout))
+        } catch {
+            router.finish(pending.correlation, .failure(error))
+            throw error
+        }
+        armTimeout(pending, router: router, identifier: identifier, timeout: timeout)
+        return pending
+    }
+
+    /// ``startRequest(payload:kind:identifier:timeout:)`` for asynchronous callers: the
+    /// reply listener's start and the pass suspend the caller instead of blocking its
+    /// thread (on a back end that waits on a server).
+    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) async throws(WormholeError) -> PendingReply {
+        try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
+        let router = try await replyRouters.router(for: identifier, in: self)
+        let pending = router.begin()
+        do throws(WormholeError) {
+            try await passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
+                                 expires: Date().addingTimeInterval(timeout))
+        } catch {
+            router.finish(pending.correlation, .failure(error))
+            throw error
+        }
+        armTimeout(pending, router: router, identifier: identifier, timeout: timeout)
+        return pending
+    }
+
+    private static func checkRequest(_ payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) {
         try Identifier.validate(identifier)
         guard timeout > 0, timeout.isFinite, timeout < 1e9 else {
             throw WormholeError(.invalidConfiguration, "a request's timeout must be a positive number of seconds, not \(timeout)")
         }
         try MessageCoding.check(payload, is: kind, identifier: identifier)
-        let router = try replyRouters.router(for: identifier, in: self)
-        let correlation = Requests.newCorrelation()
-        let pending = PendingReply(correlation: correlation)
-        router.add(pending)
-        do throws(WormholeError) {
-            try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: correlation,
-                           expires: Date().addingTimeInterval(timeout))
-        } catch {
-            router.finish(correlation, .failure(error))
-            throw error
-        }
-        RetryClock.shared.schedule(after: timeout) { [weak self, weak router] in
-            guard let self, let router else { return }
-            router.finish(correlation, .failure(Requests.timedOut(identifier, after: timeout, wormhole: self)))
-        }
-        return pending
     }
+
+    /// Fails the request at its timeout, on the monotonic clock, unless its reply came
+    /// first. The error says whether anyone serves the identifier, which asks the back
+    /// end: that is done off the clock's thread, so that one slow answer delays no other
+    /// request's timeout.
+    private func armTimeout(_ pending: PendingReply, router: ReplyRouter, identifier: String, timeout: Double) {
+        let correlation = pending.correlation
+        RetryClock.shared.schedule(after: timeout) { [weak self, weak router] in
+            guard let self, let router, router.isWaiting(for: correlation) else { return }
+            Self.timeoutQueue.async { [weak self, weak router] in
+                guard let self, let router else { return }
+                router.finish(correlation, .failure(Requests.timedOut(identifier, after: timeout, wormhole: self)))
+            }
+        }
+    }
+
+    /// Where timed-out requests look up their responders (a serial queue, not a global
+    /// one: see ``ListenerToken``'s start queue).
+    private static let timeoutQueue = DispatchQueue(label: "Wormhole.request.timeout")
 
     private static func reply(_ outcome: ReplyOutcome, identifier: String) throws(WormholeError) -> WormholeRecord {
         let record = try outcome.get()

@@ -47,7 +47,7 @@ public final class WorkQueueMember: Sendable {
     /// The queue's name.
     public let name: String
 
-    private let file: Locked<WorkQueueFile?>
+    private let file: Locked<(any WormholeTransitingWorkQueue)?>
     private let work: DispatchQueue
     private let options: WorkQueueOptions
     private let deadLetters: String
@@ -67,7 +67,7 @@ public final class WorkQueueMember: Sendable {
         let source: any DispatchSourceTimer
     }
 
-    init(transiting: FileTransiting, identifier: String, name: String, options: WorkQueueOptions, queue: DispatchQueue?,
+    init(transiting: any WormholeTransiting, identifier: String, name: String, options: WorkQueueOptions, queue: DispatchQueue?,
          onError: @escaping @Sendable (WormholeError) -> Void,
          handler: @escaping @Sendable (WormholeRecord, Int) throws -> Void,
          onCancel: @escaping @Sendable () -> Void) throws(WormholeError) {
@@ -97,7 +97,7 @@ public final class WorkQueueMember: Sendable {
             relay.withLock { $0 }?(event)
         }
         do throws(WormholeError) {
-            file = Locked(try WorkQueueFile(transiting: transiting, identifier: identifier, name: name, start: options.startingFrom))
+            file = Locked(try transiting.joinWorkQueue(identifier: identifier, name: name, startingFrom: options.startingFrom))
         } catch {
             observation.cancel()
             throw error
@@ -161,11 +161,11 @@ public final class WorkQueueMember: Sendable {
     private func drain() {
         let maximum = UInt32(clamping: options.maximumDeliveries)
         while !isCancelled {
-            let delivery: WorkQueueFile.Delivery?
+            let delivery: WormholeWorkQueueDelivery?
             let invalidate = replaced.exchange(false, ordering: .acquiringAndReleasing)
             do throws(WormholeError) {
-                delivery = try file.withLock { (file) throws(WormholeError) -> WorkQueueFile.Delivery? in
-                    if invalidate { file?.invalidateReader() }
+                delivery = try file.withLock { (file) throws(WormholeError) -> WormholeWorkQueueDelivery? in
+                    if invalidate { file?.invalidate() }
                     return try file?.take(maximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
                 }
             } catch {
