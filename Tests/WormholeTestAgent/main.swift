@@ -68,7 +68,9 @@
 //                                                      a POISON, else 1,000); "lost N"
 //                                                      and "error CODE" for reports; OUT.ready once
 //                                                      joined; runs until killed
-//   WormholeTestAgent respond DIR ID NAME [READY]       answer each request of ID with "NAME:<request>";
+//   WormholeTestAgent respond DIR ID NAME [READY [HANG]]
+//                                                      answer each request of ID with "NAME:<request>"
+//                                                      (never returning for the request HANG);
 //                                                      READY (default NAME.ready in DIR's parent)
 //                                                      once serving; runs until killed
 //   WormholeTestAgent request DIR ID COUNT TAG OUT S    COUNT requests "TAG:i", one after another, each
@@ -601,7 +603,11 @@ do {
     case "respond":
         let wormhole = try AgentLocation.wormhole(argument(1))
         let name = argument(3)
-        let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in "\(name):\(request)" }
+        let hang = arguments.count > 5 ? argument(5) : nil
+        let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in
+            if request == hang { while true { sleep(60) } }
+            return "\(name):\(request)"
+        }
         // [ready file]: by default <name>.ready beside the container directory.
         _ = FileManager.default.createFile(atPath: arguments.count > 4 ? argument(4) : argument(1) + "/../" + name + ".ready", contents: nil)
         while true { sleep(60) }
