@@ -92,12 +92,26 @@ extension PostgresSchema {
             """
     }
 
-    /// Hands `member` the oldest entry that nobody (alive) holds, counting the delivery.
-    /// At most one row: the message's columns (``recordColumns``; NULL when it is no
-    /// longer there) and the entry's deliveries, this one included.
-    static func takeFromQueue(container: String, identifier: String, name: String, member: Int64) -> PostgresQuery {
-        """
-        WITH pick AS (
+    /// Acknowledges the entry `acknowledging` held by `member` (when given), then hands
+    /// `member` the oldest entry that nobody (alive) holds, counting the delivery: a
+    /// member that goes on taking stores its acknowledgement with its next take, one
+    /// statement per message. At most one row: the message's columns
+    /// (``recordColumns``; NULL when it is no longer there) and the entry's deliveries,
+    /// this one included.
+    static func takeFromQueue(container: String, identifier: String, name: String, member: Int64,
+                              acknowledging: UInt64?) -> PostgresQuery {
+        let acknowledged = acknowledging.map { Int64(clamping: $0) }
+        return """
+        WITH acknowledged AS (
+            DELETE FROM wormhole.queue_entries
+            WHERE container = \(container) AND identifier = \(identifier) AND name = \(name)
+              AND sequence = \(acknowledged) AND member = \(member)
+            RETURNING 1),
+        counted AS (
+            UPDATE wormhole.queues SET acknowledged = acknowledged + 1
+            WHERE container = \(container) AND identifier = \(identifier) AND name = \(name)
+              AND EXISTS (SELECT 1 FROM acknowledged)),
+        pick AS (
             SELECT e.sequence FROM wormhole.queue_entries e
             WHERE e.container = \(container) AND e.identifier = \(identifier) AND e.name = \(name)
               AND (e.member = 0 OR NOT \(unescaped: heldByLiveMember))

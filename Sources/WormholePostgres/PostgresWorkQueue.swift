@@ -57,12 +57,21 @@ final class PostgresWorkQueue: WormholeTransitingWorkQueue {
     private var doing: String { "the work queue '\(name)' of '\(identifier)' in \(transiting.server)" }
 
     func take(maximumDeliveries: UInt32, deadLetters: String, report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        try take(acknowledging: nil, maximumDeliveries: maximumDeliveries, deadLetters: deadLetters, report: report)
+    }
+
+    private func take(acknowledging acknowledged: UInt64?, maximumDeliveries: UInt32, deadLetters: String,
+                      report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        var acknowledging = acknowledged
         guard !closed else { throw WormholeError(.invalidConfiguration, "the work queue '\(name)' of '\(identifier)' was left") }
         let container = transiting.container
         while true {
             let rows = try transiting.session.query(
-                PostgresSchema.takeFromQueue(container: container, identifier: identifier, name: name, member: member),
+                PostgresSchema.takeFromQueue(container: container, identifier: identifier, name: name, member: member,
+                                             acknowledging: acknowledging),
                 "take a message from \(doing)")
+            // Stored with the take (the statement is one transaction).
+            acknowledging = nil
             guard let row = rows.first else {
                 // Nothing to hand out: take the next messages passed, if any.
                 let filled = try transiting.session.query(
@@ -114,6 +123,14 @@ final class PostgresWorkQueue: WormholeTransitingWorkQueue {
     func acknowledge(_ sequence: UInt64) throws(WormholeError) {
         if held?.record.sequence == sequence { held = nil }
         try finish(sequence, .acknowledged)
+    }
+
+    /// The acknowledgement and the next take in one statement (one transaction): one
+    /// statement per message while the queue has messages for this member.
+    func acknowledge(_ sequence: UInt64, thenTakeWithMaximumDeliveries maximumDeliveries: UInt32, deadLetters: String,
+                     report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        if held?.record.sequence == sequence { held = nil }
+        return try take(acknowledging: sequence, maximumDeliveries: maximumDeliveries, deadLetters: deadLetters, report: report)
     }
 
     func giveBack(_ sequence: UInt64, reason: String, maximumDeliveries: UInt32, deadLetters: String) throws(WormholeError) {

@@ -162,47 +162,33 @@ struct PostgresBackendTests {
         #expect(retained <= 20, "messages kept after the backlog was read and pruned: \(retained) (after \(passed) passes)")
     }
 
-    @Test("awaited passes that wait on a locked table leave the cooperative pool free; all land once the lock goes",
+    /// One test, not two: another test that held the table at the same time would block
+    /// this one's synchronous calls, and its own awaited statements would wait for a
+    /// thread of the pool such a call holds.
+    @Test("awaited passes and requests that wait on a locked table leave the cooperative pool free; all land, and each request is answered, once the lock goes",
           .timeLimit(.minutes(1)))
-    func awaitedPassesDoNotHoldTheCooperativePool() async throws {
+    func awaitedPassesAndRequestsDoNotHoldTheCooperativePool() async throws {
         let store = try Backend.postgres.makeStore()
         let sending = Wormhole(transiting: try transiting(store))
         try await sending.passMessage(0, identifier: "n")   // connected, schema made
-        let (ranWhileWaiting, sequences) = try await whileTheMessagesAreLocked(store) { value in
-            try await sending.passMessage(value, identifier: "n")
-        }
-        #expect(ranWhileWaiting, "a task on the cooperative pool ran while the passes waited on the server")
-        #expect(sequences.sorted() == Array(2...UInt64(sequences.count + 1)))
-    }
-
-    @Test("awaited requests that wait on a locked table leave the cooperative pool free; each is answered once the lock goes",
-          .timeLimit(.minutes(1)))
-    func awaitedRequestsDoNotHoldTheCooperativePool() async throws {
-        let store = try Backend.postgres.makeStore()
         let responding = Wormhole(transiting: try transiting(store))
         let responder = try responding.respond(toIdentifier: "double", as: Int.self) { $0 * 2 }
         let requesting = Wormhole(transiting: try transiting(store))
-        try await requesting.passMessage(0, identifier: "warm")   // connected, schema made
-        // The first request of the identifier also starts the reply listener (a LISTEN
-        // connection, a claim): all of it suspends the tasks, none blocks a pool thread.
-        let (ranWhileWaiting, answers) = try await whileTheMessagesAreLocked(store) { value in
-            try await requesting.request(value, identifier: "double", as: Int.self, timeout: 30)
-        }
-        #expect(ranWhileWaiting, "a task on the cooperative pool ran while the requests waited on the server")
-        #expect(answers == (1...answers.count).map { $0 * 2 })
-        responder.cancel()
-    }
-
-    /// Starts `call` in many more tasks than the pool has threads (one per core) while
-    /// another session holds the messages table, so that each waits on the server; 1.5 s
-    /// later, whether a task started after them has run (had each blocked its thread, it
-    /// could not have), then the table goes. Returns that and the calls' results, in order.
-    func whileTheMessagesAreLocked<T: Sendable>(_ store: TestStore, _ call: @escaping @Sendable (Int) async throws -> T) async throws -> (Bool, [T]) {
+        try await requesting.passMessage(0, identifier: "warm")
+        // Another session holds the messages table: every pass waits on the server.
         let locker = try transiting(store)
         try await locker.session.query("BEGIN", "begin")
         try await locker.session.query("LOCK TABLE wormhole.messages IN ACCESS EXCLUSIVE MODE", "lock the messages")
-        let calls = (1...(4 * ProcessInfo.processInfo.activeProcessorCount + 8)).map { value in
-            Task { try await call(value) }
+        // Many more waiting passes, and requests, than the pool has threads (one per
+        // core). Had each blocked its thread, the probe below could not run until the
+        // lock went. The first request of the identifier also starts the reply listener
+        // (a LISTEN connection, a claim): that suspends the tasks too.
+        let count = 4 * ProcessInfo.processInfo.activeProcessorCount + 8
+        let passes = (1...count).map { value in
+            Task { try await sending.passMessage(value, identifier: "n") }
+        }
+        let requests = (1...count).map { value in
+            Task { try await requesting.request(value, identifier: "double", as: Int.self, timeout: 30) }
         }
         let probe = Collector<Bool>()
         Task { probe.append(true) }
@@ -211,9 +197,14 @@ struct PostgresBackendTests {
             ranWhileWaiting.append(probe.count == 1)
             _ = try? locker.session.query("COMMIT", "commit")
         }
-        var results: [T] = []
-        for call in calls { results.append(try await call.value) }
-        return (ranWhileWaiting.all == [true], results)
+        var sequences: [UInt64] = []
+        for pass in passes { sequences.append(try await pass.value) }
+        var answers: [Int] = []
+        for request in requests { answers.append(try await request.value) }
+        #expect(ranWhileWaiting.all == [true], "a task on the cooperative pool ran while the passes and requests waited on the server")
+        #expect(sequences.sorted() == Array(2...UInt64(count + 1)))
+        #expect(answers == (1...count).map { $0 * 2 })
+        responder.cancel()
     }
 
     @Test("a database made before requests and work queues gains their columns and tables; its messages read as messages; queues and requests work there",

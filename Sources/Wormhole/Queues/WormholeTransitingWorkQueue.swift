@@ -24,6 +24,12 @@ public protocol WormholeTransitingWorkQueue: AnyObject {
     /// The message `sequence` (held by this member) was handled: it leaves the queue.
     func acknowledge(_ sequence: UInt64) throws(WormholeError)
 
+    /// ``acknowledge(_:)``, then ``take(maximumDeliveries:deadLetters:report:)``: what a
+    /// member that goes on taking calls. A back end that can stores both at once (the
+    /// PostgreSQL one, in one statement); the default calls one, then the other.
+    func acknowledge(_ sequence: UInt64, thenTakeWithMaximumDeliveries maximumDeliveries: UInt32, deadLetters: String,
+                     report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery?
+
     /// The message `sequence` was not handled (its handler threw `reason`): it is handed
     /// out again, or, after `maximumDeliveries`, goes to `deadLetters`.
     func giveBack(_ sequence: UInt64, reason: String, maximumDeliveries: UInt32, deadLetters: String) throws(WormholeError)
@@ -37,6 +43,12 @@ public protocol WormholeTransitingWorkQueue: AnyObject {
 
 extension WormholeTransitingWorkQueue {
     public func invalidate() {}
+
+    public func acknowledge(_ sequence: UInt64, thenTakeWithMaximumDeliveries maximumDeliveries: UInt32, deadLetters: String,
+                            report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        try acknowledge(sequence)
+        return try take(maximumDeliveries: maximumDeliveries, deadLetters: deadLetters, report: report)
+    }
 }
 
 /// A message handed to one member of a work queue.
