@@ -299,8 +299,12 @@ struct HostileFileTests {
         queue.async { gate.wait() }
         let received = Collector<Int>()
         let lost = Collector<UInt64>()
+        let reasons = Collector<String>()
         let token = try wormhole.listenForMessage(withIdentifier: "x", as: Int.self, queue: queue, onError: { error in
-            if error.code == .messagesLost { lost.append(error.missedMessageCount ?? 0) }
+            if error.code == .messagesLost {
+                lost.append(error.missedMessageCount ?? 0)
+                reasons.append(error.message)
+            }
         }) { received.append($0) }
         let total = 20_000
         var largest = 0
@@ -322,7 +326,33 @@ struct HostileFileTests {
         let missed = lost.all.reduce(0, +)
         #expect(missed > 0)
         #expect(values.count + Int(missed) == total, "\(values.count) received + \(missed) reported lost")
+        #expect(reasons.all.allSatisfy { $0.contains("compacted away") && $0.contains("backlog cap") }, "\(reasons.all)")
         token.cancel()
+    }
+
+    @Test("a record removed from the middle of a log outside the protocol: the listener is told that it is missing from the log, not that the backlog cap dropped it",
+          .timeLimit(.minutes(1)))
+    func recordRemovedFromTheMiddleIsReportedAsMissing() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for text in ["m1", "m2", "m3"] { try await wormhole.passMessage(text, identifier: "cut") }
+        // Records of one size: the second one's bytes are taken out, the third moves up.
+        let path = directory.file("cut.wormhole")
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        let size = LogFormat.recordOverhead + 2
+        #expect(bytes.count == LogFormat.headerSize + 3 * size)
+        bytes.removeSubrange(LogFormat.headerSize + size ..< LogFormat.headerSize + 2 * size)
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let received = Collector<String>()
+        let reports = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "cut", as: String.self, startingFrom: .history,
+                                                  onError: { reports.append($0) }) { received.append($0) }
+        #expect(await received.wait(for: 2, seconds: 10) == ["m1", "m3"])
+        token.cancel()
+        let report = try #require(reports.all.first { $0.code == .messagesLost })
+        #expect(report.missedMessageCount == 1)
+        #expect(report.message.contains("(2...2) are missing from the log"), "\(report.message)")
+        #expect(!report.message.contains("backlog cap"))
     }
 
     @Test("1,000 wormholes passing to 5 identifiers each, then dropped: every descriptor they opened is closed")
@@ -336,6 +366,33 @@ struct HostileFileTests {
         try #require(numbers.count == 2, "\(output)")
         print("dropped wormholes: 1000 created, passed to 5 identifiers each, and dropped; descriptors \(numbers[0]) -> \(numbers[1])")
         #expect(numbers[0] == numbers[1])
+    }
+
+    @Test("maximumOpenLogCount bounds the logs a writer keeps open (3 of 10 identifiers), keeps them all when it allows, and refuses a count below 1")
+    func maximumOpenLogCountBoundsTheCache() throws {
+        func openLogs(in directory: TemporaryDirectory) throws -> Int {
+            let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+            return descriptors.filter { name in
+                let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(name)")) ?? ""
+                return target.hasPrefix(directory.path) && target.hasSuffix(".wormhole")
+            }.count
+        }
+        for (limit, expected) in [(3, 3), (10, 10)] {
+            let directory = TemporaryDirectory()
+            var configuration = Wormhole.Configuration()
+            configuration.maximumOpenLogCount = limit
+            let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+            for round in 0..<2 {
+                for number in 0..<10 { try wormhole.passMessage("\(round)", identifier: "id\(number)") }
+            }
+            #expect(try openLogs(in: directory) == expected, "maximumOpenLogCount \(limit)")
+            for number in 0..<10 { #expect(try wormhole.message(withIdentifier: "id\(number)", as: String.self) == "1") }
+        }
+        var configuration = Wormhole.Configuration()
+        configuration.maximumOpenLogCount = 0
+        let error = #expect(throws: WormholeError.self) { _ = try Wormhole(directory: TemporaryDirectory().path, configuration: configuration) }
+        #expect(error?.code == .invalidConfiguration)
+        #expect(error?.message.contains("maximumOpenLogCount must be at least 1, not 0") == true)
     }
 
     @Test("threads passing to more identifiers than the descriptor cache holds: every pass lands once, in order, none lost",

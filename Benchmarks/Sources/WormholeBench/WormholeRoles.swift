@@ -91,9 +91,12 @@ enum WormholeRoles {
         let interval = UInt64(try options.int("interval-ns", default: 0))
         let codable = options.string("mode", default: "raw") == "codable"
         let batchSize = max(1, try options.int("batch", default: 1))
-        raiseDescriptorLimit(atLeast: 1024)
+        // A sender to many identifiers keeps every log open, as Performance.md advises:
+        // a descriptor each, the limit raised for them.
+        raiseDescriptorLimit(atLeast: identifiers + 1024)
         var configuration = Wormhole.Configuration()
         configuration.maximumMessageSize = max(configuration.maximumMessageSize, size)
+        if identifiers > 64 { configuration.maximumOpenLogCount = identifiers }
         let wormhole = try open(options, configuration: configuration)
         let names = (0..<identifiers).map { identifierName($0, of: identifiers) }
         var payload = Data(count: size)

@@ -155,6 +155,8 @@ final class FileLogReader: WormholeTransitingReader {
         invalidated = true
     }
 
+    private(set) var positionIsUnpublished = false
+
     /// A read stopped at the end of a replaced file with records already in hand (a
     /// durable reader's batch never spans two logs): the next read moves on.
     var mayHaveMore: Bool {
@@ -178,8 +180,11 @@ final class FileLogReader: WormholeTransitingReader {
             let records = try readRecords(maximumCount: maximumCount, into: &results)
             // Caught up (a short read, nothing more to come without a wake-up): the claim
             // is written now rather than at its next step, so that status shows an idle
-            // listener's exact position. No write when it has not moved.
-            if records.count < maximumCount && !mayHaveMore { cursor?.update(delivered, logID: logID ?? 0, force: true) }
+            // listener's exact position; at most once per idle interval, so that a busy
+            // listener does not write it on every wake-up. No write when it has not moved.
+            if records.count < maximumCount && !mayHaveMore {
+                positionIsUnpublished = cursor?.caughtUp(at: delivered, logID: logID ?? 0) ?? false
+            }
             return withoutExpired(records)
         } catch {
             guard !results.isEmpty else { throw error }
@@ -240,13 +245,13 @@ final class FileLogReader: WormholeTransitingReader {
                     switch item {
                     case .record(let frame, let bytes, let local, _, _):
                         guard frame.sequence > delivered else { return true }
-                        if !afterDamage { reportGap(before: frame.sequence, clearedThrough: &clearedThrough, into: &results) }
+                        if !afterDamage { reportGap(before: frame.sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results) }
                         afterDamage = false
                         results.append(.success(LogFormat.record(frame, in: bytes, at: local, identifier: identifier)))
                         delivered = frame.sequence
                     case .tooLarge(let sequence, let at, let length):
                         guard sequence > delivered else { return true }
-                        reportGap(before: sequence, clearedThrough: &clearedThrough, into: &results)
+                        reportGap(before: sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results)
                         results.append(.failure(WormholeError(.messageTooLarge,
                             "message \(sequence) of '\(identifier)' is \(length - header.layout.overhead) bytes, more than this reader's limit of \(maximumPayload) (Wormhole.Configuration.maximumMessageSize); skipped, at offset \(at) of '\(log.path)'",
                             path: log.path, sequence: sequence)))
@@ -344,16 +349,20 @@ final class FileLogReader: WormholeTransitingReader {
     }
 
     /// Reports the messages between the last delivered one and `sequence` that this
-    /// reader never saw (dropped by the backlog cap, or older than what is kept), unless
-    /// they were cleared.
-    private func reportGap(before sequence: UInt64, clearedThrough: inout UInt64,
+    /// reader never saw, unless they were cleared, and why: those at or below the log's
+    /// base (`logBase`) were compacted away (the backlog cap, or older than what is
+    /// kept); numbers missing above it were in the log and are not there any more (the
+    /// file was changed outside the protocol).
+    private func reportGap(before sequence: UInt64, logBase: UInt64, clearedThrough: inout UInt64,
                            into results: inout [Result<WormholeRecord, WormholeError>]) {
         let from = seesClearedMessages ? delivered : max(delivered, clearedThrough)
         guard sequence > from + 1 else { return }
         let missed = sequence - from - 1
-        results.append(.failure(WormholeError(.messagesLost,
-            "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(from + 1)...\(sequence - 1)) were dropped before this listener read them: it fell behind by more than the backlog cap (Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount), or started before the oldest message kept",
-            missedMessageCount: missed)))
+        let what = "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(from + 1)...\(sequence - 1))"
+        let why = sequence - 1 <= logBase
+            ? "were compacted away before this listener read them: it fell behind by more than the backlog cap (Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount), or started before the oldest message kept"
+            : "are missing from the log: removed by something that changed the file outside the protocol"
+        results.append(.failure(WormholeError(.messagesLost, "\(what) \(why)", missedMessageCount: missed)))
     }
 
     /// After the container was replaced (deleted and made again, or another directory

@@ -31,8 +31,10 @@ public final class FileTransiting: WormholeTransiting {
     public let notificationCenter: DarwinNotificationCenter
     let container: ContainerDirectory
 
-    /// Open logs kept for writing, at most ``cachedLogLimit`` of them.
+    /// Open logs kept for writing, at most ``openLogLimit`` of them.
     private let logs = Locked<[String: LogWriter]>([:])
+    /// ``WormholeConfiguration/maximumOpenLogCount``, or ``cachedLogLimit``.
+    private let openLogLimit: Int
 
     /// A pass to a log that is not cached costs an `open` and the `close` of another:
     /// about as much again as the pass itself. The limit is an eighth of the process's
@@ -62,6 +64,7 @@ public final class FileTransiting: WormholeTransiting {
     /// unsafe).
     public init(directory: String, configuration: WormholeConfiguration = .init(), createIfMissing: Bool = true) throws(WormholeError) {
         self.configuration = try configuration.validated()
+        self.openLogLimit = configuration.maximumOpenLogCount ?? Self.cachedLogLimit
         self.container = try ContainerDirectory(path: directory, create: createIfMissing)
         self.notificationCenter = DarwinNotificationCenter(container: container)
         self.directory = container.path
@@ -467,7 +470,7 @@ public final class FileTransiting: WormholeTransiting {
         let (writer, evicted) = logs.withLock { logs -> (LogWriter, [LogWriter]) in
             if let writer = logs[identifier] { return (writer, []) }
             var evicted: [LogWriter] = []
-            while logs.count >= Self.cachedLogLimit, let key = logs.keys.first {
+            while logs.count >= openLogLimit, let key = logs.keys.first {
                 evicted.append(logs.removeValue(forKey: key)!)
             }
             let writer = LogWriter(identifier: identifier)

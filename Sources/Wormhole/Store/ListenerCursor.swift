@@ -104,8 +104,29 @@ final class ListenerCursor {
         if (try? Self.write(sequence, logID: logID, to: fd, path: name)) != nil {
             written = sequence
             writtenLog = logID
+            writtenAt = MonotonicCondition.now()
         }
     }
+
+    /// Records that a reader caught up at `sequence`: the claim is written at once unless
+    /// it was written less than ``idleInterval`` ago, so that `status` shows an idle
+    /// listener's exact position without a write on every wake-up of a busy one. Returns
+    /// whether the claim still lags (the reader's owner then reads again after the
+    /// interval, see ``WormholeTransitingReader/positionIsUnpublished``).
+    func caughtUp(at sequence: UInt64, logID: UInt64) -> Bool {
+        guard !closed, sequence != written || logID != writtenLog else { return false }
+        if MonotonicCondition.now() &- writtenAt >= Self.idleInterval {
+            update(sequence, logID: logID, force: true)
+        }
+        return sequence != written || logID != writtenLog
+    }
+
+    /// At most one write of a caught-up claim per this many nanoseconds (50 ms).
+    static let idleInterval: UInt64 = 50_000_000
+    /// In seconds, for the timers of the reader's owners.
+    static let idleSeconds = Double(idleInterval) / 1e9
+    /// When the claim was last written (CLOCK_MONOTONIC, ns).
+    private var writtenAt: UInt64 = 0
 
     /// Withdraws the claim. A claim that cannot be removed (its container was moved, or
     /// the process is out of descriptors) is unlocked all the same, and the next

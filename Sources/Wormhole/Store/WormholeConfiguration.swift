@@ -29,6 +29,15 @@ public struct WormholeConfiguration: Sendable, Hashable {
     /// Default 64 MiB. A log file stays below about twice the larger of this and the
     /// retained history, plus one message.
     public var maximumBacklogByteCount: Int = 64 << 20
+    /// How many logs a writer keeps open between passes, so that the next pass to the
+    /// same identifier costs no `open` and `close`. `nil` (the default): an eighth of the
+    /// process's descriptor limit when the first wormhole opens, between 2 and 1,024, so
+    /// that the cache never takes the descriptors the program needs. A program that
+    /// passes round-robin to more identifiers than that, and has raised its descriptor
+    /// limit (`setrlimit(RLIMIT_NOFILE)`), can keep them all open: one descriptor each.
+    /// A pass that finds no descriptor left (EMFILE) still closes the idle cached logs and
+    /// tries once more.
+    public var maximumOpenLogCount: Int?
 
     public init() {}
 
@@ -55,6 +64,9 @@ public struct WormholeConfiguration: Sendable, Hashable {
         }
         guard maximumBacklogByteCount >= 1 else {
             throw WormholeError(.invalidConfiguration, "maximumBacklogByteCount must be at least 1, not \(maximumBacklogByteCount)")
+        }
+        if let maximumOpenLogCount, maximumOpenLogCount < 1 {
+            throw WormholeError(.invalidConfiguration, "maximumOpenLogCount must be at least 1, not \(maximumOpenLogCount)")
         }
         guard (1...(1 << 30)).contains(maximumMessageSize) else {
             throw WormholeError(.invalidConfiguration, "maximumMessageSize must be between 1 byte and 1 GiB, not \(maximumMessageSize)")

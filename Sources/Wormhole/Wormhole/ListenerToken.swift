@@ -28,20 +28,18 @@ public final class ListenerToken: Sendable, Hashable {
     public let identifier: String
 
     private let queue: DispatchQueue?
-    private let reader: Locked<(any WormholeTransitingReader)?>
-    private let observation: Locked<(any WormholeTransitingObservation)?>
+    /// Touched only by the thread that holds the drain, or by ``cancel()`` when no drain
+    /// runs and none can start (``ListenerStateMachine`` decides which).
+    private nonisolated(unsafe) let reader: any WormholeTransitingReader
+    private let observation: any WormholeTransitingObservation
     private let onError: @Sendable (WormholeError) -> Void
     private let listener: @Sendable (WormholeRecord) -> Void
     private let onCancel: @Sendable () -> Void
     /// A durable listener's position moves after each call of the listener returns.
     private let isDurable: Bool
-    /// Cancelled by the listener itself, during its call: that message is not handled.
-    private let declined = Atomic<Bool>(false)
-    private let cancelled = Atomic<Bool>(false)
-    private let drainScheduled = Atomic<Bool>(false)
-    /// Held while the listener is called: ``cancel()`` from another thread waits for a
-    /// call in progress, so that no call starts after it returns.
-    private let delivery = DeliveryLock()
+    /// The one lock: the state machine, and the condition a cancel waits on for a drain
+    /// in progress on another thread.
+    private let state: ListenerState
 
     convenience init(
         transiting: any WormholeTransiting,
@@ -100,7 +98,7 @@ public final class ListenerToken: Sendable, Hashable {
         identifier: String,
         relay: EventRelay,
         observation: any WormholeTransitingObservation,
-        reader: sending any WormholeTransitingReader,
+        reader: any WormholeTransitingReader,
         isDurable: Bool,
         queue: DispatchQueue?,
         onError: @escaping @Sendable (WormholeError) -> Void,
@@ -113,92 +111,105 @@ public final class ListenerToken: Sendable, Hashable {
         self.onError = onError
         self.listener = listener
         self.onCancel = onCancel
-        self.reader = Locked(reader)
+        self.state = ListenerState(ListenerStateMachine(hasQueue: queue != nil))
+        self.reader = reader
         self.isDurable = isDurable
-        self.observation = Locked(observation)
+        self.observation = observation
         relay.connect(self)
         // Anything passed before the relay was connected is found by this first drain,
         // on a queue: the caller's thread is not made to run the listener.
-        startQueue.async { [self] in drain() }
+        if state.withLock({ $0.scheduleDrain() }) { scheduleDrain() }
     }
 
     /// Where a listener without a queue runs its first drain (what its starting point
-    /// replays) and a failure report: a serial queue of its own, so that one listener
-    /// blocking there holds up no other. Not a global queue: using one starts Dispatch's
-    /// once-a-second pool monitor for the life of the process, which would wake an idle
-    /// listener every second.
+    /// replays), its timers' drains and a failure report: a serial queue of its own, so
+    /// that one listener blocking there holds up no other. Not a global queue: using one
+    /// starts Dispatch's once-a-second pool monitor for the life of the process, which
+    /// would wake an idle listener every second.
     private let startQueue: DispatchQueue
 
     fileprivate func receive(_ event: WormholeTransitingEvent) {
         switch event {
-        case .wake:
-            wake()
-        case .replaced:
-            reader.withLock { $0?.invalidate() }
-            wake()
+        case .wake, .replaced:
+            let thread = UInt(pthread_self())
+            switch state.withLock({ $0.wake(replaced: event.isReplaced, thread: thread) }) {
+            case .none: break
+            case .schedule: scheduleDrain()
+            case .drainHere(let invalidate): drain(invalidate: invalidate)
+            }
         case .failed(let error):
-            // Nothing will wake this listener again: it stops, and says why.
+            // Nothing will wake this listener again: it stops, and says why (after a call
+            // in progress has returned).
             startQueue.async { [self] in
-                delivery.run {
-                    guard !isCancelled else { return }
-                    cancel()
-                    onError(error)
-                }
+                if cancelling() { onError(error) }
             }
         }
     }
 
-    /// Without a queue: drain here, on the thread that was woken. With one: wake-ups
-    /// that arrive before the drain has started again collapse into one.
-    private func wake() {
-        guard let queue else {
-            drain()
-            return
-        }
-        guard !drainScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        queue.async { [self] in
-            drainScheduled.store(false, ordering: .sequentiallyConsistent)
-            drain()
+    private func scheduleDrain() {
+        (queue ?? startQueue).async { [self] in
+            guard let invalidate = state.withLock({ $0.beginScheduled(thread: UInt(pthread_self())) }) else { return }
+            drain(invalidate: invalidate)
         }
     }
 
-    /// Reads and delivers until a read finds nothing new. Drains of one token never
-    /// overlap: the delivery lock is held for the whole drain.
-    private func drain() {
+    /// Reads and delivers until a read finds nothing new and no wake-up came meanwhile.
+    /// Called by the holder of the drain (the state machine gave it), so drains of one
+    /// token never overlap.
+    private func drain(invalidate: Bool) {
         let maximumCount = 256
-        delivery.run {
-            while !isCancelled {
-                let batch: [Result<WormholeRecord, WormholeError>]
-                do throws(WormholeError) {
-                    batch = try reader.withLock { (reader) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] in
-                        try reader?.read(maximumCount: maximumCount) ?? []
-                    }
-                } catch {
-                    if isCancelled { return }
-                    if error.isOutOfResources {
-                        retryLater(after: error)
-                    } else {
-                        onError(error)
-                    }
+        var invalidate = invalidate
+        while true {
+            if invalidate { reader.invalidate() }
+            let batch: [Result<WormholeRecord, WormholeError>]
+            do throws(WormholeError) {
+                batch = try reader.read(maximumCount: maximumCount)
+            } catch {
+                let outOfResources = error.isOutOfResources
+                let ending = state.withLock { $0.readFailed(outOfResources: outOfResources) }
+                if ending.report {
+                    onError(outOfResources
+                        ? WormholeError(error.code, "\(error.message); no message is skipped: reading again until it succeeds",
+                                        path: error.path, errno: error.errno)
+                        : error)
+                }
+                end(ending)
+                return
+            }
+            for item in batch {
+                guard state.withLock({ $0.delivers }) else {
+                    end(state.withLock { $0.stopped() })
                     return
                 }
-                retryDelay = nil
-                if batch.isEmpty { return }
-                for item in batch {
-                    if isCancelled { return }
-                    switch item {
-                    case .success(let record):
-                        listener(record)
-                        // Cancelled from inside the call: not counted as handled. (A cancel
-                        // from elsewhere waits for this call, acknowledgement included.)
-                        if isDurable && !declined.load(ordering: .acquiring) { acknowledge(record.sequence) }
-                    case .failure(let error): onError(error)
-                    }
+                switch item {
+                case .success(let record):
+                    listener(record)
+                    // Cancelled from inside the call: not counted as handled. (A cancel
+                    // from elsewhere waits for this call, acknowledgement included.)
+                    if state.withLock({ $0.acknowledges(isDurable: isDurable) }) { acknowledge(record.sequence) }
+                case .failure(let error): onError(error)
                 }
-                // A short batch is the end, unless the reader stopped at the end of a
-                // replaced log: then the rest is in the new one, and no event will come
-                // for it.
-                if batch.count < maximumCount && !reader.withLock({ $0?.mayHaveMore ?? false }) { return }
+            }
+            let (count, mayHaveMore, unpublished) = (batch.count, reader.mayHaveMore, reader.positionIsUnpublished)
+            switch state.withLock({ $0.batchRead(count: count, maximumCount: maximumCount, mayHaveMore: mayHaveMore, positionIsUnpublished: unpublished) }) {
+            case .read(let again): invalidate = again
+            case .end(let ending):
+                end(ending)
+                return
+            }
+        }
+    }
+
+    /// What a drain leaves to do once it no longer holds the drain.
+    private func end(_ ending: ListenerStateMachine.Ending) {
+        if ending.closeReader {
+            reader.close()
+            state.readerClosed()
+        }
+        if let delay = ending.wakeAfter {
+            RetryClock.shared.schedule(after: delay) { [weak self] in
+                guard let self, state.withLock({ $0.scheduleDrain(fromTimer: true) }) else { return }
+                scheduleDrain()
             }
         }
     }
@@ -207,46 +218,18 @@ public final class ListenerToken: Sendable, Hashable {
     /// stored is reported (the message comes again when the name resumes: repeated,
     /// never skipped), once per streak of failures.
     private func acknowledge(_ sequence: UInt64) {
+        var failure: WormholeError?
         do throws(WormholeError) {
-            try reader.withLock { (reader) throws(WormholeError) in try reader?.acknowledge(sequence) }
-            acknowledgementFailing = false
+            try reader.acknowledge(sequence)
         } catch {
-            if !acknowledgementFailing { onError(error) }
-            acknowledgementFailing = true
+            failure = error
         }
+        let succeeded = failure == nil
+        if state.withLock({ $0.acknowledged(succeeded) }), let failure { onError(failure) }
     }
-    /// Only touched inside a drain (under the delivery lock).
-    private nonisolated(unsafe) var acknowledgementFailing = false
-
-    /// While a read fails for want of a descriptor or memory: how long until the next
-    /// try. Only touched inside a drain (under the delivery lock).
-    private nonisolated(unsafe) var retryDelay: Double?
-
-    /// A read that failed for want of a descriptor (EMFILE, ENFILE) or memory leaves the
-    /// message where it is: the drain is tried again later, at growing intervals up to a
-    /// second, until it succeeds or the listener is cancelled. The listener's `onError`
-    /// hears of it once per streak, so nothing is skipped in silence.
-    private func retryLater(after error: WormholeError) {
-        if retryDelay == nil {
-            onError(WormholeError(error.code, "\(error.message); no message is skipped: reading again until it succeeds",
-                                  path: error.path, errno: error.errno))
-        }
-        // Wake-ups meanwhile drain (and fail) too; one timer is enough.
-        guard !retryScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        let delay = min(1, (retryDelay ?? 0.005) * 2)
-        retryDelay = delay
-        RetryClock.shared.schedule(after: delay) { [weak self] in
-            guard let self else { return }
-            (queue ?? startQueue).async { [self] in
-                retryScheduled.store(false, ordering: .sequentiallyConsistent)
-                drain()
-            }
-        }
-    }
-    private let retryScheduled = Atomic<Bool>(false)
 
     /// Whether the listener was cancelled.
-    public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+    public var isCancelled: Bool { state.withLock { $0.isCancelled } }
 
     /// Stops this listener and releases its watch and its claim on the log. No call of
     /// the listener starts after this returns: a call in progress on another thread is
@@ -254,61 +237,67 @@ public final class ListenerToken: Sendable, Hashable {
     /// it again does nothing. A durable listener that cancels its token from inside its
     /// own call has not handled that message: it comes again when the name resumes.
     public func cancel() {
-        if delivery.isHeldByCurrentThread { declined.store(true, ordering: .releasing) }
-        guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        observation.withLock { observation in
-            observation?.cancel()
-            observation = nil
-        }
-        delivery.waitForCallInProgress()
-        reader.withLock { reader in
-            reader?.close()
-            reader = nil
+        _ = cancelling()
+    }
+
+    /// ``cancel()``; returns whether this call cancelled the listener.
+    private func cancelling() -> Bool {
+        let thread = UInt(pthread_self())
+        let action = state.withLock { $0.cancel(from: thread) }
+        guard action != .none else { return false }
+        observation.cancel()
+        switch action {
+        case .closeReader: reader.close()
+        case .waitForDrain: state.waitWhileDraining(elsewhereThan: thread)
+        case .fromCall, .none: break
         }
         onCancel()
+        return true
     }
 
     public static func == (lhs: ListenerToken, rhs: ListenerToken) -> Bool { lhs === rhs }
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }
 
-/// A mutex that knows which thread holds it, so that the holder can ask to wait for it
-/// without deadlocking itself.
-final class DeliveryLock: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let owner = Atomic<UInt>(0)
+/// A ``ListenerStateMachine`` behind a mutex, with a condition on which a cancel waits
+/// for a drain in progress on another thread to end.
+final class ListenerState: @unchecked Sendable {
+    private let condition = MonotonicCondition()
+    // Guarded by `condition`'s mutex.
+    private var machine: ListenerStateMachine
 
-    init() {
-        mutex = .allocate(capacity: 1)
-        var attributes = pthread_mutexattr_t()
-        pthread_mutexattr_init(&attributes)
-        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_RECURSIVE))
-        pthread_mutex_init(mutex, &attributes)
-        pthread_mutexattr_destroy(&attributes)
+    init(_ machine: ListenerStateMachine) {
+        self.machine = machine
     }
 
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
+    /// Runs one transition under the lock.
+    func withLock<Result>(_ body: (inout ListenerStateMachine) -> Result) -> Result {
+        condition.lock()
+        defer { condition.unlock() }
+        return body(&machine)
     }
 
-    func run(_ body: () -> Void) {
-        pthread_mutex_lock(mutex)
-        let previous = owner.exchange(UInt(pthread_self()), ordering: .relaxed)
-        body()
-        owner.store(previous, ordering: .relaxed)
-        pthread_mutex_unlock(mutex)
+    /// A cancelled listener's drain closed the reader: the drain ends, and the cancels
+    /// waiting for it return.
+    func readerClosed() {
+        condition.lock()
+        machine.readerClosed()
+        condition.broadcast()
+        condition.unlock()
     }
 
-    /// Whether the calling thread is inside ``run(_:)``.
-    var isHeldByCurrentThread: Bool { owner.load(ordering: .relaxed) == UInt(pthread_self()) }
+    /// Returns once no drain runs on another thread than `thread`.
+    func waitWhileDraining(elsewhereThan thread: UInt) {
+        condition.lock()
+        while machine.drains(elsewhereThan: thread) { condition.wait() }
+        condition.unlock()
+    }
+}
 
-    /// Returns once no other thread is inside ``run(_:)``; at once when called from
-    /// inside it.
-    func waitForCallInProgress() {
-        if owner.load(ordering: .relaxed) == UInt(pthread_self()) { return }
-        pthread_mutex_lock(mutex)
-        pthread_mutex_unlock(mutex)
+extension WormholeTransitingEvent {
+    fileprivate var isReplaced: Bool {
+        if case .replaced = self { return true }
+        return false
     }
 }
 
