@@ -5,6 +5,7 @@ Swift app (`today-widget app`), through the same application group container.
     python3 Examples/Python/today_widget.py            # Enter presses [ Reset ], q closes
     python3 Examples/Python/today_widget.py --once     # the latest count, then exit
     python3 Examples/Python/today_widget.py --press --once
+    python3 Examples/Python/today_widget.py --ask      # ask the running app (request/reply)
 
 It uses the `wormhole` package (pip install ./Python; from a checkout it also runs as is).
 """
@@ -23,6 +24,7 @@ except ImportError:     # run from a checkout without installing the package
 
 SNAPSHOT = "today.steps"            # {"goal": 10000, "handledAction": 0, "steps": 4210}
 ACTION = "today.widget-action"      # {"kind": "reset"}
+STATE = "today.state"               # requests {"asker": ...}, answered with a snapshot
 
 
 def summary(snapshot: dict) -> str:
@@ -51,6 +53,8 @@ def main() -> int:
     parser.add_argument("--once", action="store_true", help="show the latest count and exit")
     parser.add_argument("--press", action="store_true", help="press the button once at launch")
     parser.add_argument("--updates", type=int, help="exit after showing this many counts")
+    parser.add_argument("--ask", action="store_true",
+                        help="ask the running app for its count (a request, answered by the app) and exit")
     arguments = parser.parse_args()
     if arguments.updates is not None and arguments.updates < 1:
         parser.error("--updates must be at least 1.")
@@ -61,6 +65,16 @@ def main() -> int:
             shared = wormhole.Wormhole(application_group_identifier=arguments.group, optional_directory="wormhole")
         if arguments.press:
             press_button(shared)
+        if arguments.ask:
+            try:
+                snapshot = shared.request({"asker": "Python widget"}, STATE, timeout=2)
+            except wormhole.WormholeError as error:
+                if error.code != wormhole.WormholeError.TIMED_OUT:
+                    raise
+                say("widget: the app did not answer; is it running? (today-widget app)")
+                return 2
+            say(f"widget: the app says {summary(snapshot)}")
+            return 0
         if arguments.once:
             snapshot = shared.message(SNAPSHOT)
             say(f"widget: {summary(snapshot)}" if snapshot else "widget: no steps yet; start the app: today-widget app")

@@ -79,3 +79,22 @@ class ScratchTestCase(unittest.TestCase):
         environment = dict(os.environ) if INSTALLED else dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
         return subprocess.Popen([sys.executable, "-c", code, *arguments], env=environment,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def owned_child(self, code: str, *arguments: str) -> subprocess.Popen:
+        """``child``, killed (if still running) and its pipes closed after the test."""
+        process = self.child(code, *arguments)
+        self.addCleanup(process.wait)
+        self.addCleanup(process.kill)
+        self.addCleanup(process.stdout.close)
+        self.addCleanup(process.stderr.close)
+        return process
+
+
+class WormholeTestCase(ScratchTestCase):
+    """A scratch container and ``self.wormhole`` of it, closed afterwards."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        from wormhole import Wormhole
+        self.wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(self.wormhole.close)

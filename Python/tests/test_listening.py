@@ -98,6 +98,61 @@ class OrderTests(ScratchTestCase):
             self.assertEqual(mine, [f"{name}{i}" for i in range(count)])
 
 
+class LogMadeAnewTests(ScratchTestCase):
+    def test_a_log_deleted_and_made_again_is_read_from_1_even_when_opened_empty(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        received = Collector()
+        token = wormhole.listen_for_message("note", received.append)
+        self.addCleanup(token.cancel)
+        for text in ("a", "b", "c"):
+            wormhole.pass_message(text, "note")
+        self.assertEqual(received.wait_for(3), ["a", "b", "c"])
+        log = os.path.join(self.directory, "note.wormhole")
+        os.unlink(log)
+        self.assertTrue(eventually(lambda: token.cursor.fd is None))
+        open(log, "wb").close()                     # as a writer's W1, before its header (W4)
+        self.assertTrue(eventually(lambda: token.cursor.fd is not None and token.cursor.header is None))
+        other = Wormhole(directory=self.directory)
+        self.addCleanup(other.close)
+        self.assertEqual(other.pass_message("fresh", "note"), 1, "numbering starts again in the new log")
+        self.assertEqual(received.wait_for(4), ["a", "b", "c", "fresh"])
+
+
+class GapReasonTests(ScratchTestCase):
+    def test_a_record_cut_out_of_the_log_is_reported_as_removed_outside_the_protocol(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        for index in range(1, 6):
+            wormhole.pass_message(f"m{index}", "note")
+        third = wormhole.retained_records("note")[2]
+        path = os.path.join(self.directory, "note.wormhole")
+        with open(path, "rb") as file:
+            data = file.read()
+        with open(path, "wb") as file:                  # message 3 removed by another program
+            file.write(data[:third.offset] + data[third.offset + third.length:])
+        received, errors = Collector(), Collector()
+        token = wormhole.listen_for_message("note", received.append, start="history", on_error=errors.append)
+        self.addCleanup(token.cancel)
+        self.assertEqual(received.wait_for(4), ["m1", "m2", "m4", "m5"])
+        gap = errors.wait_for(1)[0]
+        self.assertEqual((gap.code, gap.missed_message_count), (WormholeError.MESSAGES_LOST, 1))
+        self.assertEqual(str(gap), "1 message of 'note' (3...3) are missing from the log: removed by something that "
+                                   "changed the file outside the protocol")
+
+    def test_a_gap_below_the_log_s_base_names_the_backlog_cap(self) -> None:
+        wormhole = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=2))
+        self.addCleanup(wormhole.close)
+        for index in range(1, 11):
+            wormhole.pass_message(f"m{index}", "note")
+        errors = Collector()
+        token = wormhole.listen_for_message("note", lambda _: None, start="after:1", on_error=errors.append)
+        self.addCleanup(token.cancel)
+        gap = errors.wait_for(1)[0]
+        self.assertIn("were compacted away before this listener read them: it fell behind by more than the backlog cap",
+                      str(gap))
+
+
 class DurableTests(ScratchTestCase):
     CHILD = ("import sys, wormhole\n"
              "w = wormhole.Wormhole(directory=sys.argv[1])\n"

@@ -205,7 +205,7 @@ class Claim:
         temporary = "." + self.name
         try:
             fcntl.flock(directory, fcntl.LOCK_SH)                                  # P3
-            self.fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=directory)
+            self.fd = container.create_file(temporary, directory)
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX)                                # P4
                 os.rename(temporary, self.name, src_dir_fd=directory, dst_dir_fd=directory)   # P5
@@ -249,6 +249,19 @@ class Claim:
             self.fd = None
 
 
+class NoClaim:
+    """The claim of a reader whose durable position is its claim: nothing to write."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def update(self, delivered: int, log_id: int, force: bool = False) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class DurablePosition:
     """§12.4: a durable listener's position, locked while it runs, kept when it stops."""
 
@@ -258,7 +271,7 @@ class DurablePosition:
         if directory is None:
             raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
                                 f"cannot create the listener claims of '{identifier}'", path=container.path)
-        self.name, self.identifier = name, identifier
+        self.name, self.identifier, self.container = name, identifier, container
         file = DURABLE_PREFIX + name
         self.path = container.file_path(CLAIMS + "/" + identifier + "/" + file)
         self.namespace = pid_namespace()
@@ -331,7 +344,7 @@ class DurablePosition:
             raise self._failure("lock the listener claims of", error) from None
         try:
             try:
-                fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=directory)
+                fd = self.container.create_file(temporary, directory)
             except OSError as error:
                 raise self._failure("create the durable position", error) from None
             try:
@@ -473,13 +486,6 @@ def identifiers_with_listeners(container: ContainerDirectory) -> List[str]:
     except OSError as error:
         raise WormholeError.system("open", error, container.file_path(CLAIMS)) from None
     try:
-        names = []
-        for name in os.listdir(top):
-            try:
-                identifiers.validate(name)
-                names.append(name)
-            except WormholeError:
-                pass
-        return sorted(names)
+        return identifiers.valid(os.listdir(top))
     finally:
         os.close(top)

@@ -11,16 +11,18 @@ import threading
 import time
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union
 
-from . import claims, coding, identifiers, inotify, resolution
+from . import claims, coding, identifiers, queues, requesting, resolution
 from .configuration import DEFAULT, Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
-from .format import KIND_NAMES, LOG_SUFFIX, MAXIMUM_PAYLOAD, Record, find_tail
+from .format import KIND_JSON, KIND_NAMES, KIND_TEXT, LOG_SUFFIX, ROLE_ERROR_REPLY, ROLE_REPLY, ROLE_REQUEST, Record
 from .notifications import NotificationCenter
-from .reader import Cursor, StartingPoint, open_log, read_all, read_latest
+from .reader import Cursor, StartingPoint, log_summary, read_all, read_latest
+from .subscription import LogSubscription
+from .work_queues import WorkQueueMember, WorkQueueOptions
 from .writer import Writer
 
-__all__ = ["Wormhole", "ListenerToken", "MessageStream"]
+__all__ = ["Wormhole", "ListenerToken", "MessageStream", "WorkQueueMember", "WorkQueueOptions"]
 
 _log = logging.getLogger("Wormhole")
 Start = Union[StartingPoint, str]
@@ -29,6 +31,18 @@ ErrorHandler = Callable[[WormholeError], None]
 
 def _log_error(error: WormholeError) -> None:
     _log.warning("%s", error)
+
+
+def _kind_number(kind: Union[int, str]) -> int:
+    """0, 1, 2 for "data", "text", "json" (or the number itself)."""
+    if isinstance(kind, str):
+        names = {name: number for number, name in KIND_NAMES.items()}
+        if kind not in names:
+            raise WormholeError(WormholeError.ENCODING_FAILED, f"unknown payload kind '{kind}': data, text or json")
+        return names[kind]
+    if kind not in KIND_NAMES:
+        raise WormholeError(WormholeError.ENCODING_FAILED, f"unknown payload kind {kind}: 0, 1 or 2")
+    return kind
 
 
 class Wormhole:
@@ -65,7 +79,8 @@ class Wormhole:
         self.container = ContainerDirectory(path)
         self._writers: Dict[str, Writer] = {}
         self._lock = threading.Lock()
-        self._tokens: List["ListenerToken"] = []
+        self._tokens: List[LogSubscription] = []
+        self._routers: Dict[str, requesting.ReplyRouter] = {}
         self._notifications: Optional[NotificationCenter] = None
 
     @property
@@ -78,6 +93,7 @@ class Wormhole:
         for token in list(self._tokens):
             token.cancel()
         with self._lock:
+            self._routers.clear()
             for writer in self._writers.values():
                 writer.close()
             self._writers.clear()
@@ -113,13 +129,7 @@ class Wormhole:
                      time_to_live: Optional[float] = None) -> int:
         """Passes bytes with an explicit kind ("data", "text", "json" or 0, 1, 2)."""
         identifiers.validate(identifier)
-        if isinstance(kind, str):
-            names = {name: number for number, name in KIND_NAMES.items()}
-            if kind not in names:
-                raise WormholeError(WormholeError.ENCODING_FAILED, f"unknown payload kind '{kind}': data, text or json")
-            kind = names[kind]
-        if kind not in KIND_NAMES:
-            raise WormholeError(WormholeError.ENCODING_FAILED, f"unknown payload kind {kind}: 0, 1 or 2")
+        kind = _kind_number(kind)
         payload = bytes(payload)
         coding.check_payload(kind, payload, identifier)
         return self._append(identifier, kind, payload, time_to_live)
@@ -132,6 +142,15 @@ class Wormhole:
                                     f"a time to live is positive, not {time_to_live}")
             expires = time.time_ns() + int(time_to_live * 1e9)
         return self._writer(identifier).append(kind, payload, expires_ns=expires)   # type: ignore[return-value]
+
+    def _pass_record(self, identifier: str, kind: int, payload: bytes, role: int, correlation: int,
+                     expires_ns: int) -> int:
+        """Passes a request or a reply: the record's role, correlation and expiry (§8.1)."""
+        return self._writer(identifier).append(kind, payload, expires_ns=expires_ns, correlation=correlation,
+                                               role=role)                                 # type: ignore[return-value]
+
+    def _pass_json(self, identifier: str, payload: bytes) -> int:
+        return self._writer(identifier).append(KIND_JSON, payload)                       # type: ignore[return-value]
 
     def message(self, identifier: str) -> Any:
         """The latest message of ``identifier`` (bytes, str or the parsed JSON), or None."""
@@ -161,38 +180,183 @@ class Wormhole:
 
     def identifiers(self) -> List[str]:
         """The identifiers that have a log in the container."""
-        result = []
-        for name in self.container.entries():
-            if name.endswith(LOG_SUFFIX):
-                identifier = name[:-len(LOG_SUFFIX)]
-                try:
-                    identifiers.validate(identifier)
-                except WormholeError:
-                    continue
-                result.append(identifier)
-        return sorted(result)
+        return identifiers.valid(name[:-len(LOG_SUFFIX)] for name in self.container.entries()
+                                 if name.endswith(LOG_SUFFIX))
 
     # Listening
 
-    def listen_for_message(self, identifier: str, callback: Callable[[Any], None], *, start: Start = "now",
+    def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
                            durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
-                           records: bool = False) -> "ListenerToken":
+                           records: bool = False, work_queue: Optional[str] = None,
+                           options: Optional[WorkQueueOptions] = None) -> Any:
         """Calls ``callback`` with each message passed to ``identifier`` (the decoded value;
         the Record itself with ``records=True``), on a thread of its own, in order, once
         each. ``start``: "now" (default), "latest", "history" or
         ``StartingPoint.after(n)``. With ``durable_name``, it resumes after the last
         message it handled, across restarts. Errors (a gap, a damaged record, one that
-        does not decode) go to ``on_error`` (logged by default); listening goes on."""
+        does not decode) go to ``on_error`` (logged by default); listening goes on.
+        Returns a ``ListenerToken``.
+
+        With ``work_queue`` (a name), it joins that work queue of ``identifier`` instead
+        (Protocol.md §18) and returns a ``WorkQueueMember``: each message goes to exactly
+        one live member of the queue, in whatever process or language. It counts as
+        handled when ``callback`` returns; if ``callback`` raises (or the message does
+        not decode), or the member's process ends while it runs, the message is handed
+        out again, up to ``options.maximum_deliveries`` times, then passed to the
+        dead-letter identifier (``<identifier>.dead-letters``) as the Swift
+        ``WormholeDeadLetter`` JSON. With ``records=True`` the callback receives the
+        Record and how many times it was handed out (1 the first time). Where a new
+        queue starts is ``options.start`` ("history" by default), not ``start``."""
         identifiers.validate(identifier)
+        if work_queue is not None:
+            if durable_name is not None:
+                raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                    f"a member of the work queue '{work_queue}' has no durable name: the queue keeps "
+                                    f"its position")
+            if records:
+                handler = callback
+            else:
+                def handler(record: Record, deliveries: int) -> None:
+                    callback(coding.decode(record))
+            member = WorkQueueMember(self, identifier, work_queue, options or WorkQueueOptions(), handler,
+                                     on_error or _log_error)
+            with self._lock:
+                self._tokens.append(member)
+            return member
+        if options is not None:
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION, "options are those of a work queue: give work_queue")
         token = ListenerToken(self, identifier, callback, StartingPoint.parse(start), durable_name,
                               on_error or _log_error, records)
         with self._lock:
             self._tokens.append(token)
         return token
 
+    def _forget(self, token: LogSubscription) -> None:
+        with self._lock:
+            if token in self._tokens:
+                self._tokens.remove(token)
+
+    def work_queues(self, identifier: Optional[str] = None) -> List[queues.WorkQueueStatus]:
+        """The work queues of ``identifier`` (of every identifier when None): members,
+        pending and in-flight messages, and what was acknowledged, dead-lettered, expired
+        and lost (the Swift ``workQueues(identifier:)``)."""
+        if identifier is not None:
+            identifiers.validate(identifier)
+        return queues.statuses(self.container, identifier)
+
+    # Requests and replies
+
+    def request(self, message: Any, identifier: str, timeout: float = 5.0) -> Any:
+        """Passes ``message`` under ``identifier`` as a request and waits for one
+        responder's reply (bytes, str or the parsed JSON), at most ``timeout`` seconds on
+        the monotonic clock (Protocol.md §19). Replies are matched by a random 64-bit
+        correlation, so concurrent requests never receive each other's; the request
+        expires with its timeout, so a responder that starts later does not answer it.
+
+        Raises WormholeError: ``TIMED_OUT`` (the message says whether any responder
+        serves the identifier), ``REQUEST_FAILED`` with what the responder said when its
+        handler raised, ``DECODING_FAILED``, or what passing the request raised."""
+        kind, payload = coding.encode(message, identifier)
+        return coding.decode(self.request_record(payload, kind, identifier, timeout))
+
+    async def request_async(self, message: Any, identifier: str, timeout: float = 5.0) -> Any:
+        """``request`` for asyncio: waits on a thread of the loop's executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: self.request(message, identifier, timeout))
+
+    def request_record(self, payload: bytes, kind: Union[int, str], identifier: str, timeout: float = 5.0) -> Record:
+        """A request of bytes already encoded ("data", "text", "json" or 0, 1, 2); returns
+        the reply's Record (its bytes, kind, and the responder's process)."""
+        identifiers.validate(identifier)
+        if not isinstance(timeout, (int, float)) or not 0 < timeout < 1e9:
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                f"a request's timeout must be a positive number of seconds, not {float(timeout)}")
+        kind = _kind_number(kind)
+        payload = bytes(payload)
+        coding.check_payload(kind, payload, identifier)
+        router = self._router(identifier)                                                    # Q1
+        correlation = requesting.new_correlation()
+        pending = requesting.PendingReply(correlation)
+        router.add(pending)
+        try:
+            self._pass_record(identifier, kind, payload, ROLE_REQUEST, correlation,
+                              requesting.deadline_ns(timeout))                                # Q2
+        except BaseException as error:
+            router.finish(correlation, error if isinstance(error, WormholeError) else
+                          WormholeError(WormholeError.SYSTEM_ERROR, str(error)))
+            raise
+        # Counted from the pass, as the request's expiry is: a requester gives up only once
+        # no responder would answer any more.
+        deadline = time.monotonic() + timeout
+        while not pending.wait(max(0.0, deadline - time.monotonic())):                        # Q3
+            if time.monotonic() >= deadline:
+                router.finish(correlation, requesting.timed_out(identifier, timeout, self))   # Q4
+        outcome = pending.outcome
+        if isinstance(outcome, WormholeError):
+            raise outcome
+        assert outcome is not None
+        if outcome.role == ROLE_ERROR_REPLY:
+            raise requesting.failed(identifier, outcome)
+        return outcome
+
+    def _router(self, identifier: str) -> requesting.ReplyRouter:
+        with self._lock:
+            router = self._routers.get(identifier)
+            if router is not None and router.is_listening:
+                return router
+        made = requesting.ReplyRouter(self, identifier)
+        with self._lock:
+            router = self._routers.get(identifier)
+            if router is not None and router.is_listening:
+                keep, drop = router, made
+            else:
+                self._routers[identifier] = keep = made
+                drop = None
+        if drop is not None:
+            drop.stop()
+        return keep
+
+    def respond(self, identifier: str, callback: Callable[[Any], Any], *, records: bool = False,
+                on_error: Optional[ErrorHandler] = None) -> WorkQueueMember:
+        """Serves ``identifier``: ``callback`` is called with each request this responder
+        receives (the decoded value), and what it returns is the reply (encoded as
+        ``pass_message`` encodes). What it raises reaches the requester as a
+        ``REQUEST_FAILED`` error carrying its text. With ``records=True`` it receives the
+        request's Record and returns ``(payload, kind)``.
+
+        A responder is a member of the identifier's work queue ``responders``: a request
+        whose responder dies before replying goes to another (or, after 3 tries, to
+        ``<identifier>.dead-letters``); a request whose requester gave up is not answered.
+        Messages of the identifier that are not requests are skipped. ``cancel()`` on the
+        returned member stops it."""
+        identifiers.validate(identifier)
+        replies = requesting.replies_identifier(identifier)
+        identifiers.validate(replies, "reply identifier")
+
+        def handler(record: Record, deliveries: int) -> None:
+            # Only requests are answered; anything else under the identifier is someone
+            # else's message.
+            if record.role != ROLE_REQUEST or record.correlation == 0:
+                return
+            try:
+                if records:
+                    payload, kind = callback(record)
+                    kind = _kind_number(kind)
+                    payload = bytes(payload)
+                else:
+                    kind, payload = coding.encode(callback(coding.decode(record)), replies)
+                role = ROLE_REPLY
+            except Exception as error:
+                kind, payload, role = KIND_TEXT, (str(error) or type(error).__name__).encode("utf-8"), ROLE_ERROR_REPLY
+            self._pass_record(replies, kind, payload, role, record.correlation, record.expires_ns)
+
+        options = WorkQueueOptions(maximum_deliveries=3, start="history")
+        return self.listen_for_message(identifier, handler, records=True, work_queue=requesting.RESPONDERS_QUEUE,
+                                       options=options, on_error=on_error)
+
     def stop_listening_for_message(self, identifier: str) -> None:
         """Cancels this wormhole's listeners of ``identifier``."""
-        for token in [t for t in self._tokens if t.identifier == identifier]:
+        for token in [t for t in list(self._tokens) if t.identifier == identifier]:
             token.cancel()
 
     def messages(self, identifier: str, *, start: Start = "now", durable_name: Optional[str] = None,
@@ -214,16 +378,7 @@ class Wormhole:
         result: List[claims.ListenerStatus] = []
         for name in names:
             identifiers.validate(name)
-            log_id, last = 0, 0
-            opened = open_log(self.container, name)
-            if opened is not None:
-                fd, status, header = opened
-                try:
-                    if header is not None:
-                        log_id = header.log_id
-                        last = find_tail(fd, status.st_size, header, MAXIMUM_PAYLOAD).last_sequence
-                finally:
-                    os.close(fd)
+            log_id, last = log_summary(self.container, name) or (0, 0)
             result.extend(claims.listener_statuses(self.container, name, log_id, last))
         return result
 
@@ -244,20 +399,18 @@ class Wormhole:
             return self._notifications
 
 
-class ListenerToken:
-    """One listener; ``cancel()`` stops it (and waits for its callback to return, unless
-    called from that callback)."""
+class ListenerToken(LogSubscription):
+    """One listener; ``cancel()`` stops it alone (and waits for its callback to return,
+    unless called from that callback); its claim is withdrawn, a durable position stays."""
+
+    SAFETY_WAKE = 5.0
+    """Seconds after which a listener reads although inotify said nothing."""
 
     def __init__(self, wormhole: Wormhole, identifier: str, callback: Callable[[Any], None], start: StartingPoint,
                  durable_name: Optional[str], on_error: ErrorHandler, records: bool) -> None:
-        self.wormhole, self.identifier = wormhole, identifier
+        super().__init__(wormhole, identifier)                                            # S1, §4.1
         self.callback, self.on_error, self.records = callback, on_error, records
-        self._wake = threading.Event()
-        self._stopped = False
-        self._replaced = False
         container = wormhole.container
-        self._name = identifier + LOG_SUFFIX
-        self._watch = inotify.Watch(container.fd, container.path, self._events)           # S1
         durable = None
         try:
             if durable_name is not None:
@@ -268,38 +421,15 @@ class ListenerToken:
                 durable.close()
             self._watch.close()
             raise
-        self._thread = threading.Thread(target=self._run, name=f"wormhole-listener-{identifier}", daemon=True)
-        self._thread.start()
-
-    def _events(self, events: List[inotify.Event]) -> None:
-        for mask, name in events:
-            if mask & inotify.IN_Q_OVERFLOW:
-                self._replaced = True
-            elif not name and inotify.directory_gone(mask):
-                self._replaced = True
-                try:
-                    if self.wormhole.container.refresh():
-                        self._watch.rewatch(self.wormhole.container.fd)
-                except WormholeError:
-                    pass
-            elif name == self._name:
-                if mask & (inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO):
-                    self._replaced = True
-                elif not mask & inotify.IN_MODIFY:
-                    continue
-            else:
-                continue
-            self._wake.set()
+        self._start(f"wormhole-listener-{identifier}")
 
     def _run(self) -> None:
         cursor = self.cursor
-        durable = cursor.durable
         try:
             while not self._stopped:
-                if self._replaced:
-                    self._replaced = False
+                if self._take_replaced():
                     cursor.invalidate()
-                items = cursor.read(one_log=durable is not None)                         # S5
+                items = cursor.read(one_log=cursor.durable is not None)                  # S5
                 for item in items:
                     if self._stopped:
                         return
@@ -310,43 +440,22 @@ class ListenerToken:
                             self.on_error(error)
                         except Exception:
                             _log.exception("a listener of '%s' raised", self.identifier)
-                        if durable is not None:
+                        if cursor.durable is not None:
                             try:
-                                durable.store(item.sequence, cursor.log_id or 0)         # D5
+                                cursor.durable.store(item.sequence, cursor.log_id or 0)  # D5
                             except WormholeError as error:
                                 self.on_error(error)
                     else:
                         self.on_error(item)
                 if getattr(cursor, "more", False):
                     continue
-                # The wake-up is inotify; the timeout is a safety net only.
-                self._wake.wait(5.0)
+                # The wake-up is inotify (the container's watch and its parent's); the
+                # timeout is a safety net only.
+                self._wake.wait(self.SAFETY_WAKE)
                 self._wake.clear()
         finally:
             self._watch.close()
             cursor.close()
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self._stopped
-
-    def cancel(self) -> None:
-        """Stops this listener alone; its claim is withdrawn (a durable position stays)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._wake.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
-        with self.wormhole._lock:
-            if self in self.wormhole._tokens:
-                self.wormhole._tokens.remove(self)
-
-    def __enter__(self) -> "ListenerToken":
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.cancel()
 
 
 _END = object()

@@ -13,7 +13,7 @@ from typing import Any, Tuple
 from .errors import WormholeError
 from .format import KIND_DATA, KIND_JSON, KIND_TEXT, Record
 
-__all__ = ["encode", "decode", "iso8601"]
+__all__ = ["encode", "decode", "iso8601", "iso8601_ns"]
 
 
 def iso8601(value: datetime.datetime) -> str:
@@ -25,6 +25,14 @@ def iso8601(value: datetime.datetime) -> str:
         moment = moment.replace(microsecond=0) + datetime.timedelta(seconds=1)
         milliseconds = 0
     return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{milliseconds:03d}Z"
+
+
+def iso8601_ns(nanoseconds: int) -> str:
+    """A date given in nanoseconds since 1970 as the Swift library writes it: rounded to
+    the nearest millisecond, UTC, 'Z'."""
+    milliseconds = (nanoseconds + 500_000) // 1_000_000
+    whole = datetime.datetime.fromtimestamp(milliseconds // 1000, tz=datetime.timezone.utc)
+    return whole.strftime("%Y-%m-%dT%H:%M:%S") + f".{milliseconds % 1000:03d}Z"
 
 
 def _default(value: Any) -> Any:

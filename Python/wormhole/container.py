@@ -4,14 +4,16 @@ descriptor, never by a path that could be redirected (Protocol.md §4)."""
 from __future__ import annotations
 
 import errno
+import grp
 import os
+import pwd
 import stat
 import threading
 from typing import List, Optional, Tuple
 
 from .errors import WormholeError
 
-__all__ = ["ContainerDirectory", "check_ownership", "make_directories", "symbolic_link_refused"]
+__all__ = ["Access", "ContainerDirectory", "check_ownership", "make_directories", "symbolic_link_refused"]
 
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -32,21 +34,145 @@ def symbolic_link_refused(path: str) -> WormholeError:
                          f"messages. Remove the link or pass the real directory", path=path)
 
 
-def check_ownership(status: os.stat_result, path: str) -> None:
-    """A directory owned by this user that no other user may write to (§4)."""
-    if not stat.S_ISDIR(status.st_mode):
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except (KeyError, OverflowError):
+        return str(gid)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
+def _is_member(gid: int) -> bool:
+    return os.getegid() == gid or gid in os.getgroups()
+
+
+class Access:
+    """Who may use a container (Protocol.md §4, §4.2; the Swift ``ContainerAccess``): one
+    Unix user (``group`` None: files 0600, directories 0700), or the members of one Unix
+    group (a group shared by ``wormhole share``: files 0660, directories 2770, given with
+    fchmod right after they are made, whatever the umask)."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: Optional[int] = None) -> None:
+        self.group = group
+
+    @property
+    def shared(self) -> bool:
+        return self.group is not None
+
+    @property
+    def file_mode(self) -> int:
+        return 0o660 if self.shared else 0o600
+
+    @property
+    def directory_mode(self) -> int:
+        return 0o2770 if self.shared else 0o700
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Access) and other.group == self.group
+
+    def __repr__(self) -> str:
+        return "Access.personal" if self.group is None else f"Access.shared(group={self.group})"
+
+    @staticmethod
+    def of(status: os.stat_result, path: str) -> "Access":
+        """The access the directory ``status`` describes gives this process, or the error
+        that says why it may not be used."""
+        if not stat.S_ISDIR(status.st_mode):
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"container '{path}' is not a directory; move that file away", path=path)
+        me = os.geteuid()
+        owner, mode = status.st_uid, stat.S_IMODE(status.st_mode)
+        if owner == me and mode & 0o022 == 0:
+            return Access()
+        if mode & 0o2070 == 0o2070 and mode & 0o007 == 0 and owner in (me, 0):
+            group = status.st_gid
+            if me != 0 and not _is_member(group):
+                name = _group_name(group)
+                raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                    f"container '{path}' is shared with Unix group {name} (gid {group}), and this user "
+                                    f"(uid {me}) is not a member: ask an administrator to add it ('usermod -aG {name} "
+                                    f"{_user_name(me)}'), then log in again", path=path)
+            return Access(group)
+        if owner != me:
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"container '{path}' belongs to user {owner}, not to this user ({me}); another user may "
+                                f"have created it to read your messages. Remove it, or choose another directory. To "
+                                f"share a group between users, an administrator runs 'wormhole share GROUP "
+                                f"--unix-group NAME'", path=path)
         raise WormholeError(WormholeError.CONTAINER_INSECURE,
-                            f"container '{path}' is not a directory; move that file away", path=path)
-    me = os.geteuid()
-    if status.st_uid != me:
-        raise WormholeError(WormholeError.CONTAINER_INSECURE,
-                            f"container '{path}' belongs to user {status.st_uid}, not to this user ({me}); another "
-                            f"user may have created it to read your messages. Remove it, or choose another directory",
-                            path=path)
-    if status.st_mode & 0o022:
-        raise WormholeError(WormholeError.CONTAINER_INSECURE,
-                            f"container '{path}' has mode {stat.S_IMODE(status.st_mode):o}: other users may write to "
-                            f"it. Run 'chmod go-w {path}' or choose another directory", path=path)
+                            f"container '{path}' has mode {mode:o}: other users may write to it. Run 'chmod go-w "
+                            f"{path}' or choose another directory; to share a group between users, an administrator "
+                            f"runs 'wormhole share GROUP --unix-group NAME'", path=path)
+
+    def check_subdirectory(self, status: os.stat_result, path: str) -> None:
+        """A directory Wormhole made in the container (``.listeners``, ``.queues``, ...):
+        this user's with no write for others in a personal container; the container's
+        group and nothing for others in a shared one."""
+        if not self.shared:
+            if Access.of(status, path).shared:
+                raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                    f"'{path}' is shared with a group, but its container is private to this user; "
+                                    f"remove it", path=path)
+            return
+        if not stat.S_ISDIR(status.st_mode):
+            raise WormholeError(WormholeError.CONTAINER_INSECURE, f"'{path}' is not a directory; move that file away",
+                                path=path)
+        if status.st_gid != self.group or status.st_mode & 0o002:
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"'{path}' has group {status.st_gid} and mode {stat.S_IMODE(status.st_mode):o}, but its "
+                                f"shared container has group {self.group} and gives others nothing; remove it",
+                                path=path)
+
+    def settle(self, fd: int, status: Optional[os.stat_result] = None, directory: bool = False) -> None:
+        """Gives a file or directory this process has just made the container's mode in a
+        shared container (one fchmod, only when needed); nothing in a personal one."""
+        if not self.shared:
+            return
+        wanted = self.directory_mode if directory else self.file_mode
+        if status is not None and (stat.S_IMODE(status.st_mode) == wanted or status.st_uid != os.geteuid()):
+            return
+        try:
+            os.fchmod(fd, wanted)
+        except OSError:
+            pass
+
+    def check_parent(self, status: os.stat_result, parent_path: str, path: str) -> None:
+        """§4 Parent: nobody but this user or root may replace the container."""
+        sticky = status.st_mode & stat.S_ISVTX
+        others_may_write = status.st_mode & 0o022
+        someone_else = status.st_uid not in (os.geteuid(), 0)
+        mode = stat.S_IMODE(status.st_mode)
+        if self.shared and (others_may_write or someone_else):
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"the parent of shared container '{path}', '{parent_path}', has owner {status.st_uid} "
+                                f"and mode {mode:o}: a member could replace the container. A shared container's parent "
+                                f"is root's and writable by its owner alone; 'wormhole share' makes one",
+                                path=parent_path)
+        if others_may_write and not sticky:
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"the parent of container '{path}', '{parent_path}', has mode {mode:o} without the "
+                                f"sticky bit: another user could replace the container with one of hers. Run 'chmod +t "
+                                f"{parent_path}' or 'chmod go-w {parent_path}', or choose another directory",
+                                path=parent_path)
+        if someone_else:
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"the parent of container '{path}', '{parent_path}', belongs to user {status.st_uid}: "
+                                f"that user could replace the container. Choose a directory under one of your own",
+                                path=parent_path)
+
+
+def check_ownership(status: os.stat_result, path: str) -> "Access":
+    """A directory this process may use as a container: its own and private, or shared
+    with a Unix group it is in (§4); returns which."""
+    return Access.of(status, path)
 
 
 def _unavailable(path: str, error: OSError) -> WormholeError:
@@ -72,14 +198,18 @@ def make_directories(path: str, including_last: bool = True) -> None:
 
 class ContainerDirectory:
     """The container, held open. ``refresh()`` opens the directory at the path again when
-    it is no longer the held one (deleted, moved, replaced)."""
+    it is no longer the held one (deleted, moved, replaced); ``generation`` counts those
+    openings, so that what was made in the old directory (a claim) is made again.
+    ``access`` says who may use it (``Access``): files and directories are made with its
+    modes."""
 
     def __init__(self, path: str) -> None:
         self.path = self.normalize(path)
         self._lock = threading.Lock()
         self._retired: List[int] = []
-        self.fd, status = self._open(self.path)
+        self.fd, status, self.access = self._open(self.path)
         self.inode = (status.st_dev, status.st_ino)
+        self.generation = 1
 
     @staticmethod
     def normalize(path: str) -> str:
@@ -98,7 +228,10 @@ class ContainerDirectory:
         return "/" + "/".join(components)
 
     @staticmethod
-    def _open(path: str) -> Tuple[int, os.stat_result]:
+    def _open(path: str, create: bool = True) -> Tuple[int, os.stat_result, Access]:
+        """Opens the directory at ``path`` through its parent (creating what is missing)
+        and checks it and its parent (§4). A directory in a shared container (a shared
+        group's optional directory) is shared as its parent is: made 2770 with its group."""
         if path == "/":
             raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                 "the root directory cannot be a container; choose a directory of your own", path=path)
@@ -107,21 +240,36 @@ class ContainerDirectory:
         try:
             parent = os.open(parent_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
+            if not create:
+                raise _unavailable(path, FileNotFoundError(errno.ENOENT, "")) from None
             make_directories(parent_path)
             try:
                 parent = os.open(parent_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as error:
                 raise _unavailable(path, error) from None
+        except PermissionError as error:
+            # A directory in a shared container of a group this user is not in: say so.
+            ContainerDirectory._explain_refusal(parent_path)
+            raise _unavailable(path, error) from None
         except OSError as error:
             raise _unavailable(path, error) from None
         try:
-            ContainerDirectory._check_parent(os.fstat(parent), parent_path, path)
+            parent_status = os.fstat(parent)
             try:
-                os.mkdir(name, 0o700, dir_fd=parent)
-            except FileExistsError:
-                pass
-            except OSError as error:
-                raise _unavailable(path, error) from None
+                shared_parent: Optional[Access] = Access.of(parent_status, parent_path)
+                if not shared_parent.shared:        # type: ignore[union-attr]
+                    shared_parent = None
+            except WormholeError:
+                shared_parent = None
+            if create:
+                try:
+                    os.mkdir(name, shared_parent.directory_mode if shared_parent else 0o700, dir_fd=parent)
+                except FileExistsError:
+                    pass
+                except PermissionError:
+                    pass        # the open below says why (a shared container of another group)
+                except OSError as error:
+                    raise _unavailable(path, error) from None
             try:
                 fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
             except OSError as error:
@@ -136,36 +284,39 @@ class ContainerDirectory:
                     raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                         f"container '{path}' is not a directory; move that file away",
                                         path=path) from None
+                if error.errno == errno.EACCES:
+                    ContainerDirectory._explain_refusal(path)
                 raise _unavailable(path, error) from None
         finally:
             os.close(parent)
         try:
             status = os.fstat(fd)
-            check_ownership(status, path)
+            if shared_parent is not None:
+                if stat.S_IMODE(status.st_mode) != shared_parent.directory_mode:
+                    shared_parent.settle(fd, status, directory=True)
+                    status = os.fstat(fd)
+                shared_parent.check_subdirectory(status, path)
+                return fd, status, shared_parent
+            access = Access.of(status, path)
+            access.check_parent(parent_status, parent_path, path)
         except BaseException:
             os.close(fd)
             raise
-        return fd, status
+        return fd, status, access
 
     @staticmethod
-    def _check_parent(status: os.stat_result, parent_path: str, path: str) -> None:
-        sticky = status.st_mode & stat.S_ISVTX
-        others_may_write = status.st_mode & 0o022
-        if others_may_write and not sticky:
-            raise WormholeError(WormholeError.CONTAINER_INSECURE,
-                                f"the parent of container '{path}', '{parent_path}', has mode "
-                                f"{stat.S_IMODE(status.st_mode):o} without the sticky bit: another user could replace "
-                                f"the container with one of hers. Run 'chmod +t {parent_path}' or 'chmod go-w "
-                                f"{parent_path}', or choose another directory", path=parent_path)
-        if status.st_uid not in (os.geteuid(), 0):
-            raise WormholeError(WormholeError.CONTAINER_INSECURE,
-                                f"the parent of container '{path}', '{parent_path}', belongs to user {status.st_uid}: "
-                                f"that user could replace the container. Choose a directory under one of your own",
-                                path=parent_path)
+    def _explain_refusal(path: str) -> None:
+        """Raises the error that says why this user may not open ``path`` (a shared
+        container of a group it is not in), when that is why."""
+        try:
+            status = os.lstat(path)
+        except OSError:
+            return
+        Access.of(status, path)
 
     def refresh(self, create: bool = True) -> bool:
         """Opens the directory at the path when it is not the held one (creating it when
-        missing); returns whether it changed."""
+        missing, unless ``create`` is False); returns whether it changed."""
         try:
             status: Optional[os.stat_result] = os.lstat(self.path)
         except OSError:
@@ -175,11 +326,12 @@ class ContainerDirectory:
                 return False
         if status is None and not create:
             return False
-        fd, opened = self._open(self.path)
+        fd, opened, access = self._open(self.path)
         with self._lock:
             # Another thread may be in a call with the old descriptor: kept until close().
             self._retired.append(self.fd)
-            self.fd, self.inode = fd, (opened.st_dev, opened.st_ino)
+            self.fd, self.inode, self.access = fd, (opened.st_dev, opened.st_ino), access
+            self.generation += 1
         return True
 
     def close(self) -> None:
@@ -200,7 +352,7 @@ class ContainerDirectory:
         an error. Returns (fd, stat), or None when it does not exist and is not created."""
         flags = _FILE_FLAGS | (os.O_RDWR if write or create else os.O_RDONLY) | (os.O_CREAT if create else 0)
         try:
-            fd = os.open(name, flags, 0o600, dir_fd=self.fd)
+            fd = os.open(name, flags, self.access.file_mode, dir_fd=self.fd)
         except FileNotFoundError as error:
             if not create:
                 return None
@@ -219,6 +371,8 @@ class ContainerDirectory:
             raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                 f"'{self.file_path(name)}' is not a regular file ({_kind(status.st_mode)}); Wormhole "
                                 f"neither reads nor waits on it. Remove it", path=self.file_path(name))
+        if create:
+            self.access.settle(fd, status)
         return fd, status
 
     def file_error(self, name: str, error: OSError) -> WormholeError:
@@ -243,19 +397,28 @@ class ContainerDirectory:
             except OSError:
                 pass
             try:
-                return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o600, dir_fd=self.fd)
+                return self.create_file(name, self.fd)
             except FileExistsError:
                 continue
         raise WormholeError(WormholeError.CONTAINER_INSECURE,
                             f"'{self.file_path(name)}' keeps reappearing while Wormhole creates it; another process is "
                             f"interfering with the container", path=self.file_path(name))
 
+    def create_file(self, name: str, directory_fd: int) -> int:
+        """Creates ``name`` in ``directory_fd`` (the container or one of its directories)
+        with O_EXCL and the container's file mode, whatever the umask. OSError as raised."""
+        access = self.access
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, access.file_mode, dir_fd=directory_fd)
+        access.settle(fd)
+        return fd
+
     def subdirectory(self, parent_fd: int, name: str, path: str, create: bool) -> Optional[int]:
-        """mkdirat (0700) when asked, then opened without following a link and checked
-        like the container. None when missing and not created."""
+        """mkdirat (0700, or 2770 in a shared container) when asked, then opened without
+        following a link and checked as ``Access`` says. None when missing and not created."""
+        access = self.access
         if create:
             try:
-                os.mkdir(name, 0o700, dir_fd=parent_fd)
+                os.mkdir(name, access.directory_mode, dir_fd=parent_fd)
             except FileExistsError:
                 pass
             except OSError as error:
@@ -270,7 +433,11 @@ class ContainerDirectory:
                                     f"'{path}' is a symbolic link or not a directory; remove it", path=path) from None
             raise WormholeError.system("open", error, path) from None
         try:
-            check_ownership(os.fstat(fd), path)
+            status = os.fstat(fd)
+            if create and access.shared and stat.S_IMODE(status.st_mode) != access.directory_mode:
+                access.settle(fd, status, directory=True)
+                status = os.fstat(fd)
+            access.check_subdirectory(status, path)
         except BaseException:
             os.close(fd)
             raise

@@ -40,6 +40,8 @@ class WormholeError(Exception):
     MESSAGES_LOST = "messagesLost"
     DURABLE_NAME_IN_USE = "durableNameInUse"
     LOG_CHANGED_OUTSIDE_WORMHOLE = "logChangedOutsideWormhole"
+    TIMED_OUT = "timedOut"
+    REQUEST_FAILED = "requestFailed"
     SYSTEM_ERROR = "systemError"
 
     def __init__(self, code: str, message: str, path: Optional[str] = None, errno: Optional[int] = None,

@@ -4,10 +4,11 @@ the container (Protocol.md §6)."""
 from __future__ import annotations
 
 import unicodedata
+from typing import Iterable, List
 
 from .errors import WormholeError
 
-__all__ = ["validate", "MAXIMUM_LENGTH"]
+__all__ = ["validate", "valid", "MAXIMUM_LENGTH"]
 
 MAXIMUM_LENGTH = 200
 _BIDI_FORMATTING = {0x061C, 0x200E, 0x200F} | set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))
@@ -71,3 +72,15 @@ def validate(value: object, kind: str = "identifier") -> bytes:
                             f"{kind} '{_printable(text, escaping_marks=True)}' is not in Unicode Normalization Form C "
                             f"(NFC); write it as '{_printable(composed)}'")
     return raw
+
+
+def valid(names: "Iterable[str]") -> "List[str]":
+    """The names that are valid identifiers, sorted (directory entries, say)."""
+    result = []
+    for name in names:
+        try:
+            validate(name)
+        except WormholeError:
+            continue
+        result.append(name)
+    return sorted(result)

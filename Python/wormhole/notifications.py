@@ -3,7 +3,6 @@ inotify, with an optional 64-bit state value per name (the Darwin notification a
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import threading
@@ -13,6 +12,7 @@ from . import identifiers, inotify
 from .container import ContainerDirectory
 from .errors import WormholeError
 from .format import LOG_SUFFIX, pwrite_all
+from .watching import ContainerWatch
 
 __all__ = ["NotificationCenter", "ObservationToken"]
 
@@ -46,7 +46,7 @@ class NotificationCenter:
         self.container = container
         self._lock = threading.Lock()
         self._observers: Dict[str, list] = {}
-        self._watch: Optional[inotify.Watch] = None
+        self._watch: Optional[ContainerWatch] = None
 
     def post(self, name: str) -> None:
         """N1, N2: sets the times of ``<name>.notification`` (creating it if needed)."""
@@ -100,7 +100,7 @@ class NotificationCenter:
         token = ObservationToken(self, name, callback)
         with self._lock:
             if self._watch is None:
-                self._watch = inotify.Watch(self.container.fd, self.container.path, self._events)
+                self._watch = ContainerWatch(self.container, self._events, self._everything)   # O1, §4.1
             self._observers.setdefault(name, []).append(token)
         return token
 
@@ -122,19 +122,17 @@ class NotificationCenter:
                 self._watch.close()
                 self._watch = None
 
+    def _everything(self) -> None:
+        """O4: the container went away or was replaced (its watch or its parent's says
+        so): every observed name is treated as posted."""
+        self._events([(inotify.IN_Q_OVERFLOW, "")])
+
     def _events(self, events: list) -> None:
         posted = set()
         everything = False
         for mask, file in events:
             if mask & inotify.IN_Q_OVERFLOW:
                 everything = True                                                          # O3
-            elif not file and inotify.directory_gone(mask):
-                everything = True                                                          # O4
-                try:
-                    if self.container.refresh() and self._watch is not None:
-                        self._watch.rewatch(self.container.fd)
-                except WormholeError:
-                    pass
             elif mask & inotify.IN_ATTRIB and file.endswith(SUFFIX):
                 posted.add(file[:-len(SUFFIX)])                                            # O2
             elif mask & inotify.IN_MODIFY and file.endswith(LOG_SUFFIX):

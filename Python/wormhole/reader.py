@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional, Tuple, Union
+from typing import Callable, List, Optional, Tuple, TypeVar, Union
 
 from . import claims
 from .configuration import DEFAULT, Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
-from .format import HEADER_SIZE, LOG_SUFFIX, Header, Item, Record, Walk, find_tail, problem, read_header
+from .format import HEADER_SIZE, LOG_SUFFIX, MAXIMUM_PAYLOAD, Header, Item, Record, Walk, find_tail, problem, read_header
+
+T = TypeVar("T")
 
 
 def open_log(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, os.stat_result, Optional[Header]]]:
@@ -29,16 +31,24 @@ def open_log(container: ContainerDirectory, identifier: str) -> Optional[Tuple[i
     return fd, status, header
 
 
-def read_latest(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT
-                ) -> Optional[Record]:
-    """§11.1: the latest record, or None. One too large for this reader raises."""
+def _with_log(container: ContainerDirectory, identifier: str,
+              body: Callable[[int, os.stat_result, Header], T]) -> Optional[T]:
+    """``body(fd, stat, header)`` on the open log, or None when there is no log (or an
+    empty one)."""
     opened = open_log(container, identifier)
     if opened is None:
         return None
     fd, status, header = opened
     try:
-        if header is None:
-            return None
+        return None if header is None else body(fd, status, header)
+    finally:
+        os.close(fd)
+
+
+def read_latest(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT
+                ) -> Optional[Record]:
+    """§11.1: the latest record, or None. One too large for this reader raises."""
+    def latest(fd: int, status: os.stat_result, header: Header) -> Optional[Record]:
         tail = find_tail(fd, status.st_size, header, configuration.maximum_message_size,
                          container.file_path(identifier + LOG_SUFFIX), identifier)
         if tail.last_record is None or tail.last_sequence <= header.cleared_through:
@@ -48,25 +58,34 @@ def read_latest(container: ContainerDirectory, identifier: str, configuration: C
         if tail.last_record.expired(time.time_ns()):
             return None
         return tail.last_record
-    finally:
-        os.close(fd)
+
+    return _with_log(container, identifier, latest)
+
+
+def log_summary(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, int]]:
+    """(logID, last sequence number) of the log of ``identifier``, or None when there is
+    no log (or an empty one)."""
+    return _with_log(container, identifier, lambda fd, status, header: (
+        header.log_id, find_tail(fd, status.st_size, header, MAXIMUM_PAYLOAD).last_sequence))
+
+
+def read_record(container: ContainerDirectory, identifier: str, sequence: int,
+                configuration: Configuration = DEFAULT) -> Optional[Record]:
+    """The record ``sequence`` of the log, when it is still there (not cleared, not
+    compacted away, not damaged)."""
+    for item in read_all(container, identifier, configuration):
+        if isinstance(item, Record) and item.sequence >= sequence:
+            return item if item.sequence == sequence else None
+    return None
 
 
 def read_all(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT) -> List[Item]:
     """§11.2: every record above clearedThrough, oldest first, and a problem for each
     that cannot be read."""
-    opened = open_log(container, identifier)
-    if opened is None:
-        return []
-    fd, _, header = opened
-    try:
-        if header is None:
-            return []
-        return [item for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
-                                      container.file_path(identifier + LOG_SUFFIX), identifier)
-                if not (isinstance(item, Record) and item.sequence <= header.cleared_through)]
-    finally:
-        os.close(fd)
+    return _with_log(container, identifier, lambda fd, status, header: [
+        item for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
+                              container.file_path(identifier + LOG_SUFFIX), identifier)
+        if not (isinstance(item, Record) and item.sequence <= header.cleared_through)]) or []
 
 
 class StartingPoint:
@@ -134,7 +153,14 @@ class Cursor:
         self.deferred: Optional[WormholeError] = None
         self.started_ns = time.time_ns()
         self.durable = durable
-        self.claim = claims.Claim(container, identifier, configuration.claim_step())     # S2
+        # A queue's reader counts expired messages itself (§18.3): it reads them.
+        self.drops_expired = True
+        # The container's generation when the claim was made: a container replaced since
+        # holds neither the claim nor a durable position; they are made again in it.
+        self.claimed_generation = container.generation
+        # S2; a durable listener's position is its claim (§12.4), as in the Swift library.
+        self.claim = claims.Claim(container, identifier, configuration.claim_step()) if durable is None \
+            else claims.NoClaim(configuration.claim_step())
         try:
             self._look(start)
         except BaseException:
@@ -234,6 +260,7 @@ class Cursor:
                     if self.invalidated and self._open_current():
                         continue
                     return
+                self._adopt(self.header)          # R3, for a file that was empty when opened
             header = self.header
             if self.log_id is None:
                 self.log_id = header.log_id
@@ -247,10 +274,10 @@ class Cursor:
                         continue
                     found = True
                     if not after_damage or not isinstance(item, Record):
-                        self._report_gap(sequence, header.cleared_through, results)         # §11.4
+                        self._report_gap(sequence, header, results)                         # §11.4
                     after_damage = False
                     self.delivered = sequence
-                    if isinstance(item, Record) and item.expired(self.started_ns):
+                    if isinstance(item, Record) and self.drops_expired and item.expired(self.started_ns):
                         continue          # expired before this listener started
                     results.append(item)
                 else:
@@ -326,25 +353,67 @@ class Cursor:
         self.reported_damage = -1
         return header is not None
 
-    def _report_gap(self, sequence: int, cleared_through: int, results: List[Item]) -> None:
-        base = self.delivered if self.sees_cleared else max(self.delivered, cleared_through)
+    def _adopt(self, header: Header) -> None:
+        """R3: a log with another logID was created anew and its numbers restarted:
+        delivered = 0. Also when the file was empty when it was opened (its header is read
+        at a later wake-up): numbering of a log deleted and made again starts at 1 too."""
+        if self.log_id is not None and header.log_id != self.log_id:
+            self.delivered = 0
+            self.sees_cleared = False
+        self.log_id = header.log_id
+
+    def _claim_again_if_replaced(self) -> None:
+        """After the container was replaced, this reader's claim (or durable position) is
+        in the old directory: made again in the new one before its log is opened, as a
+        new listener claims before it looks."""
+        generation = self.container.generation
+        if generation == self.claimed_generation:
+            return
+        if self.durable is None:
+            fresh = claims.Claim(self.container, self.identifier, self.claim.step)
+            self.claim.close()
+            self.claim = fresh
+        else:
+            durable = claims.DurablePosition(self.container, self.identifier, self.durable.name)
+            self.durable.close()
+            self.durable = durable
+        self.claimed_generation = generation
+        self.claim.update(self.delivered, self.log_id or 0, force=True)
+        self._store_durable()
+
+    def _report_gap(self, sequence: int, header: Header, results: List[Item]) -> None:
+        """§11.4: the messages between the last delivered one and ``sequence`` that this
+        reader never saw, unless cleared; why, as the file tells: at or below its base
+        they were compacted away, above it they were removed outside the protocol."""
+        base = self.delivered if self.sees_cleared else max(self.delivered, header.cleared_through)
         if sequence > base + 1:
             lost = sequence - base - 1
+            why = ("were compacted away before this listener read them: it fell behind by more than the backlog cap "
+                   "(Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount), or started before "
+                   "the oldest message kept" if sequence - 1 <= header.base_sequence else
+                   "are missing from the log: removed by something that changed the file outside the protocol")
             results.append(problem(WormholeError.MESSAGES_LOST,
                                    f"{lost} message{'s' if lost != 1 else ''} of '{self.identifier}' "
-                                   f"({base + 1}...{sequence - 1}) were dropped before this listener read them: it "
-                                   f"fell behind by more than the backlog cap (Wormhole.Configuration."
-                                   f"maximumBacklogMessageCount, maximumBacklogByteCount), or started before the "
-                                   f"oldest message kept", sequence=sequence, lost=lost))
+                                   f"({base + 1}...{sequence - 1}) {why}", sequence=sequence, lost=lost))
 
     def _open_current(self) -> bool:
         """R3: once the held file is read to its end, the file at the name now."""
         self.invalidated = False
+        # A listener follows the directory at the path but never makes it: passes and
+        # posts make a removed container again.
         try:
-            self.container.refresh()
+            self.container.refresh(create=False)
         except WormholeError:
             pass
-        opened = open_log(self.container, self.identifier)
+        self._claim_again_if_replaced()
+        try:
+            opened = open_log(self.container, self.identifier)
+        except (OSError, WormholeError):
+            # Out of descriptors, or a file not yet usable at the name (made a moment ago
+            # by a member of a shared group, before its fchmod): the next wake-up tries
+            # again, so no message of the new file is left unread.
+            self.invalidated = True
+            raise
         if opened is None:
             if self.fd is not None:
                 os.close(self.fd)
@@ -356,11 +425,8 @@ class Cursor:
             return False
         if self.fd is not None:
             os.close(self.fd)
-        if header is not None and self.log_id is not None and header.log_id != self.log_id:
-            self.delivered = 0                                            # created anew
-            self.sees_cleared = False
         if header is not None:
-            self.log_id = header.log_id
+            self._adopt(header)
         self.fd, self.header, self.inode = fd, header, (status.st_dev, status.st_ino)
         self.offset = HEADER_SIZE
         self.reported_damage = -1

@@ -7,7 +7,8 @@ of a user meets in one container whatever started it (Protocol.md §4):
 1. an explicit directory (``Wormhole(directory=...)``, not resolved here);
 2. ``$WORMHOLE_APP_GROUPS_DIRECTORY/<group>`` when that variable is set and non-empty;
 3. ``/run/wormhole/app-groups/<group>`` when it exists: a group shared with the members
-   of a Unix group (``wormhole share``), which this package does not use yet: it says so;
+   of a Unix group (``wormhole share``, §4.2); a process outside that group is refused
+   with an error that names the group to join;
 4. the user's own container that exists already: ``/run/user/<uid>/app-groups/<group>``,
    then ``/dev/shm/app-groups-<uid>/<group>``;
 5. when none exists, a new one: ``/run/user/<uid>/app-groups/<group>`` when
@@ -34,8 +35,8 @@ SHARED_GROUPS_DIRECTORY = "/run/wormhole/app-groups"
 
 
 def directory_for_group(application_group_identifier: str, environment: Optional[Mapping[str, str]] = None) -> str:
-    """Resolves, creates if needed (0700) and checks the container of a group; returns
-    its absolute path."""
+    """Resolves, creates if needed (0700) and checks the container of a group (a shared
+    group's is used as it is); returns its absolute path."""
     identifiers.validate(application_group_identifier, "application group identifier")
     environment = os.environ if environment is None else environment
     override = _override(environment)
@@ -46,11 +47,8 @@ def directory_for_group(application_group_identifier: str, environment: Optional
         return path
     shared = SHARED_GROUPS_DIRECTORY + "/" + application_group_identifier
     if _exists(shared):
-        raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
-                            f"'{application_group_identifier}' is shared with the members of a Unix group ({shared}, "
-                            "made by 'wormhole share'); the Python package does not use shared groups yet: "
-                            "give its path as Wormhole(directory=...) only from a process of the group's owner, "
-                            "or use the Swift library or the wormhole command", path=shared)
+        _prepare(shared, create_parents=False)                  # a member's, or an error naming the group
+        return shared
     for base in (_runtime_groups_directory(), _fallback_groups_directory()):
         path = base + "/" + application_group_identifier
         if _exists(path):

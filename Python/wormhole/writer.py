@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
-from . import claims
+from . import claims, queues
 from .configuration import DEFAULT, Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
@@ -46,6 +46,7 @@ class Writer:
         self.fd: Optional[int] = None
         self.header: Optional[Header] = None
         self.tail: Optional[Tail] = None
+        self.generation = 0
         self.mutex = threading.Lock()
 
     @property
@@ -67,14 +68,22 @@ class Writer:
         """W1-W5, then ``body(header, tail)`` -> (result, new tail), then W7 (or the clear)
         and W8. Returns None when there is no log and ``create`` is False."""
         with self.mutex:
+            # §4.1: the directory at the path must be the one held (one lstat per pass): a
+            # container moved away or replaced is left for the one there now, a removed one
+            # is made again by a pass.
+            self.container.refresh(create=create)
+            if self.fd is not None and self.generation != self.container.generation:
+                self._drop()
             for _ in range(64):
                 if self.fd is None:
+                    self.generation = self.container.generation
                     try:
                         opened = self.container.open_file(self.name, write=True, create=create)      # W1
                     except WormholeError as error:
                         if error.code != WormholeError.CONTAINER_UNAVAILABLE:
                             raise
                         self.container.refresh()                         # the container went away: once
+                        self.generation = self.container.generation
                         opened = self.container.open_file(self.name, write=True, create=create)
                     if opened is None:
                         return None
@@ -281,6 +290,9 @@ def compact(container: ContainerDirectory, identifier: str, fd: int, header: Hea
             break
         keep_from, count, size = sequence, count + 1, size + payload
     claim = claims.lowest_live_claim(container, identifier, header.log_id)                # C4
+    kept_for_queues = queues.lowest_unhandled(container, identifier, header.log_id)       # Q5, §18.4
+    if kept_for_queues is not None:
+        claim = kept_for_queues if claim is None else min(claim, kept_for_queues)
     if claim is not None and claim < claims.UINT64_MAX and claim + 1 < keep_from:
         following = claim + 1
         count, size, capped = 0, 0, keep_from

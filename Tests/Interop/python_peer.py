@@ -15,6 +15,18 @@ Swift suite's PythonInteropTests: it passes and listens the way a Python program
         is TEXT (--stop). Exit status 3 if that does not happen within 120 s.
     python_peer.py latest DIR ID
         Prints the latest record as "SEQUENCE KIND BASE64", or "none".
+    python_peer.py work DIR ID QUEUE OUT [--poison TEXT] [--hang TEXT] [--delay SECONDS]
+        Joins the work queue QUEUE of ID (listen_for_message with work_queue) and appends
+        "SEQUENCE DELIVERIES PAYLOAD" to OUT for each job, "lost N" or "error CODE ..."
+        for each error; raises on the job whose payload is TEXT (3 deliveries, then the
+        dead letters); never returns from the job whose payload is --hang's TEXT (to be
+        killed holding it); creates OUT.ready once it is a member; runs until killed.
+    python_peer.py respond DIR ID NAME OUT [--fail TEXT]
+        Responds (respond) to text requests with "NAME:REQUEST", raising on TEXT;
+        appends each request to OUT; creates OUT.ready; runs until killed.
+    python_peer.py request DIR ID COUNT TAG OUT [--timeout SECONDS]
+        Requests "TAG:1"...: writes "I ok REPLY MS" or "I error CODE MS MESSAGE" per
+        request to OUT (at the end).
 
 DIR is a container directory, or group:GROUP (resolved as the Swift library resolves an
 application group: Wormhole(application_group_identifier=GROUP)). --retain N (any
@@ -26,6 +38,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 try:
     import wormhole
@@ -93,6 +106,56 @@ def main(argv):
         token.cancel()
         shared.close()
         return 0 if finished else 3
+    if command == "work":
+        queue, out = argv[4], argv[5]
+        poison, hang, delay = option(argv, "--poison"), option(argv, "--hang"), float(option(argv, "--delay", "0"))
+        handle = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+        def job(record, deliveries):
+            payload = record.payload.decode("utf-8", "replace")
+            os.write(handle, f"{record.sequence} {deliveries} {payload}\n".encode())
+            if delay:
+                time.sleep(delay)
+            while payload == hang:
+                time.sleep(60)
+            if payload == poison:
+                raise ValueError(f"cannot handle {payload}")
+
+        def failed(error):
+            text = f"lost {error.missed_message_count}" if error.code == "messagesLost" else f"error {error.code} {error}"
+            os.write(handle, (text + "\n").encode())
+
+        options = wormhole.WorkQueueOptions(maximum_deliveries=3 if poison else 1000, redelivery_interval=0.05)
+        shared.listen_for_message(identifier, job, work_queue=queue, options=options, on_error=failed, records=True)
+        open(out + ".ready", "w").close()
+        threading.Event().wait()
+    if command == "respond":
+        name, out, fail = argv[4], argv[5], option(argv, "--fail")
+        handle = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+        def answer(request):
+            os.write(handle, f"{request}\n".encode())
+            if request == fail:
+                raise ValueError(f"cannot answer {request}")
+            return f"{name}:{request}"
+
+        shared.respond(identifier, answer)
+        open(out + ".ready", "w").close()
+        threading.Event().wait()
+    if command == "request":
+        count, tag, out = int(argv[4]), argv[5], argv[6]
+        timeout = float(option(argv, "--timeout", "5"))
+        lines = []
+        for index in range(1, count + 1):
+            started = time.monotonic()
+            try:
+                reply = shared.request(f"{tag}:{index}", identifier, timeout=timeout)
+                lines.append(f"{index} ok {reply} {int((time.monotonic() - started) * 1000)}")
+            except wormhole.WormholeError as error:
+                lines.append(f"{index} error {error.code} {int((time.monotonic() - started) * 1000)} {error}")
+        with open(out, "w") as file:
+            file.write("\n".join(lines) + "\n")
+        return 0
     print(__doc__, file=sys.stderr)
     return 2
 

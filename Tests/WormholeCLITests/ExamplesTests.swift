@@ -122,8 +122,16 @@ struct ExamplesTests {
         #expect(await widget.waitForStandardOutput(containing: "widget: 0 of 10,000 steps (0%) · updated "))
         widget.send(SIGTERM)
         #expect(await widget.finish(seconds: 20).status == 0, "SIGTERM closes the widget, its listener cancelled")
+        // --ask: a request the Swift app answers (Python requester, Swift responder).
+        let asked = await (try python(["--ask"])).finish()
+        #expect(asked.status == 0, "\(asked.stderr)")
+        #expect(asked.output.hasPrefix("widget: the app says ") && asked.output.contains(" of 10,000 steps ("), "\(asked.output)")
+        #expect(await app.waitForStandardOutput(containing: "app: the Python widget asked for the current count"))
         app.send(SIGKILL)
         _ = await app.finish()
+        let unanswered = await (try python(["--ask"])).finish()
+        #expect(unanswered.status == 2 && unanswered.output == "widget: the app did not answer; is it running? (today-widget app)\n",
+                "\(unanswered.output)")
 
         let once = await (try python(["--once"])).finish()
         #expect(once.status == 0)

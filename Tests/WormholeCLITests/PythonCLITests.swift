@@ -66,6 +66,49 @@ struct PythonCLITests {
         #expect(read.output == #"{"n":1}"#)
     }
 
+    @Test("wormhole request is answered by a Python responder, and a Python requester by wormhole respond; failures cross as the responder's words, work queues as one")
+    func requestsBetweenTheCommandAndPython() async throws {
+        let sandbox = Sandbox()
+        let answered = sandbox.root.file("responder.out")
+        let responder = try python(sandbox, ["respond", Self.group, "py.svc", "python", answered, "--fail", "broken"])
+        try #require(await waitUntil { FileManager.default.fileExists(atPath: answered + ".ready") }, "\(responder.stderr)")
+        let reply = try await sandbox.run(["request", "--timeout", "10", "py.svc", "hello"])
+        #expect(reply.status == 0 && reply.lines == ["python:hello"], "\(reply.stderr)")
+        let refused = try await sandbox.run(["request", "--timeout", "10", "py.svc", "broken"])
+        #expect(refused.status == 1 && refused.stderr.contains("the responder of 'py.svc' failed: cannot answer broken"), "\(refused.stderr)")
+        responder.send(SIGKILL)
+        _ = await responder.finish()
+
+        let command = try sandbox.start(["respond", "-v", "cli.svc", "--", "tr", "a-z", "A-Z"])
+        #expect(await command.waitForStandardError(containing: "answering requests to 'cli.svc'"))
+        let asked = sandbox.root.file("requests.out")
+        let requester = await (try python(sandbox, ["request", Self.group, "cli.svc", "3", "q", asked, "--timeout", "10"])).finish()
+        #expect(requester.status == 0, "\(requester.stderr)")
+        let lines = try String(contentsOfFile: asked, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ").prefix(3).joined(separator: " ") }
+        #expect(lines == ["1 ok Q:1", "2 ok Q:2", "3 ok Q:3"], "\(lines)")
+        command.send(SIGINT)
+        _ = await command.finish()
+
+        // listen --queue and a Python member take turns at one queue: each job once.
+        let out = sandbox.root.file("worker.out")
+        let worker = try python(sandbox, ["work", Self.group, "jobs", "w", out])
+        try #require(await waitUntil { FileManager.default.fileExists(atPath: out + ".ready") }, "\(worker.stderr)")
+        for index in 1...20 { #expect(try await sandbox.run(["send", "jobs", "job \(index)"]).status == 0) }
+        var acknowledged = false
+        for _ in 0..<300 where !acknowledged {
+            acknowledged = try await sandbox.run(["status", "--json", "jobs"]).output.contains(#""acknowledged":20,"#)
+            if !acknowledged { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(acknowledged, "the Python member acknowledged the 20 jobs")
+        worker.send(SIGKILL)
+        _ = await worker.finish()
+        let byPython = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ", maxSplits: 2)[2] }
+        #expect(byPython == (1...20).map { "job \($0)"[...] }, "\(byPython)")
+        for index in 21...23 { #expect(try await sandbox.run(["send", "jobs", "job \(index)"]).status == 0) }
+        let byCommand = try await sandbox.run(["listen", "--queue", "w", "--count", "3", "jobs"])
+        #expect(byCommand.lines == ["job 21", "job 22", "job 23"], "the command's member takes what the Python one left: \(byCommand.lines)")
+    }
+
     private func waitUntil(seconds: Double = 30, _ condition: () -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {

@@ -79,7 +79,7 @@ struct FaultWalkTests {
             _ = await eventually(seconds: 10) { FileManager.default.fileExists(atPath: directory + "/READY") || !process.isRunning }
             for message in messages { try await wormhole.passMessage(message, identifier: "walk") }
         }
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        let data = await readToEnd(pipe.fileHandleForReading)
         let status = await waitForExit(process, seconds: 30)
         var outcome = Outcome(exitStatus: status ?? -1)
         for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {

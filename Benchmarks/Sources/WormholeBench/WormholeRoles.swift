@@ -91,7 +91,7 @@ enum WormholeRoles {
         let interval = UInt64(try options.int("interval-ns", default: 0))
         let codable = options.string("mode", default: "raw") == "codable"
         let batchSize = max(1, try options.int("batch", default: 1))
-        // A sender to many identifiers keeps every log open, as Performance.md advises:
+        // A sender to many identifiers keeps every log open, as GettingStarted.md advises:
         // a descriptor each, the limit raised for them.
         raiseDescriptorLimit(atLeast: identifiers + 1024)
         var configuration = Wormhole.Configuration()

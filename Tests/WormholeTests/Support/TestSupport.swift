@@ -126,6 +126,16 @@ enum Agent {
     }
 }
 
+/// Reads `handle` to its end on a thread of its own. A blocking read on one of Swift
+/// concurrency's pool threads (as many as there are cores) holds up every other test
+/// of the process for as long as the writer runs: the fault walk's agents did, and tests
+/// of other suites then went past their time limits.
+func readToEnd(_ handle: FileHandle) async -> Data {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: handle.readDataToEndOfFile()) }
+    }
+}
+
 /// Waits until `path` exists, or `seconds` passed.
 @discardableResult
 func waitForFile(_ path: String, seconds: Double = 30) async -> Bool {

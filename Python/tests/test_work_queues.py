@@ -1,0 +1,242 @@
+"""Work queues (Protocol.md §18): each message to exactly one live member, acknowledged
+when its callback returns, redelivered with its delivery count when a member dies or
+fails, dead letters, expiry, status, compaction, bad options and a damaged state."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import threading
+import time
+
+from support import Collector, WormholeTestCase, eventually, scaled
+
+from wormhole import Configuration, Record, WorkQueueOptions, Wormhole, WormholeError
+
+MEMBER = r"""
+import os, sys, time
+from wormhole import Wormhole, WorkQueueOptions
+wormhole = Wormhole(directory=sys.argv[1])
+def job(record, deliveries):
+    os.write(1, f"{record.sequence} {deliveries} {record.payload.decode()}\n".encode())
+    while record.payload == b"stuck":
+        time.sleep(60)
+wormhole.listen_for_message("jobs", job, work_queue="workers", records=True,
+                            options=WorkQueueOptions(redelivery_interval=0.05))
+os.write(1, b"ready\n")
+time.sleep(120)
+"""
+
+
+class WorkQueueTests(WormholeTestCase):
+    def member(self, handler, name: str = "workers", **options) -> object:
+        errors = options.pop("errors", None)
+        member = self.wormhole.listen_for_message("jobs", handler, work_queue=name, records=True,
+                                                  options=WorkQueueOptions(redelivery_interval=0.05, **options),
+                                                  on_error=errors.append if errors is not None else None)
+        self.addCleanup(member.cancel)
+        return member
+
+    def status(self, name: str = "workers"):
+        return next(queue for queue in self.wormhole.work_queues("jobs") if queue.name == name)
+
+    def test_each_message_goes_to_exactly_one_of_three_members(self) -> None:
+        total = scaled(300)
+        handled = Collector()
+        for tag in "abc":
+            self.member(lambda record, deliveries, tag=tag: handled.append((tag, record.value(), deliveries)))
+        for index in range(total):
+            self.wormhole.pass_message({"job": index}, "jobs")
+        got = handled.wait_for(total)
+        self.assertTrue(eventually(lambda: self.status().acknowledged == total))
+        self.assertEqual(sorted(value["job"] for _, value, _ in got), list(range(total)), "each job once")
+        self.assertTrue(all(deliveries == 1 for _, _, deliveries in got))
+        status = self.status()
+        self.assertEqual((len(status.members), status.pending, status.in_flight, status.dead_lettered, status.lost),
+                         (3, 0, 0, 0, 0))
+        # An ordinary listener still receives every message; two queues are independent.
+        self.assertEqual(len(self.wormhole.retained_records("jobs")), total)
+
+    def test_two_queues_of_one_identifier_each_get_every_message(self) -> None:
+        first, second = Collector(), Collector()
+        self.member(lambda record, _: first.append(record.sequence), name="index")
+        self.member(lambda record, _: second.append(record.sequence), name="mail")
+        for index in range(10):
+            self.wormhole.pass_message(index, "jobs")
+        self.assertEqual(sorted(first.wait_for(10)), list(range(1, 11)))
+        self.assertEqual(sorted(second.wait_for(10)), list(range(1, 11)))
+
+    def test_a_member_killed_mid_message_leaves_it_to_another_member_with_its_delivery_count(self) -> None:
+        child = self.owned_child(MEMBER, self.directory)
+        self.assertEqual(child.stdout.readline().strip(), b"ready")
+        sequence = self.wormhole.pass_message("stuck", "jobs")
+        self.assertEqual(child.stdout.readline().split(), [str(sequence).encode(), b"1", b"stuck"])
+        self.assertEqual(self.status().in_flight, 1)
+        os.kill(child.pid, signal.SIGKILL)                    # holding the job, mid-callback
+        child.wait()
+        handled = Collector()
+        self.member(lambda record, deliveries: handled.append((record.sequence, deliveries, record.payload)))
+        self.assertEqual(handled.wait_for(1), [(sequence, 2, b"stuck")])
+        self.assertTrue(eventually(lambda: self.status().acknowledged == 1))
+        status = self.status()
+        self.assertEqual((len(status.members), status.pending, status.in_flight, status.lost), (1, 0, 0, 0))
+        self.assertEqual(os.listdir(os.path.join(self.directory, ".queues", "jobs", "workers", "members")),
+                         [format(member.file.token, "x") for member in self.wormhole._tokens])
+
+    def test_a_failing_callback_is_retried_then_dead_lettered_as_swift_writes_it(self) -> None:
+        attempts = Collector()
+
+        def handler(record: Record, deliveries: int) -> None:
+            attempts.append(deliveries)
+            if record.payload == b"bad/job":
+                raise ValueError("cannot handle it")
+
+        self.member(handler, maximum_deliveries=3)
+        sequence = self.wormhole.pass_message("bad/job", "jobs")
+        self.assertEqual(attempts.wait_for(3), [1, 2, 3])
+        self.assertTrue(eventually(lambda: self.wormhole.record("jobs.dead-letters") is not None))
+        letter = self.wormhole.record("jobs.dead-letters")
+        self.assertEqual(letter.kind_name, "json")
+        passed = self.wormhole.record("jobs")
+        self.assertEqual(json.loads(letter.payload), {
+            "identifier": "jobs", "queue": "workers", "sequence": sequence, "deliveries": 3,
+            "reason": "the handler threw: cannot handle it", "kind": "text", "payload": "YmFkL2pvYg==",
+            "date": letter.value()["date"]})
+        self.assertEqual(letter.payload[:11], b'{"date":"20', "keys sorted as Swift sorts them")
+        self.assertIn(b'"reason":"the handler threw: cannot handle it"', letter.payload)
+        date = letter.value()["date"]
+        self.assertRegex(date, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        parsed = datetime.datetime.strptime(date, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+        self.assertLessEqual(abs((parsed - passed.date).total_seconds()), 0.0005, "the date it was passed, to the ms")
+        status = self.status()
+        self.assertEqual((status.dead_lettered, status.acknowledged, status.pending), (1, 0, 0))
+        time.sleep(0.2)
+        self.assertEqual(len(attempts.items), 3, "not handed out after it was dead-lettered")
+
+    def test_members_that_end_holding_a_message_send_it_to_the_dead_letters_at_the_maximum(self) -> None:
+        for delivery in (1, 2):
+            child = self.owned_child(MEMBER, self.directory)
+            if delivery == 1:
+                self.assertEqual(child.stdout.readline().strip(), b"ready")
+                self.wormhole.pass_message("stuck", "jobs")
+            lines = {child.stdout.readline().strip() for _ in range(delivery)}
+            self.assertIn(b"1 %d stuck" % delivery, lines)
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+        handled = Collector()
+        self.member(lambda record, deliveries: handled.append(record.sequence), maximum_deliveries=2,
+                    dead_letter_identifier="jobs.failed")
+        self.assertTrue(eventually(lambda: self.wormhole.record("jobs.failed") is not None))
+        letter = self.wormhole.message("jobs.failed")
+        self.assertEqual((letter["deliveries"], letter["reason"]),
+                         (2, "handed out 2 times; each time its member ended (killed or stopped) before "
+                             "acknowledging it"))
+        self.assertEqual(handled.items, [])
+
+    def test_expired_messages_are_skipped_and_counted(self) -> None:
+        self.wormhole.pass_message("late", "jobs", time_to_live=0.05)
+        time.sleep(0.1)
+        self.wormhole.pass_message("fresh", "jobs")
+        handled = Collector()
+        self.member(lambda record, _: handled.append(record.value()))
+        self.assertEqual(handled.wait_for(1), ["fresh"])
+        self.assertTrue(eventually(lambda: self.status().acknowledged == 1))
+        self.assertEqual(self.status().expired, 1)
+
+    def test_a_new_queue_starts_from_history_or_now_and_an_existing_one_resumes(self) -> None:
+        for index in range(3):
+            self.wormhole.pass_message(index, "jobs")
+        history, now = Collector(), Collector()
+        first = self.member(lambda record, _: history.append(record.value()))
+        self.member(lambda record, _: now.append(record.value()), name="fresh", start="now")
+        self.assertEqual(history.wait_for(3), [0, 1, 2])
+        first.cancel()
+        self.wormhole.pass_message(3, "jobs")
+        self.assertEqual(now.wait_for(1), [3])
+        resumed = Collector()
+        self.member(lambda record, _: resumed.append(record.value()), start="history")
+        self.assertEqual(resumed.wait_for(1), [3], "the queue resumes where it is, whatever start says")
+
+    def test_compaction_keeps_what_the_queue_has_not_handled(self) -> None:
+        small = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=4))
+        self.addCleanup(small.close)
+        self.member(lambda record, _: None).cancel()       # the queue exists; nobody takes
+        total = scaled(200)
+        for index in range(total):
+            small.pass_message(index, "jobs")
+            small.pass_message(index, "other")
+        self.assertGreater(self._base_sequence("other"), total - 10, "without a queue, the writer kept 4 or so")
+        self.assertEqual(self._base_sequence("jobs"), 0, "with one, it kept what the queue has not handled")
+        handled = Collector()
+        errors: list = []
+        self.member(lambda record, _: handled.append(record.value()), errors=errors)
+        self.assertEqual(handled.wait_for(total), list(range(total)))
+        self.assertEqual(errors, [])
+        self.assertEqual(self.status().lost, 0)
+
+    def _base_sequence(self, identifier: str) -> int:
+        with open(os.path.join(self.directory, identifier + ".wormhole"), "rb") as file:
+            return int.from_bytes(file.read(32)[24:32], "little")
+
+    def test_a_damaged_state_is_reported_and_the_queue_is_left_alone(self) -> None:
+        self.member(lambda record, _: None).cancel()
+        state = os.path.join(self.directory, ".queues", "jobs", "workers", "state")
+        with open(state, "r+b") as file:
+            file.write(b"XXXX")
+        errors: list = []
+        self.wormhole.pass_message("job", "jobs")
+        self.member(lambda record, _: None, errors=errors)
+        self.assertTrue(eventually(lambda: bool(errors)))
+        self.assertEqual(errors[0].code, WormholeError.CORRUPT_RECORD)
+        self.assertIn("is damaged; remove the directory", str(errors[0]))
+        self.assertTrue(self.status().is_damaged)
+        with open(state, "rb") as file:
+            self.assertEqual(file.read(4), b"XXXX")
+
+    def test_bad_names_and_options_are_refused_with_what_is_wrong(self) -> None:
+        cases = [
+            (dict(work_queue="../x"), "work queue name"),
+            (dict(work_queue="w", options=WorkQueueOptions(maximum_deliveries=0)), "maximumDeliveries is 0"),
+            (dict(work_queue="w", options=WorkQueueOptions(redelivery_interval=0)), "redeliveryInterval is 0"),
+            (dict(work_queue="w", options=WorkQueueOptions(dead_letter_identifier="jobs")), "cannot be 'jobs' itself"),
+            (dict(work_queue="w", durable_name="d"), "has no durable name"),
+            (dict(options=WorkQueueOptions()), "give work_queue"),
+        ]
+        for arguments, text in cases:
+            with self.subTest(arguments=arguments):
+                with self.assertRaises(WormholeError) as caught:
+                    self.wormhole.listen_for_message("jobs", print, **arguments)
+                self.assertIn(text, str(caught.exception))
+        self.assertFalse(os.path.exists(os.path.join(self.directory, ".queues", "jobs", "w")))
+
+    def test_cancel_from_the_callback_acknowledges_that_message_and_takes_no_other(self) -> None:
+        handled = Collector()
+        holder: list = []
+
+        def handler(record: Record, _: int) -> None:
+            handled.append(record.value())
+            holder[0].cancel()
+
+        holder.append(self.member(handler))
+        self.wormhole.pass_message(1, "jobs")
+        self.wormhole.pass_message(2, "jobs")
+        self.assertEqual(handled.wait_for(1), [1])
+        self.assertTrue(eventually(lambda: self.status().acknowledged == 1))
+        time.sleep(0.2)
+        status = self.status()
+        self.assertEqual((handled.items, len(status.members), status.pending), ([1], 0, 1))
+
+    def test_members_in_many_threads_and_a_burst_from_threads(self) -> None:
+        total = scaled(400)
+        handled = Collector()
+        for _ in range(4):
+            self.member(lambda record, _: handled.append(record.sequence))
+        writers = [threading.Thread(target=lambda: [self.wormhole.pass_message("x", "jobs")
+                                                    for _ in range(total // 4)]) for _ in range(4)]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        self.assertEqual(sorted(handled.wait_for(total)), list(range(1, total + 1)))

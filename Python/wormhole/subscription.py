@@ -1,0 +1,73 @@
+"""What a listener and a work queue member share: a thread of its own that reads the log
+of one identifier when the container's watch (or its parent's, Protocol.md §4.1) says so,
+and ``cancel()``."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, List
+
+from . import inotify
+from .format import LOG_SUFFIX
+from .watching import ContainerWatch, log_events_wake, log_replaced
+
+if TYPE_CHECKING:
+    from .client import Wormhole
+
+__all__ = ["LogSubscription"]
+
+
+class LogSubscription:
+    """Watches the container first (S1, and the parent, §4.1); the subclass then looks at
+    the log and calls ``_start`` to run ``_run`` on a thread of its own."""
+
+    def __init__(self, wormhole: "Wormhole", identifier: str) -> None:
+        self.wormhole, self.identifier = wormhole, identifier
+        self._log_name = identifier + LOG_SUFFIX
+        self._wake = threading.Event()
+        self._stopped = False
+        self._replaced = False
+        self._watch = ContainerWatch(wormhole.container, self._events, self._container_replaced)
+        self._thread = threading.Thread()
+
+    def _start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _events(self, events: List[inotify.Event]) -> None:
+        if log_events_wake(events, self._log_name):
+            self._replaced = self._replaced or log_replaced(events, self._log_name)
+            self._wake.set()
+
+    def _container_replaced(self) -> None:
+        self._replaced = True
+        self._wake.set()
+
+    def _take_replaced(self) -> bool:
+        """Whether the log (or the container) may have been replaced since the last call."""
+        replaced, self._replaced = self._replaced, False
+        return replaced
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._stopped
+
+    def cancel(self) -> None:
+        """Stops it: from another thread, waits for a callback that runs to return (and
+        its message to be stored or acknowledged); from the callback, after it returns."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        self.wormhole._forget(self)
+
+    def __enter__(self) -> "LogSubscription":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.cancel()

@@ -1,0 +1,131 @@
+"""Work queue members (Protocol.md §18): the Swift library's ``WorkQueueOptions`` and
+``WorkQueueMember`` (Sources/Wormhole/Wormhole/WorkQueueMember.swift), returned by
+``Wormhole.listen_for_message(identifier, callback, work_queue=...)``."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Optional, Union
+
+from . import identifiers
+from .errors import WormholeError
+from .format import Record
+from .queues import WorkQueueFile
+from .reader import StartingPoint
+from .subscription import LogSubscription
+
+if TYPE_CHECKING:
+    from .client import Wormhole
+
+__all__ = ["WorkQueueOptions", "WorkQueueMember"]
+
+
+class WorkQueueOptions:
+    """How a work queue hands out messages and when it gives up on one.
+
+    Args:
+        maximum_deliveries: times a message is handed out before it goes to the dead
+            letters (a handler that raised, or a member that ended while it held the
+            message, counts as one). At least 1.
+        dead_letter_identifier: where messages the queue gave up on go (JSON, the Swift
+            ``WormholeDeadLetter``); None: ``<identifier>.dead-letters``.
+        start: where a queue used for the first time starts: "history" (the default: the
+            retained messages, so that jobs passed before any worker started are done)
+            or "now". A queue that exists resumes where it is.
+        redelivery_interval: seconds between looks for messages that a member which
+            ended was holding, besides each new message.
+    """
+
+    def __init__(self, maximum_deliveries: int = 5, dead_letter_identifier: Optional[str] = None,
+                 start: Union[StartingPoint, str] = "history", redelivery_interval: float = 0.25) -> None:
+        self.maximum_deliveries = maximum_deliveries
+        self.dead_letter_identifier = dead_letter_identifier
+        self.start = StartingPoint.parse(start)
+        self.redelivery_interval = redelivery_interval
+
+    def dead_letters(self, identifier: str) -> str:
+        """The dead-letter identifier of a queue of ``identifier``."""
+        return self.dead_letter_identifier if self.dead_letter_identifier is not None else identifier + ".dead-letters"
+
+    def __repr__(self) -> str:
+        return (f"WorkQueueOptions(maximum_deliveries={self.maximum_deliveries}, "
+                f"dead_letter_identifier={self.dead_letter_identifier!r}, start={self.start!r}, "
+                f"redelivery_interval={self.redelivery_interval})")
+
+
+Handler = Callable[[Record, int], None]
+
+
+class WorkQueueMember(LogSubscription):
+    """A member of a work queue: it takes messages from the queue, one at a time, on a
+    thread of its own, until ``cancel()``. Each message it takes is acknowledged when the
+    handler returns; given back (for this member or another) when the handler raises.
+    ``cancel()`` leaves the queue: no message is taken after it returns; what this member
+    still held goes to the others."""
+
+    def __init__(self, wormhole: "Wormhole", identifier: str, name: str, options: WorkQueueOptions,
+                 handler: Handler, on_error: Callable[[WormholeError], None]) -> None:
+        identifiers.validate(identifier)
+        identifiers.validate(name, "work queue name")
+        if not isinstance(options.maximum_deliveries, int) or options.maximum_deliveries < 1:
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                f"maximumDeliveries is {options.maximum_deliveries}; a message must be handed out at "
+                                f"least once")
+        interval = options.redelivery_interval
+        if not isinstance(interval, (int, float)) or not interval > 0 or not math.isfinite(interval):
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                f"redeliveryInterval is {interval}; it must be a positive number of seconds")
+        self.dead_letters = options.dead_letters(identifier)
+        identifiers.validate(self.dead_letters, "dead-letter identifier")
+        if self.dead_letters == identifier:
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                f"the dead-letter identifier of a queue of '{identifier}' cannot be '{identifier}' "
+                                f"itself")
+        self.name, self.options, self.handler, self.on_error = name, options, handler, on_error
+        # Watch first, then join: a message passed in between wakes a drain that finds it.
+        super().__init__(wormhole, identifier)
+        try:
+            self.file = WorkQueueFile(wormhole.container, wormhole.configuration, identifier, name, options.start,
+                                      wormhole._pass_json)
+        except BaseException:
+            self._watch.close()
+            raise
+        self._start(f"wormhole-queue-{identifier}-{name}")
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped:
+                self._drain()
+                self._wake.wait(self.options.redelivery_interval)
+                self._wake.clear()
+        finally:
+            self._watch.close()
+            self.file.close()
+
+    def _drain(self) -> None:
+        """Takes, handles and acknowledges until the queue has nothing for this member."""
+        maximum = self.options.maximum_deliveries
+        while not self._stopped:
+            if self._take_replaced():
+                self.file.invalidate_reader()
+            try:
+                delivery = self.file.take(maximum, self.dead_letters, self.on_error)
+            except WormholeError as error:
+                self.on_error(error)
+                return
+            if delivery is None:
+                return
+            failure: Optional[str] = None
+            try:
+                self.handler(delivery.record, delivery.deliveries)
+            except Exception as error:      # a failed delivery: handed out again, then dead-lettered
+                failure = f"the handler threw: {str(error) or type(error).__name__}"
+            try:
+                if failure is not None:
+                    self.file.give_back(delivery.record.sequence, failure, maximum, self.dead_letters)
+                else:
+                    self.file.acknowledge(delivery.record.sequence)
+            except WormholeError as error:
+                # Not stored: the message is handed out again (repeated, never skipped).
+                self.on_error(error)
+                return
