@@ -162,10 +162,10 @@ struct PostgresBackendTests {
         #expect(retained <= 20, "messages kept after the backlog was read and pruned: \(retained) (after \(passed) passes)")
     }
 
-    /// One test, not two: another test that held the table at the same time would block
-    /// this one's synchronous calls, and its own awaited statements would wait for a
-    /// thread of the pool such a call holds.
-    @Test("awaited passes and requests that wait on a locked table leave the cooperative pool free; all land, and each request is answered, once the lock goes",
+    /// The rows of this test's two identifiers are held, not the table: tests running
+    /// beside it whose synchronous calls waited on a held table would hold the pool's
+    /// threads, and this test's own awaited statements could then never resume.
+    @Test("awaited passes and requests that wait on locked rows leave the cooperative pool free; all land, and each request is answered, once the rows go",
           .timeLimit(.minutes(1)))
     func awaitedPassesAndRequestsDoNotHoldTheCooperativePool() async throws {
         let store = try Backend.postgres.makeStore()
@@ -174,14 +174,18 @@ struct PostgresBackendTests {
         let responding = Wormhole(transiting: try transiting(store))
         let responder = try responding.respond(toIdentifier: "double", as: Int.self) { $0 * 2 }
         let requesting = Wormhole(transiting: try transiting(store))
-        try await requesting.passMessage(0, identifier: "warm")
-        // Another session holds the messages table: every pass waits on the server.
+        try await requesting.passMessage(0, identifier: "double")   // its row exists (not a request: skipped)
+        // Another session holds both identifiers' rows: every pass and request waits on the server.
+        let container = String(store.location.dropFirst(AgentLocation.postgresPrefix.count))
         let locker = try transiting(store)
         try await locker.session.query("BEGIN", "begin")
-        try await locker.session.query("LOCK TABLE wormhole.messages IN ACCESS EXCLUSIVE MODE", "lock the messages")
+        try await locker.session.query("""
+            SELECT last_sequence FROM wormhole.identifiers
+            WHERE container = \(container) AND identifier IN ('n', 'double') FOR UPDATE
+            """, "hold the identifiers' rows")
         // Many more waiting passes, and requests, than the pool has threads (one per
         // core). Had each blocked its thread, the probe below could not run until the
-        // lock went. The first request of the identifier also starts the reply listener
+        // rows went. The first request of the identifier also starts the reply listener
         // (a LISTEN connection, a claim): that suspends the tasks too.
         let count = 4 * ProcessInfo.processInfo.activeProcessorCount + 8
         let passes = (1...count).map { value in
