@@ -220,7 +220,7 @@ final class PostgresReader: WormholeTransitingReader {
             results.append(result)
         }
         quietSince = rows.count < plan.maximumCount ? plan.generation : nil
-        return results
+        return WormholeRecord.withoutExpired(results, identifier: identifier)
     }
 
     // MARK: - Acknowledging

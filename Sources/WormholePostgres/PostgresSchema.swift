@@ -110,6 +110,58 @@ enum PostgresSchema {
         $wormhole$
         """
 
+    /// Requests, replies, expiry and work queues (added after version 1's tables; added
+    /// when missing, under the same advisory lock): each message's role, correlation and
+    /// expiry date, and the queues' tables (see ``joinQueue(container:identifier:name:member:processID:start:)``).
+    static let createQueues: PostgresQuery = """
+        DO $wormhole$
+        BEGIN
+            IF to_regclass('wormhole.queue_entries') IS NOT NULL THEN
+                RETURN;
+            END IF;
+            PERFORM pg_advisory_xact_lock(2037085541);
+            ALTER TABLE wormhole.messages
+                ADD COLUMN IF NOT EXISTS role        smallint NOT NULL DEFAULT 0,
+                ADD COLUMN IF NOT EXISTS correlation bigint   NOT NULL DEFAULT 0,
+                ADD COLUMN IF NOT EXISTS expires_at  timestamptz;
+            -- One row per work queue: how far it has taken the identifier's messages,
+            -- and what became of them.
+            CREATE TABLE IF NOT EXISTS wormhole.queues (
+                container     text   NOT NULL,
+                identifier    text   NOT NULL,
+                name          text   NOT NULL,
+                taken         bigint NOT NULL,
+                acknowledged  bigint NOT NULL DEFAULT 0,
+                dead_lettered bigint NOT NULL DEFAULT 0,
+                expired       bigint NOT NULL DEFAULT 0,
+                lost          bigint NOT NULL DEFAULT 0,
+                PRIMARY KEY (container, identifier, name));
+            -- The members: live while the session that joined is connected.
+            CREATE TABLE IF NOT EXISTS wormhole.queue_members (
+                member        bigint      PRIMARY KEY,
+                container     text        NOT NULL,
+                identifier    text        NOT NULL,
+                name          text        NOT NULL,
+                session_pid   integer     NOT NULL,
+                session_start timestamptz,
+                process_id    integer     NOT NULL,
+                joined_at     timestamptz NOT NULL);
+            CREATE INDEX IF NOT EXISTS queue_members_by_queue ON wormhole.queue_members (container, identifier, name);
+            -- The messages a queue has taken and not finished with: member 0 while
+            -- nobody holds one.
+            CREATE TABLE IF NOT EXISTS wormhole.queue_entries (
+                container    text    NOT NULL,
+                identifier   text    NOT NULL,
+                name         text    NOT NULL,
+                sequence     bigint  NOT NULL,
+                member       bigint  NOT NULL DEFAULT 0,
+                deliveries   integer NOT NULL DEFAULT 0,
+                delivered_at timestamptz,
+                PRIMARY KEY (container, identifier, name, sequence));
+        END
+        $wormhole$
+        """
+
     /// Takes the durable position `name` for this session, creating it at 0 (keep
     /// everything) when new: one row (position, created) when taken, none while a
     /// connected session holds it.
@@ -190,9 +242,12 @@ enum PostgresSchema {
 
     /// A pass: the next sequence number, the message, the notification; one transaction.
     static func append(container: String, identifier: String, channel: String, sentAt: Date, processID: Int32,
-                       kind: WormholePayloadKind, payload: Data) throws -> PostgresQuery {
+                       kind: WormholePayloadKind, payload: Data, attributes: WormholeRecordAttributes) throws -> PostgresQuery {
         let size = Int64(payload.count)
         let kind = Int16(kind.rawValue)
+        let role = Int16(attributes.role.rawValue)
+        let correlation = Int64(bitPattern: attributes.correlation)
+        let expires = attributes.expires
         return try """
             WITH next AS (
                 INSERT INTO wormhole.identifiers AS i (container, identifier, last_sequence, retained_count, retained_bytes)
@@ -203,8 +258,10 @@ enum PostgresSchema {
                         retained_bytes = i.retained_bytes + excluded.retained_bytes
                 RETURNING last_sequence, retained_count, retained_bytes, prune_at_count, prune_at_bytes),
             stored AS (
-                INSERT INTO wormhole.messages (container, identifier, sequence, sent_at, sender_pid, kind, payload)
-                SELECT \(container), \(identifier), last_sequence, \(sentAt), \(processID), \(kind), \(payload) FROM next
+                INSERT INTO wormhole.messages (container, identifier, sequence, sent_at, sender_pid, kind, payload,
+                                               role, correlation, expires_at)
+                SELECT \(container), \(identifier), last_sequence, \(sentAt), \(processID), \(kind), \(payload),
+                       \(role), \(correlation), \(expires) FROM next
                 RETURNING sequence)
             SELECT stored.sequence, next.retained_count, next.retained_bytes, next.prune_at_count, next.prune_at_bytes,
                    pg_notify(\(channel), stored.sequence::text || ' ' || \(identifier))
@@ -214,7 +271,7 @@ enum PostgresSchema {
 
     /// The condition "this claim's session is still connected". Sessions of other users
     /// show no start time to an unprivileged user; their process number alone decides.
-    private static let liveClaim = """
+    static let liveClaim = """
         EXISTS (SELECT 1 FROM pg_stat_activity a
                 WHERE a.pid = l.session_pid
                   AND (a.backend_start IS NULL OR l.session_start IS NULL OR a.backend_start = l.session_start))
@@ -248,14 +305,23 @@ enum PostgresSchema {
             live AS (
                 SELECT min(l.position) AS position FROM wormhole.listeners l
                 WHERE l.container = \(container) AND l.identifier = \(identifier) AND \(unescaped: liveClaim)),
-            -- Durable positions keep their unread messages, running or not, up to the
+            -- Durable positions (and work queues) keep their unread messages, running or not, up to the
             -- backlog cap (the newest ones within it). (greatest() skips a NULL: without
             -- a durable position this bound must not apply at all.)
             capped AS (
                 SELECT coalesce(max(sequence), 0) AS through FROM ranked WHERE n > \(capCount) OR bytes > \(capBytes)),
+            -- Work queues count as durable positions: what a queue has not taken yet, and
+            -- what it took and has not finished with.
             durable AS (
-                SELECT min(d.position) AS position FROM wormhole.durable d
-                WHERE d.container = \(container) AND d.identifier = \(identifier)),
+                SELECT min(kept.position) AS position FROM (
+                    SELECT d.position FROM wormhole.durable d
+                    WHERE d.container = \(container) AND d.identifier = \(identifier)
+                    UNION ALL
+                    SELECT q.taken FROM wormhole.queues q
+                    WHERE q.container = \(container) AND q.identifier = \(identifier)
+                    UNION ALL
+                    SELECT min(e.sequence) - 1 FROM wormhole.queue_entries e
+                    WHERE e.container = \(container) AND e.identifier = \(identifier)) AS kept),
             deleted AS (
                 DELETE FROM wormhole.messages m
                 USING floor, live, capped, durable
@@ -285,7 +351,8 @@ enum PostgresSchema {
         "SELECT identifier FROM wormhole.identifiers WHERE container = \(container) ORDER BY identifier"
     }
 
-    private static let recordColumns = "m.sequence, m.sent_at, m.sender_pid, m.kind, m.payload"
+    /// The columns of a message that make a record, in ``PostgresTransiting``'s order.
+    static let recordColumns = "m.sequence, m.sent_at, m.sender_pid, m.kind, m.payload, m.role, m.correlation, m.expires_at"
 
     static func latest(container: String, identifier: String) -> PostgresQuery {
         """
@@ -346,14 +413,19 @@ enum PostgresSchema {
             """
     }
 
-    /// Moves this process's claims to the session of a new connection (after the old
-    /// one was lost), so that they count as live again.
-    static func adoptClaims(_ listeners: [String]) -> PostgresQuery {
+    /// Moves this process's claims and work queue memberships to the session of a new
+    /// connection (after the old one was lost), so that they count as live again.
+    static func adoptClaims(_ listeners: [String], members: [Int64]) -> PostgresQuery {
         """
-        UPDATE wormhole.listeners
-        SET session_pid = pg_backend_pid(),
-            session_start = (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
-        WHERE listener = ANY(\(listeners))
+        WITH me AS (
+            SELECT pg_backend_pid() AS pid, (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) AS start),
+        adopted_claims AS (
+            UPDATE wormhole.listeners SET session_pid = me.pid, session_start = me.start
+            FROM me WHERE listener = ANY(\(listeners)) RETURNING 1),
+        adopted_members AS (
+            UPDATE wormhole.queue_members SET session_pid = me.pid, session_start = me.start
+            FROM me WHERE member = ANY(\(members)) RETURNING 1)
+        SELECT (SELECT count(*) FROM adopted_claims), (SELECT count(*) FROM adopted_members)
         """
     }
 

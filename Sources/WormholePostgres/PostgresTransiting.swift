@@ -44,15 +44,18 @@ public final class PostgresTransiting: WormholeTransiting {
     let notifier: PostgresNotifier
     /// The claims of this instance's live readers, by claim name: moved to the new
     /// session when the statement connection is replaced.
-    let claims = Claims()
+    let claims = Claims<String>()
+    /// The numbers of this instance's work queue members: moved to the new session with
+    /// the claims.
+    let members = Claims<Int64>()
     /// How many prunings this instance has run.
     let prunes = Atomic<Int>(0)
 
-    final class Claims: Sendable {
-        private let names = Mutex<Set<String>>([])
-        func insert(_ name: String) { _ = names.withLock { $0.insert(name) } }
-        func remove(_ name: String) { _ = names.withLock { $0.remove(name) } }
-        var all: [String] { names.withLock { Array($0) } }
+    final class Claims<Name: Hashable & Sendable>: Sendable {
+        private let names = Mutex<Set<Name>>([])
+        func insert(_ name: Name) { _ = names.withLock { $0.insert(name) } }
+        func remove(_ name: Name) { _ = names.withLock { $0.remove(name) } }
+        var all: [Name] { names.withLock { Array($0) } }
     }
 
     /// Connects to `server` and creates Wormhole's schema (`wormhole.*`) when missing.
@@ -82,14 +85,16 @@ public final class PostgresTransiting: WormholeTransiting {
         self.channel = PostgresNotifier.channel(for: container)
         self.session = PostgresSession(server: server, logger: logger)
         self.notifier = PostgresNotifier(session: session, channel: channel)
-        session.setOnConnect { [claims] in
-            let names = claims.all
-            return names.isEmpty ? nil : (PostgresSchema.adoptClaims(names), "renew the listeners' claims on \(server)")
+        session.setOnConnect { [claims, members] in
+            let names = claims.all, tokens = members.all
+            return names.isEmpty && tokens.isEmpty ? nil
+                : (PostgresSchema.adoptClaims(names, members: tokens), "renew the listeners' claims and work queue memberships on \(server)")
         }
         do throws(WormholeError) {
             try session.query(PostgresSchema.create, "create Wormhole's schema in \(server)")
             try session.query(PostgresSchema.createDurable, "create Wormhole's table of durable listeners in \(server)")
             try session.query(PostgresSchema.createPruneThresholds, "add the pruning thresholds to Wormhole's schema in \(server)")
+            try session.query(PostgresSchema.createQueues, "add requests and work queues to Wormhole's schema in \(server)")
             let found = try session.query(PostgresSchema.readVersion, "read the schema version in \(server)")
             let version = found.first.flatMap { row in (try? row.decode(Int32?.self)) ?? nil }
             guard let version, version <= PostgresSchema.version else {
@@ -161,19 +166,20 @@ public final class PostgresTransiting: WormholeTransiting {
                              attributes: WormholeRecordAttributes) throws(WormholeError) -> Pass {
         try Wormhole.validate(identifier: identifier)
         try configuration.checkMessageSize(payload.count, identifier: identifier)
-        guard attributes == .message else {
-            throw WormholeError(.invalidConfiguration,
-                "the PostgreSQL back end keeps messages only: requests, replies and expiry dates need a container directory")
-        }
         // Microseconds: what a timestamptz keeps, so the returned record equals the stored one.
-        let now = Date()
-        let date = Date(timeIntervalSince1970: (now.timeIntervalSince1970 * 1_000_000).rounded(.down) / 1_000_000)
+        func microseconds(_ date: Date) -> Date {
+            Date(timeIntervalSince1970: (date.timeIntervalSince1970 * 1_000_000).rounded(.down) / 1_000_000)
+        }
+        let date = microseconds(Date())
+        var attributes = attributes
+        attributes.expires = attributes.expires.map(microseconds)
         let processID = ProcessInfo.processInfo.processIdentifier
         do {
             let query = try PostgresSchema.append(container: container, identifier: identifier, channel: channel,
-                                                  sentAt: date, processID: processID, kind: kind, payload: payload)
+                                                  sentAt: date, processID: processID, kind: kind, payload: payload, attributes: attributes)
             return Pass(query: query, record: WormholeRecord(identifier: identifier, sequence: 0, date: date,
-                                                             processID: processID, kind: kind, payload: payload))
+                                                             processID: processID, kind: kind, payload: payload, role: attributes.role,
+                                                             correlation: attributes.correlation, expires: attributes.expires))
         } catch {
             throw WormholeError(.encodingFailed, "cannot encode the message for '\(identifier)': \(error)")
         }
@@ -194,7 +200,8 @@ public final class PostgresTransiting: WormholeTransiting {
         let prune = count > max(2 * Int64(configuration.retainedMessageCount), pruneAtCount)
             || (count > 1 && bytes > max(2 * Int64(configuration.retainedByteCount), pruneAtBytes))
         return (WormholeRecord(identifier: record.identifier, sequence: UInt64(sequence), date: record.date,
-                               processID: record.processID, kind: record.kind, payload: record.payload), prune)
+                               processID: record.processID, kind: record.kind, payload: record.payload,
+                               role: record.role, correlation: record.correlation, expires: record.expires), prune)
     }
 
     private func pruneQuery(_ identifier: String) -> PostgresQuery {
@@ -356,6 +363,35 @@ public final class PostgresTransiting: WormholeTransiting {
         return Int(gone)
     }
 
+    // MARK: - Work queues
+
+    /// A member of the work queue `name` of `identifier`, kept in the database's queue
+    /// tables (see ``PostgresWorkQueue``).
+    public func joinWorkQueue(identifier: String, name: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingWorkQueue {
+        try PostgresWorkQueue(transiting: self, identifier: identifier, name: name, start: start)
+    }
+
+    /// The work queues of `identifier` (of every identifier when `nil`): live members,
+    /// pending and in-flight messages, and the counts of what became of the others.
+    public func workQueues(identifier: String?) throws(WormholeError) -> [WormholeWorkQueueStatus] {
+        if let identifier { try Wormhole.validate(identifier: identifier) }
+        var members: [String: [WormholeWorkQueueStatus.Member]] = [:]
+        for row in try session.query(PostgresSchema.queueMembers(container: container, identifier: identifier), "list the work queue members in \(server)") {
+            guard let (id, name, processID, handling) = try? row.decode((String, String, Int32, Bool).self) else { continue }
+            members[id + "/" + name, default: []].append(.init(processID: processID, pidNamespace: nil, isHandling: handling))
+        }
+        var result: [WormholeWorkQueueStatus] = []
+        for row in try session.query(PostgresSchema.queues(container: container, identifier: identifier), "list the work queues in \(server)") {
+            guard let (id, name, taken, acknowledged, deadLettered, expired, lost, last, entries, inFlight)
+                    = try? row.decode((String, String, Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self) else { continue }
+            result.append(WormholeWorkQueueStatus(
+                identifier: id, name: name, members: members[id + "/" + name] ?? [],
+                pending: UInt64(max(0, last - taken) + max(0, entries - inFlight)), inFlight: Int(inFlight),
+                acknowledged: UInt64(acknowledged), deadLettered: UInt64(deadLettered), expired: UInt64(expired), lost: UInt64(lost)))
+        }
+        return result
+    }
+
     /// Calls `handler` when the identifier's channel is notified (a `LISTEN` on this
     /// transiting's notification connection).
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
@@ -379,17 +415,29 @@ public final class PostgresTransiting: WormholeTransiting {
         func cancel() { notifier.unsubscribe(identifier, id) }
     }
 
-    /// A row of `sequence, sent_at, sender_pid, kind, payload` as a record, or the reason
-    /// it is not one.
+    /// The columns of a message (``PostgresSchema/recordColumns``): sequence, sent_at,
+    /// sender_pid, kind, payload, role, correlation, expires_at.
+    typealias MessageColumns = (Int64, Date, Int32, Int16, ByteBuffer, Int16, Int64, Date?)
+
+    /// A row of ``PostgresSchema/recordColumns`` as a record, or the reason it is not one.
     func record(from row: PostgresRow, identifier: String) -> Result<WormholeRecord, WormholeError> {
-        guard let (sequence, date, processID, kind, payload) = try? row.decode((Int64, Date, Int32, Int16, ByteBuffer).self) else {
+        guard let columns = try? row.decode(MessageColumns.self) else {
             return .failure(WormholeError(.corruptRecord, "a row of '\(identifier)' in \(server) does not have the columns of a message"))
         }
+        return record(columns, identifier: identifier)
+    }
+
+    func record(_ columns: MessageColumns, identifier: String) -> Result<WormholeRecord, WormholeError> {
+        let (sequence, date, processID, kind, payload, role, correlation, expires) = columns
         guard let kind = UInt8(exactly: kind).flatMap(WormholePayloadKind.init(rawValue:)) else {
             return .failure(WormholeError(.corruptRecord, "message \(sequence) of '\(identifier)' in \(server) has the unknown kind \(kind)"))
         }
+        guard let role = UInt8(exactly: role).flatMap(WormholeRecordRole.init(rawValue:)) else {
+            return .failure(WormholeError(.corruptRecord, "message \(sequence) of '\(identifier)' in \(server) has the unknown role \(role)"))
+        }
         return .success(WormholeRecord(identifier: identifier, sequence: UInt64(sequence), date: date, processID: processID,
-                                       kind: kind, payload: Data(buffer: payload, byteTransferStrategy: .noCopy)))
+                                       kind: kind, payload: Data(buffer: payload, byteTransferStrategy: .noCopy),
+                                       role: role, correlation: UInt64(bitPattern: correlation), expires: expires))
     }
 }
 #endif

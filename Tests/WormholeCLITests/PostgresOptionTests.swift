@@ -125,6 +125,14 @@ struct PostgresOptionTests {
         #expect(refused.stderr.contains("password"), "\(refused.stderr)")
     }
 
+    @Test func requestAndRespondWorkThroughTheDatabase() async throws {
+        try await RequestCommandTests.requestAndRespond(Sandbox(), container: try serverArguments())
+    }
+
+    @Test func listenQueueMembersShareMessagesThroughTheDatabase() async throws {
+        try await RequestCommandTests.queueMembersShareMessages(Sandbox(), container: try serverArguments())
+    }
+
     @Test func postAndObserveExplainThatTheyNeedADirectory() async throws {
         let sandbox = Sandbox()
         let result = try await sandbox.run(["post", "ping"] + serverArguments())

@@ -6,20 +6,31 @@ import Testing
 struct RequestCommandTests {
     @Test("request with nobody serving exits 2 saying so; respond answers with its command's output; a failing command's status and error come back, exit 1")
     func requestAndRespond() async throws {
-        let sandbox = Sandbox()
-        let alone = try await sandbox.run(["request", "--timeout", "0.5", "greet", "hello"])
+        try await Self.requestAndRespond(Sandbox())
+    }
+
+    @Test("listen --queue: two members share the messages, each printed once; status shows the queue; an expired message is skipped and counted")
+    func queueMembersShareMessages() async throws {
+        try await Self.queueMembersShareMessages(Sandbox())
+    }
+
+    /// The request/respond transcript, on the container that `container` (options put
+    /// after each command's name) chooses: the default directory, or a PostgreSQL group
+    /// (`PostgresOptionTests`).
+    static func requestAndRespond(_ sandbox: Sandbox, container: [String] = []) async throws {
+        let alone = try await sandbox.run(["request"] + container + ["--timeout", "0.5", "greet", "hello"])
         #expect(alone.status == 2 && alone.stderr.contains("no responder serves 'greet'"), "\(alone.stderr)")
-        let responder = try sandbox.start(["respond", "-v", "greet", "--", "tr", "a-z", "A-Z"])
+        let responder = try sandbox.start(["respond"] + container + ["-v", "greet", "--", "tr", "a-z", "A-Z"])
         #expect(await responder.waitForStandardError(containing: "answering requests to 'greet'"))
-        let answered = try await sandbox.run(["request", "greet", "hello"])
+        let answered = try await sandbox.run(["request"] + container + ["greet", "hello"])
         #expect(answered.status == 0 && answered.lines == ["HELLO"], "\(answered.stderr)")
-        let json = try await sandbox.run(["request", "--json", "greet", #"{"a": 1}"#])
+        let json = try await sandbox.run(["request"] + container + ["--json", "greet", #"{"a": 1}"#])
         #expect(json.status == 0 && json.output.contains(#""payload":"{\"A\": 1}""#), "\(json.output)")
-        let failing = try sandbox.start(["respond", "-v", "failing", "--", "sh", "-c", "echo \"no such user: $(cat)\" >&2; exit 3"])
+        let failing = try sandbox.start(["respond"] + container + ["-v", "failing", "--", "sh", "-c", "echo \"no such user: $(cat)\" >&2; exit 3"])
         #expect(await failing.waitForStandardError(containing: "answering requests"))
-        let refused = try await sandbox.run(["request", "failing", "bob"])
+        let refused = try await sandbox.run(["request"] + container + ["failing", "bob"])
         #expect(refused.status == 1 && refused.stderr.contains("exited with status 3: no such user: bob"), "\(refused.stderr)")
-        let missing = try await sandbox.run(["respond", "greet"])
+        let missing = try await sandbox.run(["respond"] + container + ["greet"])
         #expect(missing.status == 64 && missing.stderr.contains("after '--'"), "\(missing.stderr)")
         responder.send(SIGINT)
         failing.send(SIGINT)
@@ -27,19 +38,18 @@ struct RequestCommandTests {
         _ = await failing.finish()
     }
 
-    @Test("listen --queue: two members share the messages, each printed once; status shows the queue; an expired message is skipped and counted")
-    func queueMembersShareMessages() async throws {
-        let sandbox = Sandbox()
-        #expect(try await sandbox.run(["send", "--ttl", "0.2", "jobs", "stale"]).status == 0)
+    /// The `listen --queue` transcript, on the container `container` chooses.
+    static func queueMembersShareMessages(_ sandbox: Sandbox, container: [String] = []) async throws {
+        #expect(try await sandbox.run(["send"] + container + ["--ttl", "0.2", "jobs", "stale"]).status == 0)
         try await Task.sleep(for: .milliseconds(300))
-        for index in 1...6 { #expect(try await sandbox.run(["send", "jobs", "job \(index)"]).status == 0) }
-        let first = try await sandbox.run(["listen", "--queue", "w", "--count", "4", "jobs"])
-        let second = try await sandbox.run(["listen", "--queue", "w", "--count", "2", "jobs"])
-        #expect(first.status == 0 && second.status == 0)
+        for index in 1...6 { #expect(try await sandbox.run(["send"] + container + ["jobs", "job \(index)"]).status == 0) }
+        let first = try await sandbox.run(["listen"] + container + ["--queue", "w", "--count", "4", "jobs"])
+        let second = try await sandbox.run(["listen"] + container + ["--queue", "w", "--count", "2", "jobs"])
+        #expect(first.status == 0 && second.status == 0, "\(first.stderr) \(second.stderr)")
         #expect(first.lines + second.lines == (1...6).map { "job \($0)" }, "\(first.lines) \(second.lines)")
-        let status = try await sandbox.run(["status", "--json", "jobs"])
+        let status = try await sandbox.run(["status"] + container + ["--json", "jobs"])
         #expect(status.output.contains(#""queue":"w","members":[],"pending":0,"inFlight":0,"acknowledged":6,"deadLettered":0,"expired":1"#), "\(status.output)")
-        let conflicting = try await sandbox.run(["listen", "--queue", "w", "--durable", "d", "jobs"])
+        let conflicting = try await sandbox.run(["listen"] + container + ["--queue", "w", "--durable", "d", "jobs"])
         #expect(conflicting.status == 64)
     }
 

@@ -59,16 +59,21 @@
 //                                                      the 3 messages passed once READY exists). Prints "calls C", then "ok ...",
 //                                                      "error <code>" or, for listeners,
 //                                                      "received R errors E"
-//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON [MS]]  join the work queue QUEUE of ID; append
+//   WormholeTestAgent worker DIR ID QUEUE OUT [POISON [HANG [MAX [MS]]]]
+//                                                      join the work queue QUEUE of ID; append
 //                                                      "sequence deliveries payload" to OUT as each
 //                                                      message is taken (before it is handled);
-//                                                      a payload equal to POISON ('-': none) throws;
-//                                                      each job then takes MS milliseconds; "lost N"
+//                                                      a payload equal to POISON throws, one equal
+//                                                      to HANG never returns; MAX deliveries (3 with
+//                                                      a POISON, else 1,000); each job then takes MS
+//                                                      milliseconds ('-' for any: none); "lost N"
 //                                                      and "error CODE" for reports; OUT.ready once
 //                                                      joined; runs until killed
-//   WormholeTestAgent respond DIR ID NAME               answer each request of ID with "NAME:<request>";
-//                                                      NAME.ready (in DIR's parent) once serving;
-//                                                      runs until killed
+//   WormholeTestAgent respond DIR ID NAME [READY [HANG]]
+//                                                      answer each request of ID with "NAME:<request>"
+//                                                      (never returning for the request HANG);
+//                                                      READY (default NAME.ready in DIR's parent)
+//                                                      once serving; runs until killed
 //   WormholeTestAgent request DIR ID COUNT TAG OUT S    COUNT requests "TAG:i", one after another, each
 //                                                      with a timeout of S seconds; append to OUT
 //                                                      "i ok <reply> <ms>" or "i error <code> <ms>"
@@ -578,11 +583,15 @@ do {
     case "worker":
         let wormhole = try AgentLocation.wormhole(argument(1))
         let append = lineAppender(argument(4))
-        // [poison] ("-": none) [milliseconds each job takes after its line is written]
-        let poison = arguments.count > 5 && argument(5) != "-" ? argument(5) : nil
-        let delay = arguments.count > 6 ? UInt32(argument(6)) ?? 0 : 0
+        // [poison] [payload to hang on] [maximum deliveries] [milliseconds each job takes
+        // after its line is written]; "-": none
+        func optional(_ index: Int) -> String? { arguments.count > index && argument(index) != "-" ? argument(index) : nil }
+        let poison = optional(5)
+        let hang = optional(6)
+        let delay = optional(8).flatMap { UInt32($0) } ?? 0
         struct Poisoned: Error {}
-        let options = WorkQueueOptions(maximumDeliveries: poison == nil ? 1_000 : 3, redeliveryInterval: 0.05)
+        let maximum = optional(7).flatMap { Int($0) } ?? (poison == nil ? 1_000 : 3)
+        let options = WorkQueueOptions(maximumDeliveries: maximum, redeliveryInterval: 0.05)
         let member = try wormhole.listenForRecords(withIdentifier: argument(2), workQueue: argument(3), options: options, onError: { error in
             if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code) \(error)") }
         }) { record, deliveries in
@@ -590,6 +599,7 @@ do {
             append("\(record.sequence) \(deliveries) \(payload)")
             if delay > 0 { usleep(delay * 1000) }
             if payload == poison { throw Poisoned() }
+            if payload == hang { while true { sleep(60) } }
         }
         _ = FileManager.default.createFile(atPath: argument(4) + ".ready", contents: nil)
         while true { sleep(60) }
@@ -598,8 +608,13 @@ do {
     case "respond":
         let wormhole = try AgentLocation.wormhole(argument(1))
         let name = argument(3)
-        let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in "\(name):\(request)" }
-        _ = FileManager.default.createFile(atPath: argument(1) + "/../" + name + ".ready", contents: nil)
+        let hang = arguments.count > 5 ? argument(5) : nil
+        let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in
+            if request == hang { while true { sleep(60) } }
+            return "\(name):\(request)"
+        }
+        // [ready file]: by default <name>.ready beside the container directory.
+        _ = FileManager.default.createFile(atPath: arguments.count > 4 ? argument(4) : argument(1) + "/../" + name + ".ready", contents: nil)
         while true { sleep(60) }
         _ = member
 

@@ -5,10 +5,10 @@ import Testing
 @Suite("Expiry")
 struct ExpiryTests {
     @Test("an expired message is not delivered to a listener that starts later, a durable one that resumes, or a work queue; each counts it",
-          .timeLimit(.minutes(1)))
-    func expiredMessagesAreNotDelivered() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+          .timeLimit(.minutes(1)), arguments: Backend.all)
+    func expiredMessagesAreNotDelivered(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         // The durable name and the queue exist before the messages are passed.
         try wormhole.listenForRecords(withIdentifier: "news", durableName: "archive") { _ in }.cancel()
         try wormhole.listenForMessage(withIdentifier: "news", as: String.self, workQueue: "w") { _ in }.cancel()

@@ -162,20 +162,37 @@ struct PostgresBackendTests {
         #expect(retained <= 20, "messages kept after the backlog was read and pruned: \(retained) (after \(passed) passes)")
     }
 
-    @Test("awaited passes that wait on a locked table leave the cooperative pool free; all land once the lock goes",
+    /// The rows of this test's two identifiers are held, not the table: tests running
+    /// beside it whose synchronous calls waited on a held table would hold the pool's
+    /// threads, and this test's own awaited statements could then never resume.
+    @Test("awaited passes and requests that wait on locked rows leave the cooperative pool free; all land, and each request is answered, once the rows go",
           .timeLimit(.minutes(1)))
-    func awaitedPassesDoNotHoldTheCooperativePool() async throws {
+    func awaitedPassesAndRequestsDoNotHoldTheCooperativePool() async throws {
         let store = try Backend.postgres.makeStore()
         let sending = Wormhole(transiting: try transiting(store))
         try await sending.passMessage(0, identifier: "n")   // connected, schema made
-        // Another session holds the messages table: every pass waits on the server.
+        let responding = Wormhole(transiting: try transiting(store))
+        let responder = try responding.respond(toIdentifier: "double", as: Int.self) { $0 * 2 }
+        let requesting = Wormhole(transiting: try transiting(store))
+        try await requesting.passMessage(0, identifier: "double")   // its row exists (not a request: skipped)
+        // Another session holds both identifiers' rows: every pass and request waits on the server.
+        let container = String(store.location.dropFirst(AgentLocation.postgresPrefix.count))
         let locker = try transiting(store)
         try await locker.session.query("BEGIN", "begin")
-        try await locker.session.query("LOCK TABLE wormhole.messages IN ACCESS EXCLUSIVE MODE", "lock the messages")
-        // Many more waiting passes than the pool has threads (one per core). Had each
-        // blocked its thread, the probe below could not run until the lock went.
-        let passes = (1...(4 * ProcessInfo.processInfo.activeProcessorCount + 8)).map { value in
+        try await locker.session.query("""
+            SELECT last_sequence FROM wormhole.identifiers
+            WHERE container = \(container) AND identifier IN ('n', 'double') FOR UPDATE
+            """, "hold the identifiers' rows")
+        // Many more waiting passes, and requests, than the pool has threads (one per
+        // core). Had each blocked its thread, the probe below could not run until the
+        // rows went. The first request of the identifier also starts the reply listener
+        // (a LISTEN connection, a claim): that suspends the tasks too.
+        let count = 4 * ProcessInfo.processInfo.activeProcessorCount + 8
+        let passes = (1...count).map { value in
             Task { try await sending.passMessage(value, identifier: "n") }
+        }
+        let requests = (1...count).map { value in
+            Task { try await requesting.request(value, identifier: "double", as: Int.self, timeout: 30) }
         }
         let probe = Collector<Bool>()
         Task { probe.append(true) }
@@ -186,8 +203,67 @@ struct PostgresBackendTests {
         }
         var sequences: [UInt64] = []
         for pass in passes { sequences.append(try await pass.value) }
-        #expect(ranWhileWaiting.all == [true], "a task on the cooperative pool ran while the passes waited on the server")
-        #expect(sequences.sorted() == Array(2...UInt64(passes.count + 1)))
+        var answers: [Int] = []
+        for request in requests { answers.append(try await request.value) }
+        #expect(ranWhileWaiting.all == [true], "a task on the cooperative pool ran while the passes and requests waited on the server")
+        #expect(sequences.sorted() == Array(2...UInt64(count + 1)))
+        #expect(answers == (1...count).map { $0 * 2 })
+        responder.cancel()
+    }
+
+    @Test("a database made before requests and work queues gains their columns and tables; its messages read as messages; queues and requests work there",
+          .timeLimit(.minutes(1)))
+    func anEarlierSchemaIsMigrated() async throws {
+        let url = try #require(ProcessInfo.processInfo.environment[AgentLocation.urlVariable])
+        let database = "wormhole_migration_" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        let adminTransiting = try PostgresTransiting(url: url, container: "migration-admin")
+        defer { adminTransiting.close() }
+        let admin = adminTransiting.session
+        try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), "create a database")
+        let path = try #require(url.range(of: #"/[^/?]+(\?|$)"#, options: .regularExpression))
+        let databaseURL = url.replacingCharacters(in: path, with: "/" + database + (url[path].hasSuffix("?") ? "?" : ""))
+        // The schema as the earlier Wormhole made it, and a message it passed with its statement.
+        let earlier = PostgresSession(server: try PostgresServer(url: databaseURL), logger: admin.logger)
+        for statement in [PostgresSchema.create, PostgresSchema.createDurable, PostgresSchema.createPruneThresholds] {
+            try await earlier.query(statement, "make the earlier schema")
+        }
+        try await earlier.query("""
+            INSERT INTO wormhole.identifiers (container, identifier, last_sequence, retained_count, retained_bytes)
+            VALUES ('c', 'jobs', 1, 1, 3)
+            """, "pass as the earlier Wormhole did")
+        try await earlier.query("""
+            INSERT INTO wormhole.messages (container, identifier, sequence, sent_at, sender_pid, kind, payload)
+            VALUES ('c', 'jobs', 1, now(), 1, 1, 'old'::bytea)
+            """, "pass as the earlier Wormhole did")
+        earlier.close()
+        do {
+            let transiting = try PostgresTransiting(url: databaseURL, container: "c")
+            let wormhole = Wormhole(transiting: transiting)
+            let old = try #require(try await wormhole.record(withIdentifier: "jobs"))
+            #expect(old.role == .message && old.correlation == 0 && old.expires == nil && String(decoding: old.payload, as: UTF8.self) == "old")
+            try await wormhole.passMessage("new", identifier: "jobs")
+            let taken = Collector<String>()
+            let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w") { taken.append($0) }
+            #expect(await taken.wait(for: 2).count == 2)
+            #expect(taken.all == ["old", "new"])
+            let responder = try wormhole.respond(toIdentifier: "echo", as: String.self) { "echo \($0)" }
+            #expect(try await wormhole.request("hi", identifier: "echo", as: String.self, timeout: 10) == "echo hi")
+            member.cancel()
+            responder.cancel()
+            transiting.close()
+            let version = try await admin.query("SELECT 1", "probe")
+            #expect(version.count == 1)
+        }
+        let columns = PostgresSession(server: try PostgresServer(url: databaseURL), logger: admin.logger)
+        let rows = try await columns.query("""
+            SELECT count(*) FROM information_schema.columns
+            WHERE table_schema = 'wormhole' AND table_name = 'messages' AND column_name IN ('role', 'correlation', 'expires_at')
+            """, "count the new columns")
+        #expect(rows.first.flatMap { try? $0.decode(Int64.self) } == 3)
+        let versions = try await columns.query(PostgresSchema.readVersion, "read the version")
+        #expect(versions.first.flatMap { try? $0.decode(Int32?.self) } == 1, "the version stays 1: earlier Wormholes go on working")
+        columns.close()
+        try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(database) WITH (FORCE)"), "drop the database")
     }
 }
 

@@ -9,11 +9,11 @@ struct RequestReplyTests {
     struct Refused: Error, CustomStringConvertible { var description: String { "odd numbers are refused" } }
 
     @Test("a request is answered once by one of two responders; concurrent requests get their own replies; a thrown error reaches the requester",
-          .timeLimit(.minutes(1)))
-    func answeredOnceAndCorrelated() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
-        let other = try Wormhole(directory: directory.path)
+          .timeLimit(.minutes(1)), arguments: Backend.all)
+    func answeredOnceAndCorrelated(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
+        let other = try store.wormhole()
         let calls = Collector<String>()
         let first = try wormhole.respond(toIdentifier: "square", as: Query.self) { query in
             calls.append("a\(query.number)")
@@ -25,7 +25,7 @@ struct RequestReplyTests {
             if query.number == -1 { throw Refused() }
             return Answer(square: query.number * query.number, responder: "b")
         }
-        let requester = try Wormhole(directory: directory.path)
+        let requester = try store.wormhole()
         try await withThrowingTaskGroup(of: (Int, Answer).self) { group in
             for number in 1...100 {
                 group.addTask { (number, try await requester.request(Query(number: number), identifier: "square", as: Answer.self, timeout: 10)) }
@@ -46,10 +46,10 @@ struct RequestReplyTests {
     }
 
     @Test("with no responder a request fails at its timeout, on the monotonic clock, saying that nobody serves the identifier",
-          .timeLimit(.minutes(1)))
-    func noResponderTimesOut() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+          .timeLimit(.minutes(1)), arguments: Backend.all)
+    func noResponderTimesOut(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let error = await #expect(throws: WormholeError.self) {
             _ = try await wormhole.request("anyone?", identifier: "nobody", as: String.self, timeout: 0.5)
         }

@@ -17,7 +17,7 @@ struct WorkQueueBoundaryTests {
         let outputs = ["outside0", "outside1", "inside"].map { directory.file("\($0).txt") }
         // Each job takes 30 ms after its line is written: a member killed just after it
         // wrote a line holds that job.
-        func worker(_ output: String) -> [String] { ["worker", container, "jobs", "workers", output, "-", "30"] }
+        func worker(_ output: String) -> [String] { ["worker", container, "jobs", "workers", output, "-", "-", "-", "30"] }
         var members = try (0..<2).map { try Agent.start(worker(outputs[$0])) }
         var inside = try Self.inPIDNamespace(worker(outputs[2]))
         for output in outputs { #expect(await waitForFile(output + ".ready")) }

@@ -4,13 +4,14 @@ import Testing
 
 @Suite("Work queues")
 struct WorkQueueTests {
-    @Test("each message to exactly one member; acknowledged when the closure returns; status counts them", .timeLimit(.minutes(1)))
-    func eachMessageToOneMember() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+    @Test("each message to exactly one member; acknowledged when the closure returns; status counts them", .timeLimit(.minutes(1)),
+          arguments: Backend.all)
+    func eachMessageToOneMember(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         let a = Collector<Int>(), b = Collector<Int>()
         let first = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "workers") { a.append($0) }
-        let other = try Wormhole(directory: directory.path)
+        let other = try store.wormhole()
         let second = try other.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "workers") { b.append($0) }
         for index in 1...200 { try await wormhole.passMessage(index, identifier: "jobs") }
         #expect(await eventually { a.count + b.count >= 200 })
@@ -26,10 +27,10 @@ struct WorkQueueTests {
     }
 
     @Test("a member that joins later gets what nobody has handled; a throwing handler's message is tried again, then dead-lettered with the reason",
-          .timeLimit(.minutes(1)))
-    func lateJoinerAndDeadLetters() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
+          .timeLimit(.minutes(1)), arguments: Backend.all)
+    func lateJoinerAndDeadLetters(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
         for index in 1...50 { try await wormhole.passMessage(index, identifier: "jobs") }
         struct Poisoned: Error {}
         let handled = Collector<Int>()
@@ -61,13 +62,13 @@ struct WorkQueueTests {
     }
 
     @Test("a queue keeps from compaction what it has not handed out, within the backlog cap; past the cap its members are told how many it lost",
-          .timeLimit(.minutes(1)))
-    func queueHoldsBackCompaction() async throws {
-        let directory = TemporaryDirectory()
+          .timeLimit(.minutes(1)), arguments: Backend.all)
+    func queueHoldsBackCompaction(backend: Backend) async throws {
+        let store = try backend.makeStore()
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 10
         configuration.maximumBacklogMessageCount = 300
-        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let wormhole = try store.wormhole(configuration: configuration)
         // The queue exists (a member joined and left) before the messages are passed.
         try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, workQueue: "w") { _ in }.cancel()
         for index in 1...250 { try await wormhole.passMessage(index, identifier: "jobs") }
@@ -103,5 +104,46 @@ struct WorkQueueTests {
         }
         #expect(handled.all == Array(1...500))
         member.cancel()
+    }
+
+    @Test("a queue skips and counts an expired message; a member killed mid-message (its connection or lock gone) has it handed to another with its delivery count, then dead-lettered with the reason",
+          .timeLimit(.minutes(2)), arguments: Backend.all)
+    func expiryAndAKilledMember(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let directory = TemporaryDirectory()
+        let wormhole = try store.wormhole()
+        try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w") { _ in }.cancel()
+        try await wormhole.passMessage("stale", identifier: "jobs", timeToLive: 0.2)
+        try await wormhole.passMessage("hang", identifier: "jobs")
+        try await Task.sleep(for: .milliseconds(400))
+        // A worker process that hangs in its handler, killed there twice (the limit is 3 here).
+        let output = directory.file("worker.txt")
+        for round in 1...2 {
+            let worker = try Agent.start(["worker", store.location, "jobs", "w", output, "-", "hang", "3"])
+            #expect(await eventually(seconds: 20) { (try? WorkQueueProcessTests.workerLines([output]).count) == round })
+            #expect(try wormhole.workQueues(identifier: "jobs").first?.inFlight == 1, "held by the hanging member")
+            kill(worker.processIdentifier, SIGKILL)
+            worker.waitUntilExit()
+        }
+        let lines = try WorkQueueProcessTests.workerLines([output])
+        #expect(lines.map(\.payload) == ["hang", "hang"] && lines.map(\.deliveries) == [1, 2], "\(lines)")
+        let letters = Collector<WormholeDeadLetter>()
+        let token = try wormhole.listenForMessage(withIdentifier: "jobs.dead-letters", as: WormholeDeadLetter.self, startingFrom: .history) {
+            letters.append($0)
+        }
+        let handled = Collector<String>()
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w",
+                                                   options: WorkQueueOptions(maximumDeliveries: 2)) { handled.append($0) }
+        #expect(await letters.wait(for: 1).count == 1)
+        let letter = try #require(letters.all.first)
+        #expect(letter.sequence == 2 && letter.deliveries == 2 && letter.reason.contains("ended (killed or stopped)"), "\(letter)")
+        #expect(String(decoding: letter.payload, as: UTF8.self) == "hang" && letter.kind == "text")
+        await settle()
+        #expect(handled.all.isEmpty, "the stale message expired, the killed one went to the dead letters")
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.expired == 1 && status.deadLettered == 1 && status.pending == 0 && status.inFlight == 0, "\(status)")
+        #expect(status.members.count == 1 && status.members.first?.processID == getpid())
+        member.cancel()
+        token.cancel()
     }
 }

@@ -17,7 +17,7 @@ import SystemPackage
 /// oldest message that a dead member held (or the next one of the log), acknowledge, give
 /// back. A member is dead when its file is missing or can be locked: liveness is by
 /// locks alone, never by process ids (PID namespaces). Used by one thread at a time.
-final class WorkQueueFile {
+final class WorkQueueFile: WormholeTransitingWorkQueue {
     static let directory = ".queues"
     static let stateFile = "state"
     static let membersDirectory = "members"
@@ -38,13 +38,6 @@ final class WorkQueueFile {
     /// Reads the log after the queue's position; made at the first take.
     private var reader: (any WormholeTransitingReader)?
     private var closed = false
-
-    /// A message handed to this member.
-    struct Delivery {
-        let record: WormholeRecord
-        /// How many times it has been handed out, this time included.
-        let deliveries: UInt32
-    }
 
     /// What a take found besides a message: gaps, damaged records, dead letters.
     typealias Report = (WormholeError) -> Void
@@ -140,8 +133,8 @@ final class WorkQueueFile {
     /// died (or gave it back), then the next of the log. A message handed out
     /// `maximumDeliveries` times already goes to `deadLetters` instead; an expired one is
     /// counted and skipped. `nil` when there is nothing to take.
-    func take(maximumDeliveries: UInt32, deadLetters: String, report: Report) throws(WormholeError) -> Delivery? {
-        try withLockedState { state throws(WormholeError) -> Delivery? in
+    func take(maximumDeliveries: UInt32, deadLetters: String, report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        try withLockedState { state throws(WormholeError) -> WormholeWorkQueueDelivery? in
             let now = Syscalls.wallClockNanoseconds()
             for index in state.entries.indices where state.entries[index].member != token && state.entries[index].member != 0 {
                 if !isAlive(state.entries[index].member) { state.entries[index].member = 0 }
@@ -162,7 +155,7 @@ final class WorkQueueFile {
                 if entry.deliveries >= maximumDeliveries {
                     do throws(WormholeError) {
                         try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
-                                       reason: "handed out \(entry.deliveries) times; each time its member ended (killed or stopped) before acknowledging it")
+                                       reason: WormholeDeadLetter.membersEndedReason(deliveries: entry.deliveries))
                     } catch {
                         report(error)
                         unmoved.insert(entry.sequence)
@@ -180,7 +173,7 @@ final class WorkQueueFile {
                 state.entries[index].member = token
                 state.entries[index].deliveries += 1
                 state.entries[index].delivered = now
-                return Delivery(record: record, deliveries: entry.deliveries + 1)
+                return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
             }
             guard state.entries.count < WorkQueueState.maximumEntries else { return nil }
             let reader = try currentReader(after: state.taken)
@@ -208,7 +201,7 @@ final class WorkQueueFile {
                         continue
                     }
                     state.entries.append(.init(sequence: record.sequence, member: token, deliveries: 1, delivered: now))
-                    return Delivery(record: record, deliveries: 1)
+                    return WormholeWorkQueueDelivery(record: record, deliveries: 1)
                 }
             }
         }
@@ -353,14 +346,9 @@ final class WorkQueueFile {
     }
 
     private func deadLetter(_ record: WormholeRecord, deliveries: UInt32, to deadLetters: String, reason: String) throws(WormholeError) {
-        let letter = WormholeDeadLetter(identifier: identifier, queue: name, sequence: record.sequence, deliveries: deliveries,
-                                        reason: reason, kind: record.kind.description, payload: record.payload, date: record.date)
-        let data: Data
-        do { data = try WormholeJSONCoding.standardEncoder().encode(letter) } catch {
-            throw WormholeError(.encodingFailed, "cannot encode the dead letter of message \(record.sequence) of '\(identifier)': \(error)")
-        }
+        let letter = WormholeDeadLetter(record: record, queue: name, deliveries: deliveries, reason: reason)
         do throws(WormholeError) {
-            _ = try transiting.append(data, kind: .json, identifier: deadLetters)
+            _ = try transiting.append(try letter.encoded(), kind: .json, identifier: deadLetters)
         } catch {
             throw WormholeError(error.code,
                 "the work queue '\(name)' of '\(identifier)' cannot move message \(record.sequence) to its dead letters '\(deadLetters)': \(error.message); it stays in the queue, and is moved when it can be",
@@ -369,11 +357,10 @@ final class WorkQueueFile {
     }
 
     /// Tells the rest (here "read the log again") when the reader may be stale.
-    func invalidateReader() { reader?.invalidate() }
+    func invalidate() { reader?.invalidate() }
 
     private func lostError(_ count: UInt64, because reason: String) -> WormholeError {
-        WormholeError(.messagesLost, "the work queue '\(name)' of '\(identifier)' lost \(count) message\(count == 1 ? "" : "s"): \(reason)",
-                      missedMessageCount: count)
+        .workQueueLost(count, queue: name, identifier: identifier, because: reason)
     }
 
     // MARK: - Files

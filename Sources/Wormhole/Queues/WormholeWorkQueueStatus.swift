@@ -1,13 +1,21 @@
 /// One work queue, as ``Wormhole/workQueues(identifier:)`` and `wormhole status` report it.
 public struct WormholeWorkQueueStatus: Sendable, Hashable {
-    /// A live member: a process that holds its member file's lock now.
+    /// A live member: a process that holds its member file's lock now (or, in
+    /// PostgreSQL, whose database session is connected).
     public struct Member: Sendable, Hashable {
-        /// Its process id, as numbered in the PID namespace ``pidNamespace``.
+        /// Its process id, as numbered in the PID namespace ``pidNamespace`` (in
+        /// PostgreSQL, on the member's machine).
         public let processID: Int32
         /// The PID namespace of ``processID``; `nil` when unknown.
         public let pidNamespace: UInt64?
         /// Whether it is handling a message now.
         public let isHandling: Bool
+
+        public init(processID: Int32, pidNamespace: UInt64?, isHandling: Bool) {
+            self.processID = processID
+            self.pidNamespace = pidNamespace
+            self.isHandling = isHandling
+        }
     }
 
     /// The identifier whose messages the queue hands out.
@@ -31,6 +39,20 @@ public struct WormholeWorkQueueStatus: Sendable, Hashable {
     public let lost: UInt64
     /// Whether the queue's state file is damaged (nothing above is known then).
     public let isDamaged: Bool
+
+    public init(identifier: String, name: String, members: [Member], pending: UInt64, inFlight: Int,
+                acknowledged: UInt64, deadLettered: UInt64, expired: UInt64, lost: UInt64, isDamaged: Bool = false) {
+        self.identifier = identifier
+        self.name = name
+        self.members = members
+        self.pending = pending
+        self.inFlight = inFlight
+        self.acknowledged = acknowledged
+        self.deadLettered = deadLettered
+        self.expired = expired
+        self.lost = lost
+        self.isDamaged = isDamaged
+    }
 
     static func read(transiting: FileTransiting, identifier: String?) -> [WormholeWorkQueueStatus] {
         let container = transiting.container

@@ -1,3 +1,4 @@
+import Dispatch
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -100,14 +101,28 @@ final class ReplyRouter: Sendable {
         token.withLock { $0 = made }
     }
 
+    /// ``start(_:)`` for asynchronous callers: a back end that waits on a server
+    /// suspends the caller instead of blocking its thread.
+    func start(_ wormhole: Wormhole) async throws(WormholeError) {
+        let made = try await wormhole.makeListener(identifier: repliesIdentifier, start: .now, queue: nil, onError: { [weak self] error in
+            self?.failAll(error)
+        }) { [weak self] record in
+            self?.route(record)
+        }
+        token.withLock { $0 = made }
+    }
+
     func stop() {
         token.withLock { $0?.cancel(); $0 = nil }
     }
 
-    /// Waits for `reply`'s reply, until its deadline.
-    func add(_ reply: PendingReply) {
+    /// A new request's pending reply, with a fresh correlation, waiting for its reply
+    /// until `timeout` seconds have passed.
+    func begin(timeout: Double) -> PendingReply {
+        let reply = PendingReply(correlation: Requests.newCorrelation(), timeout: timeout)
         pending.withLock { $0[reply.correlation] = reply }
         armSweep(at: reply.deadline)
+        return reply
     }
 
     /// Schedules a sweep at `deadline` unless one is scheduled at or before it.
@@ -133,12 +148,21 @@ final class ReplyRouter: Sendable {
             for reply in expired { pending.removeValue(forKey: reply.correlation) }
             return (expired, pending.values.map(\.deadline).min())
         }
-        for reply in expired {
-            guard let error = timedOut(reply.timeout) else { return }
-            reply.complete(.failure(error))
-        }
         if let next { armSweep(at: next) }
+        guard !expired.isEmpty else { return }
+        // The error says whether anyone serves the identifier, which asks the back end:
+        // off the clock's thread, so that a slow answer delays no other timer.
+        Self.timeoutQueue.async { [timedOut] in
+            for reply in expired {
+                guard let error = timedOut(reply.timeout) else { return }
+                reply.complete(.failure(error))
+            }
+        }
     }
+
+    /// Where timed-out requests look up their responders (a serial queue, not a global
+    /// one: see ``ListenerToken``'s start queue).
+    private static let timeoutQueue = DispatchQueue(label: "Wormhole.request.timeout")
 
     /// Completes `correlation`'s request with `outcome`, unless its reply came first.
     func finish(_ correlation: UInt64, _ outcome: ReplyOutcome) {
@@ -174,5 +198,21 @@ final class ReplyRouters: Sendable {
             routers[identifier] = router
             return router
         }
+    }
+
+    /// ``router(for:in:)`` for asynchronous callers: the router is started outside the
+    /// lock, while the caller is suspended; of two started at the same moment, the first
+    /// kept is used and the other stopped.
+    func router(for identifier: String, in wormhole: Wormhole) async throws(WormholeError) -> ReplyRouter {
+        if let router = routers.withLock({ $0[identifier] }), router.isListening { return router }
+        let made = ReplyRouter(identifier: identifier, wormhole: wormhole)
+        try await made.start(wormhole)
+        let kept = routers.withLock { routers -> ReplyRouter in
+            if let router = routers[identifier], router.isListening { return router }
+            routers[identifier] = made
+            return made
+        }
+        if kept !== made { made.stop() }
+        return kept
     }
 }

@@ -12,4 +12,12 @@ extension Wormhole {
         try transiting.append(payload, kind: kind, identifier: identifier,
                               attributes: WormholeRecordAttributes(role: role, correlation: correlation, expires: expires)).sequence
     }
+
+    /// ``passRecord(_:kind:identifier:role:correlation:expires:)`` for asynchronous callers.
+    @discardableResult
+    func passRecord(_ payload: Data, kind: WormholePayloadKind, identifier: String, role: WormholeRecordRole,
+                    correlation: UInt64, expires: Date?) async throws(WormholeError) -> UInt64 {
+        try await transiting.append(payload, kind: kind, identifier: identifier,
+                                    attributes: WormholeRecordAttributes(role: role, correlation: correlation, expires: expires)).sequence
+    }
 }

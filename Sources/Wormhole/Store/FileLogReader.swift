@@ -203,23 +203,7 @@ final class FileLogReader: WormholeTransitingReader {
     var dropsExpired = true
 
     private func withoutExpired(_ results: [Result<WormholeRecord, WormholeError>]) -> [Result<WormholeRecord, WormholeError>] {
-        guard dropsExpired, results.contains(where: { (try? $0.get())?.expires != nil }) else { return results }
-        let now = Syscalls.wallClockNanoseconds()
-        var kept: [Result<WormholeRecord, WormholeError>] = []
-        var expired: UInt64 = 0
-        for result in results {
-            if case .success(let record) = result, record.isExpired(at: now) {
-                if expired == 0 { kept.append(.failure(WormholeError(.messagesExpired, ""))) }
-                expired += 1
-                continue
-            }
-            kept.append(result)
-        }
-        guard expired > 0, let index = kept.firstIndex(where: { if case .failure(let error) = $0 { error.code == .messagesExpired && error.message.isEmpty } else { false } }) else { return kept }
-        kept[index] = .failure(WormholeError(.messagesExpired,
-            "\(expired) message\(expired == 1 ? "" : "s") of '\(identifier)' expired before this listener read \(expired == 1 ? "it" : "them"); expired messages are not delivered",
-            missedMessageCount: expired))
-        return kept
+        dropsExpired ? WormholeRecord.withoutExpired(results, identifier: identifier) : results
     }
 
     private func readRecords(maximumCount: Int, into results: inout [Result<WormholeRecord, WormholeError>]) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {

@@ -415,6 +415,18 @@ public final class FileTransiting: WormholeTransiting {
         return removed
     }
 
+    // MARK: - Work queues
+
+    /// A member of the queue's files in `.queues/<identifier>/<name>/` (Protocol.md §18).
+    public func joinWorkQueue(identifier: String, name: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingWorkQueue {
+        try WorkQueueFile(transiting: self, identifier: identifier, name: name, start: start)
+    }
+
+    public func workQueues(identifier: String?) throws(WormholeError) -> [WormholeWorkQueueStatus] {
+        if let identifier { try Identifier.validate(identifier) }
+        return WormholeWorkQueueStatus.read(transiting: self, identifier: identifier)
+    }
+
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Identifier.validate(identifier)
         return try InotifyEngine.shared.subscribe(directory: directory, names: [LogFile.name(identifier)], changes: Self.logChanges) { event in

@@ -75,6 +75,15 @@ public protocol WormholeTransiting: Sendable {
     /// ``observe(identifier:handler:)`` for asynchronous callers.
     func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation
 
+    /// Joins the work queue `name` of `identifier` as a new member (creating the queue,
+    /// the first time, at `start`): see ``WormholeTransitingWorkQueue``. The default
+    /// throws: a back end without work queues.
+    func joinWorkQueue(identifier: String, name: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingWorkQueue
+
+    /// The work queues of `identifier` (of every identifier when `nil`). The default
+    /// reports none.
+    func workQueues(identifier: String?) throws(WormholeError) -> [WormholeWorkQueueStatus]
+
     /// Removes the durable position `name` of `identifier` (of every identifier when
     /// `nil`); returns how many were removed. Refused while its listener runs.
     func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int
@@ -133,7 +142,7 @@ extension WormholeTransiting {
     }
 }
 
-/// Defaults for a back end without durable listeners or listener status.
+/// Defaults for a back end without durable listeners, listener status or work queues.
 extension WormholeTransiting {
     public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
         throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
@@ -156,6 +165,11 @@ extension WormholeTransiting {
     public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
         throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
     }
+    public func joinWorkQueue(identifier: String, name: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingWorkQueue {
+        throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep work queues")
+    }
+
+    public func workQueues(identifier: String?) throws(WormholeError) -> [WormholeWorkQueueStatus] { [] }
 }
 
 /// Runs `body`, a synchronous closure: inside it, overload resolution picks the

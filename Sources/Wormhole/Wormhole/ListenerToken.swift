@@ -41,7 +41,7 @@ public final class ListenerToken: Sendable, Hashable {
     /// in progress on another thread.
     private let state: ListenerState
 
-    init(
+    convenience init(
         transiting: any WormholeTransiting,
         identifier: String,
         start: Wormhole.StartingPoint,
@@ -51,17 +51,11 @@ public final class ListenerToken: Sendable, Hashable {
         listener: @escaping @Sendable (WormholeRecord) -> Void,
         onCancel: @escaping @Sendable () -> Void
     ) throws(WormholeError) {
-        self.identifier = identifier
-        self.queue = queue.map { DispatchQueue(label: "Wormhole.listener.\(identifier)", target: $0) }
-        self.startQueue = self.queue ?? DispatchQueue(label: "Wormhole.listener.\(identifier).start")
-        self.onError = onError
-        self.listener = listener
-        self.onCancel = onCancel
-        self.state = ListenerState(ListenerStateMachine(hasQueue: queue != nil))
         // Watch first, then find the starting position: a message passed in between
         // wakes a drain that finds it.
         let relay = EventRelay()
         let observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
+        let reader: any WormholeTransitingReader
         do throws(WormholeError) {
             if let durableName {
                 reader = try transiting.makeReader(identifier: identifier, startingFrom: start, durableName: durableName)
@@ -72,7 +66,54 @@ public final class ListenerToken: Sendable, Hashable {
             observation.cancel()
             throw error
         }
-        self.isDurable = durableName != nil
+        self.init(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: durableName != nil,
+                  queue: queue, onError: onError, listener: listener, onCancel: onCancel)
+    }
+
+    /// The listener for asynchronous callers: watching and finding the starting position
+    /// suspend the caller (a back end that waits on a server blocks no thread for it).
+    static func make(
+        transiting: any WormholeTransiting,
+        identifier: String,
+        start: Wormhole.StartingPoint,
+        queue: DispatchQueue?,
+        onError: @escaping @Sendable (WormholeError) -> Void,
+        listener: @escaping @Sendable (WormholeRecord) -> Void,
+        onCancel: @escaping @Sendable () -> Void
+    ) async throws(WormholeError) -> ListenerToken {
+        let relay = EventRelay()
+        let observation = try await transiting.observe(identifier: identifier) { relay.forward($0) }
+        let reader: any WormholeTransitingReader
+        do throws(WormholeError) {
+            reader = try await transiting.makeReader(identifier: identifier, startingFrom: start)
+        } catch {
+            observation.cancel()
+            throw error
+        }
+        return ListenerToken(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: false,
+                             queue: queue, onError: onError, listener: listener, onCancel: onCancel)
+    }
+
+    private init(
+        identifier: String,
+        relay: EventRelay,
+        observation: any WormholeTransitingObservation,
+        reader: any WormholeTransitingReader,
+        isDurable: Bool,
+        queue: DispatchQueue?,
+        onError: @escaping @Sendable (WormholeError) -> Void,
+        listener: @escaping @Sendable (WormholeRecord) -> Void,
+        onCancel: @escaping @Sendable () -> Void
+    ) {
+        self.identifier = identifier
+        self.queue = queue.map { DispatchQueue(label: "Wormhole.listener.\(identifier)", target: $0) }
+        self.startQueue = self.queue ?? DispatchQueue(label: "Wormhole.listener.\(identifier).start")
+        self.onError = onError
+        self.listener = listener
+        self.onCancel = onCancel
+        self.state = ListenerState(ListenerStateMachine(hasQueue: queue != nil))
+        self.reader = reader
+        self.isDurable = isDurable
         self.observation = observation
         relay.connect(self)
         // Anything passed before the relay was connected is found by this first drain,

@@ -55,7 +55,7 @@ extension Wormhole {
     /// A request of bytes already encoded; returns the reply's record (its bytes, kind,
     /// and the responder's process). What `wormhole request` uses.
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) async throws(WormholeError) -> WormholeRecord {
-        let pending = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+        let pending = try await startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
         return try Self.reply(await pending.value(), identifier: identifier)
     }
 
@@ -134,23 +134,42 @@ extension Wormhole {
     /// Registers the request, with its timeout, with the identifier's reply router, and
     /// passes it.
     private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) -> PendingReply {
+        try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
+        let router = try replyRouters.router(for: identifier, in: self)
+        let pending = router.begin(timeout: timeout)
+        do throws(WormholeError) {
+            try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
+                           expires: Date().addingTimeInterval(timeout))
+        } catch {
+            router.finish(pending.correlation, .failure(error))
+            throw error
+        }
+        return pending
+    }
+
+    /// ``startRequest(payload:kind:identifier:timeout:)`` for asynchronous callers: the
+    /// reply listener's start and the pass suspend the caller instead of blocking its
+    /// thread (on a back end that waits on a server).
+    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) async throws(WormholeError) -> PendingReply {
+        try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
+        let router = try await replyRouters.router(for: identifier, in: self)
+        let pending = router.begin(timeout: timeout)
+        do throws(WormholeError) {
+            try await passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
+                                 expires: Date().addingTimeInterval(timeout))
+        } catch {
+            router.finish(pending.correlation, .failure(error))
+            throw error
+        }
+        return pending
+    }
+
+    private static func checkRequest(_ payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) {
         try Identifier.validate(identifier)
         guard timeout > 0, timeout.isFinite, timeout < 1e9 else {
             throw WormholeError(.invalidConfiguration, "a request's timeout must be a positive number of seconds, not \(timeout)")
         }
         try MessageCoding.check(payload, is: kind, identifier: identifier)
-        let router = try replyRouters.router(for: identifier, in: self)
-        let correlation = Requests.newCorrelation()
-        let pending = PendingReply(correlation: correlation, timeout: timeout)
-        router.add(pending)
-        do throws(WormholeError) {
-            try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: correlation,
-                           expires: Date().addingTimeInterval(timeout))
-        } catch {
-            router.finish(correlation, .failure(error))
-            throw error
-        }
-        return pending
     }
 
     private static func reply(_ outcome: ReplyOutcome, identifier: String) throws(WormholeError) -> WormholeRecord {

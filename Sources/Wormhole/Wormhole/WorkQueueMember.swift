@@ -47,7 +47,7 @@ public final class WorkQueueMember: Sendable {
     /// The queue's name.
     public let name: String
 
-    private let file: Locked<WorkQueueFile?>
+    private let file: Locked<(any WormholeTransitingWorkQueue)?>
     private let work: DispatchQueue
     private let options: WorkQueueOptions
     private let deadLetters: String
@@ -67,7 +67,7 @@ public final class WorkQueueMember: Sendable {
         let source: any DispatchSourceTimer
     }
 
-    init(transiting: FileTransiting, identifier: String, name: String, options: WorkQueueOptions, queue: DispatchQueue?,
+    init(transiting: any WormholeTransiting, identifier: String, name: String, options: WorkQueueOptions, queue: DispatchQueue?,
          onError: @escaping @Sendable (WormholeError) -> Void,
          handler: @escaping @Sendable (WormholeRecord, Int) throws -> Void,
          onCancel: @escaping @Sendable () -> Void) throws(WormholeError) {
@@ -97,7 +97,7 @@ public final class WorkQueueMember: Sendable {
             relay.withLock { $0 }?(event)
         }
         do throws(WormholeError) {
-            file = Locked(try WorkQueueFile(transiting: transiting, identifier: identifier, name: name, start: options.startingFrom))
+            file = Locked(try transiting.joinWorkQueue(identifier: identifier, name: name, startingFrom: options.startingFrom))
         } catch {
             observation.cancel()
             throw error
@@ -157,42 +157,53 @@ public final class WorkQueueMember: Sendable {
         }
     }
 
-    /// Takes, handles and acknowledges until the queue has nothing for this member.
+    /// Takes, handles and acknowledges until the queue has nothing for this member. A
+    /// message handled is acknowledged with the next take (one statement on a back end
+    /// that can), or alone once the member is cancelled.
     private func drain() {
         let maximum = UInt32(clamping: options.maximumDeliveries)
+        var handled: UInt64?
         while !isCancelled {
-            let delivery: WorkQueueFile.Delivery?
+            let delivery: WormholeWorkQueueDelivery?
             let invalidate = replaced.exchange(false, ordering: .acquiringAndReleasing)
             do throws(WormholeError) {
-                delivery = try file.withLock { (file) throws(WormholeError) -> WorkQueueFile.Delivery? in
-                    if invalidate { file?.invalidateReader() }
+                delivery = try file.withLock { [handled] (file) throws(WormholeError) -> WormholeWorkQueueDelivery? in
+                    if invalidate { file?.invalidate() }
+                    if let handled {
+                        return try file?.acknowledge(handled, thenTakeWithMaximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
+                    }
                     return try file?.take(maximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
                 }
             } catch {
+                // An acknowledgement not stored: the message is handed out again
+                // (repeated, never skipped).
                 onError(error)
                 return
             }
+            handled = nil
             guard let delivery else { return }
             let sequence = delivery.record.sequence
-            var failure: String?
             do {
                 try handler(delivery.record, Int(delivery.deliveries))
+                handled = sequence
             } catch {
-                failure = "the handler threw: \(error)"
-            }
-            do throws(WormholeError) {
-                try file.withLock { (file) throws(WormholeError) in
-                    if let failure {
-                        try file?.giveBack(sequence, reason: failure, maximumDeliveries: maximum, deadLetters: deadLetters)
-                    } else {
-                        try file?.acknowledge(sequence)
+                do throws(WormholeError) {
+                    try file.withLock { (file) throws(WormholeError) in
+                        try file?.giveBack(sequence, reason: "the handler threw: \(error)", maximumDeliveries: maximum, deadLetters: deadLetters)
                     }
+                } catch {
+                    onError(error)
+                    return
                 }
-            } catch {
-                // Not stored: the message is handed out again (repeated, never skipped).
-                onError(error)
-                return
             }
+        }
+        // Cancelled (cancel() leaves the queue after this drain): the last message handled
+        // is acknowledged before that.
+        guard let handled else { return }
+        do throws(WormholeError) {
+            try file.withLock { (file) throws(WormholeError) in try file?.acknowledge(handled) }
+        } catch {
+            onError(error)
         }
     }
 }

@@ -3,7 +3,8 @@ import Dispatch
 /// Work queues: each message of an identifier to one of several members, acknowledged
 /// when its handler returns, handed out again when its member dies, moved to a
 /// dead-letter identifier after too many tries. No daemon: the members share a state
-/// file in the container (Protocol.md §18).
+/// file in the container (Protocol.md §18), or tables in the PostgreSQL back end's
+/// database (Docs/Scaling.md).
 extension Wormhole {
     /// Joins the work queue `name` of `identifier`: `listener` is called with messages
     /// that no other member of the queue (in any process) receives.
@@ -42,8 +43,8 @@ extension Wormhole {
     ///   - listener: Handles one message; throws when it could not.
     /// - Returns: The member; ``WorkQueueMember/cancel()`` leaves the queue.
     /// - Throws: ``WormholeError`` for an invalid identifier or name, a back end without
-    ///   work queues (only ``FileTransiting`` has them), or a container that cannot hold
-    ///   the queue's files.
+    ///   work queues (``FileTransiting`` and the PostgreSQL back end have them), or a
+    ///   container that cannot hold the queue (its files, or its rows).
     @discardableResult
     public func listenForMessage<Message: Decodable & Sendable>(
         withIdentifier identifier: String,
@@ -72,9 +73,6 @@ extension Wormhole {
     ) throws(WormholeError) -> WorkQueueMember {
         try Identifier.validate(identifier)
         try Identifier.validate(name, kind: "work queue name")
-        guard let transiting = transiting as? FileTransiting else {
-            throw WormholeError(.invalidConfiguration, "this back end (\(type(of: transiting))) does not keep work queues; use a shared directory")
-        }
         let id = makeRegistrationID()
         let member = try WorkQueueMember(transiting: transiting, identifier: identifier, name: name, options: options, queue: queue,
                                          onError: onError ?? Self.logError, handler: listener,
@@ -88,8 +86,7 @@ extension Wormhole {
     /// pending and in-flight messages, and what was acknowledged, dead-lettered, expired
     /// and lost.
     public func workQueues(identifier: String? = nil) throws(WormholeError) -> [WormholeWorkQueueStatus] {
-        guard let transiting = transiting as? FileTransiting else { return [] }
         if let identifier { try Identifier.validate(identifier) }
-        return WormholeWorkQueueStatus.read(transiting: transiting, identifier: identifier)
+        return try transiting.workQueues(identifier: identifier)
     }
 }

@@ -1,0 +1,96 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// One member's handle on a work queue of a back end (``WormholeTransiting/joinWorkQueue(identifier:name:startingFrom:)``):
+/// what ``WorkQueueMember`` takes messages from. The file back end keeps the queue in a
+/// state file (Protocol.md §18), the PostgreSQL one in tables. Used by one thread at a
+/// time.
+///
+/// Whatever the back end, each message goes to one live member at a time; a message
+/// whose member ended (its process killed) without acknowledging it is handed out again,
+/// with its count of deliveries; liveness is never decided by a process id.
+public protocol WormholeTransitingWorkQueue: AnyObject {
+    /// Hands this member the oldest message nobody alive holds: first one whose member
+    /// died (or gave it back), then the next one passed. A message handed out
+    /// `maximumDeliveries` times already goes to `deadLetters` instead (a
+    /// ``WormholeDeadLetter``); an expired one is counted and skipped; `report` receives
+    /// what the queue lost (``WormholeError/Code/messagesLost``) and records it could not
+    /// read. `nil` when there is nothing to take.
+    func take(maximumDeliveries: UInt32, deadLetters: String, report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery?
+
+    /// The message `sequence` (held by this member) was handled: it leaves the queue.
+    func acknowledge(_ sequence: UInt64) throws(WormholeError)
+
+    /// ``acknowledge(_:)``, then ``take(maximumDeliveries:deadLetters:report:)``: what a
+    /// member that goes on taking calls. A back end that can stores both at once (the
+    /// PostgreSQL one, in one statement); the default calls one, then the other.
+    func acknowledge(_ sequence: UInt64, thenTakeWithMaximumDeliveries maximumDeliveries: UInt32, deadLetters: String,
+                     report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery?
+
+    /// The message `sequence` was not handled (its handler threw `reason`): it is handed
+    /// out again, or, after `maximumDeliveries`, goes to `deadLetters`.
+    func giveBack(_ sequence: UInt64, reason: String, maximumDeliveries: UInt32, deadLetters: String) throws(WormholeError)
+
+    /// What holds the messages may have been replaced: look again at the next take.
+    func invalidate()
+
+    /// Leaves the queue: what this member still holds goes to the others.
+    func close()
+}
+
+extension WormholeTransitingWorkQueue {
+    public func invalidate() {}
+
+    public func acknowledge(_ sequence: UInt64, thenTakeWithMaximumDeliveries maximumDeliveries: UInt32, deadLetters: String,
+                            report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        try acknowledge(sequence)
+        return try take(maximumDeliveries: maximumDeliveries, deadLetters: deadLetters, report: report)
+    }
+}
+
+/// A message handed to one member of a work queue.
+public struct WormholeWorkQueueDelivery: Sendable {
+    /// The message.
+    public let record: WormholeRecord
+    /// How many times it has been handed out, this time included.
+    public let deliveries: UInt32
+
+    public init(record: WormholeRecord, deliveries: UInt32) {
+        self.record = record
+        self.deliveries = deliveries
+    }
+}
+
+extension WormholeDeadLetter {
+    /// The dead letter of `record`, which the work queue `queue` gave up on after
+    /// `deliveries` deliveries because of `reason`.
+    public init(record: WormholeRecord, queue: String, deliveries: UInt32, reason: String) {
+        self.init(identifier: record.identifier, queue: queue, sequence: record.sequence, deliveries: deliveries,
+                  reason: reason, kind: record.kind.description, payload: record.payload, date: record.date)
+    }
+
+    /// The reason given when each member that held a message ended before acknowledging it.
+    public static func membersEndedReason(deliveries: UInt32) -> String {
+        "handed out \(deliveries) times; each time its member ended (killed or stopped) before acknowledging it"
+    }
+
+    /// The JSON passed to the dead-letter identifier (kind ``WormholePayloadKind/json``).
+    public func encoded() throws(WormholeError) -> Data {
+        do {
+            return try WormholeJSONCoding.standardEncoder().encode(self)
+        } catch {
+            throw WormholeError(.encodingFailed, "cannot encode the dead letter of message \(sequence) of '\(identifier)': \(error)")
+        }
+    }
+}
+
+extension WormholeError {
+    /// What a work queue's members are told when it lost messages.
+    public static func workQueueLost(_ count: UInt64, queue: String, identifier: String, because reason: String) -> WormholeError {
+        WormholeError(.messagesLost, "the work queue '\(queue)' of '\(identifier)' lost \(count) message\(count == 1 ? "" : "s"): \(reason)",
+                      missedMessageCount: count)
+    }
+}
