@@ -366,7 +366,7 @@ public final class PostgresTransiting: WormholeTransiting {
     // MARK: - Work queues
 
     /// A member of the work queue `name` of `identifier`, kept in the database's queue
-    /// tables (see ``PostgresWorkQueue``).
+    /// tables (Scaling.md, "The schema").
     public func joinWorkQueue(identifier: String, name: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingWorkQueue {
         try PostgresWorkQueue(transiting: self, identifier: identifier, name: name, start: start)
     }
