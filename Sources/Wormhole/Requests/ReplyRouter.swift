@@ -172,12 +172,17 @@ final class ReplyRouter: Sendable {
             engine.serveNested { reply.outcome != nil }
             return reply.wait()
         }
-        guard let waiter = waiters.withLock({ $0.popLast() }) ?? ReplyWaiter(watching: logPath) else { return reply.wait() }
+        // A waiter kept from an earlier request was watching before this request was
+        // passed: its reply's append is an event in its queue, so the first read waits
+        // for one. A new waiter reads first (the reply may have come before its watch).
+        let kept = waiters.withLock { $0.popLast() }
+        guard let waiter = kept ?? ReplyWaiter(watching: logPath) else { return reply.wait() }
         defer { waiters.withLock { if $0.count < Self.keptWaiters { $0.append(waiter) } } }
         reply.attach(thread: thread) { waiter.wake() }
-        var replaced = false
+        var (read, replaced) = (kept == nil, false)
         while true {
-            token.drainOnCallingThread(replaced: replaced)
+            if read { token.drainOnCallingThread(replaced: replaced) }
+            read = true
             if let outcome = reply.outcome { return outcome }
             // Bounded: a replaced log whose new watch was missed is read at its name then
             // (the reader thread reads it at once in any case).
