@@ -212,22 +212,7 @@ final class InotifyEngine: Sendable {
             state.closing = state.table.isEmpty
             return !state.closing
         }) {
-            let ready: WakeChannel.Readiness
-            switch session.channel.wait(alongside: session.inotify.descriptor) {
-            case .success(let readiness):
-                ready = readiness
-            case .failure(let errno):
-                abandon(WormholeError.system("wait for inotify events", errno))
-                continue
-            }
-            if ready.woken { session.channel.drain() }
-            guard ready.events else { continue }
-            switch session.inotify.read(into: buffer, capacity: capacity) {
-            case .success(let count):
-                if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
-            case .failure(let errno):
-                abandon(WormholeError.system("read inotify events", errno))
-            }
+            serveOnce(session, buffer: buffer, capacity: capacity, milliseconds: -1)
         }
         buffer.deallocate()
         readerThread.store(0, ordering: .relaxed)
@@ -252,19 +237,33 @@ final class InotifyEngine: Sendable {
         let capacity = 64 * 1024
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 8)
         defer { buffer.deallocate() }
-        while !done() {
-            // A wake-up meant for the loop below (its last subscriber went) is emptied
-            // here too: that loop looks at the table again when this handler returns.
-            guard case .success(let ready) = session.channel.wait(alongside: session.inotify.descriptor, milliseconds: 100) else { return }
-            if ready.woken { session.channel.drain() }
-            guard ready.events else { continue }
-            switch session.inotify.read(into: buffer, capacity: capacity) {
-            case .success(let count):
-                if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
-            case .failure(let errno):
-                abandon(WormholeError.system("read inotify events", errno))
-                return
-            }
+        // A wake-up meant for the loop below it (its last subscriber went) is emptied
+        // here too: that loop looks at the table again when this handler returns.
+        while !done(), serveOnce(session, buffer: buffer, capacity: capacity, milliseconds: 100) {}
+    }
+
+    /// Waits for events or a wake-up (at most `milliseconds`; -1: no limit), then hands
+    /// out the events read. Returns false when the instance could not be waited on or
+    /// read, and was abandoned.
+    @discardableResult
+    private func serveOnce(_ session: Session, buffer: UnsafeMutableRawPointer, capacity: Int, milliseconds: Int32) -> Bool {
+        let ready: WakeChannel.Readiness
+        switch session.channel.wait(alongside: session.inotify.descriptor, milliseconds: milliseconds) {
+        case .success(let readiness):
+            ready = readiness
+        case .failure(let errno):
+            abandon(WormholeError.system("wait for inotify events", errno))
+            return false
+        }
+        if ready.woken { session.channel.drain() }
+        guard ready.events else { return true }
+        switch session.inotify.read(into: buffer, capacity: capacity) {
+        case .success(let count):
+            if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
+            return true
+        case .failure(let errno):
+            abandon(WormholeError.system("read inotify events", errno))
+            return false
         }
     }
 
