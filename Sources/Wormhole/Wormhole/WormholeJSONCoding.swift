@@ -50,16 +50,25 @@ public struct WormholeJSONCoding: Sendable {
     public let encoder: JSONEncoder
     /// Decodes every JSON message read as a type other than `Data` or `String`.
     public let decoder: JSONDecoder
+    /// Whether ``encoder`` is the standard one this coding made: messages are then
+    /// encoded by the library's own encoder of the standard form when it can.
+    let encodesStandardForm: Bool
+    /// Whether ``decoder`` is the standard one this coding made: messages are then
+    /// decoded by the library's own decoder of the standard form when it can.
+    let decodesStandardForm: Bool
 
-    /// A coding with `encoder` and `decoder`; each one left out is the standard one.
+    /// A coding with `encoder` and `decoder`; each one left out (or `nil`) is the standard
+    /// one.
     ///
     /// - Parameters:
     ///   - encoder: Encodes messages passed with ``Wormhole/passMessage(_:identifier:)-2w6mt``.
     ///   - decoder: Decodes messages for ``Wormhole/message(withIdentifier:as:)-5o1yf``,
     ///     listeners and message sequences.
-    public init(encoder: JSONEncoder = WormholeJSONCoding.standardEncoder(), decoder: JSONDecoder = WormholeJSONCoding.standardDecoder()) {
-        self.encoder = encoder
-        self.decoder = decoder
+    public init(encoder: JSONEncoder? = nil, decoder: JSONDecoder? = nil) {
+        self.encoder = encoder ?? Self.standardEncoder()
+        self.decoder = decoder ?? Self.standardDecoder()
+        encodesStandardForm = encoder == nil
+        decodesStandardForm = decoder == nil
     }
 
     /// The standard form: sorted keys, ISO 8601 dates with milliseconds, numeric dates of
@@ -115,5 +124,5 @@ public struct WormholeJSONCoding: Sendable {
 
     /// Parses ISO 8601 with or without fractional seconds (any number of digits), in UTC
     /// (`Z`) or with an offset from it.
-    private static let dateStyle = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+    static let dateStyle = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 }
