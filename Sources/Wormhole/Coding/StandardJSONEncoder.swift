@@ -274,7 +274,7 @@ enum StandardJSONEncoder {
                 }
                 bytes.append(UInt8(ascii: "]"))
             case .object(let slot):
-                let members = slot.members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+                let members = Self.sortedMembers(slot)
                 bytes.append(UInt8(ascii: "{"))
                 for (index, member) in members.enumerated() {
                     if index > 0 {
@@ -294,25 +294,54 @@ enum StandardJSONEncoder {
             bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
 
+        /// `text` quoted, with runs of bytes that need no escape copied at once.
         mutating func string(_ text: String) {
             bytes.append(UInt8(ascii: "\""))
-            for byte in text.utf8 {
-                switch byte {
-                case UInt8(ascii: "\""): append("\\\"")
-                case UInt8(ascii: "\\"): append("\\\\")
-                case 0x08: append("\\b")
-                case 0x0C: append("\\f")
-                case 0x0A: append("\\n")
-                case 0x0D: append("\\r")
-                case 0x09: append("\\t")
-                case 0x00..<0x20:
-                    append("\\u00")
-                    bytes.append(Self.hexDigit(byte >> 4))
-                    bytes.append(Self.hexDigit(byte & 0xF))
-                default: bytes.append(byte)
+            var text = text
+            text.withUTF8 { utf8 in
+                var mark = 0
+                for index in utf8.indices {
+                    let byte = utf8[index]
+                    guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                    bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[mark..<index]))
+                    escape(byte)
+                    mark = index + 1
                 }
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[mark...]))
             }
             bytes.append(UInt8(ascii: "\""))
+        }
+
+        mutating func escape(_ byte: UInt8) {
+            switch byte {
+            case UInt8(ascii: "\""): append("\\\"")
+            case UInt8(ascii: "\\"): append("\\\\")
+            case 0x08: append("\\b")
+            case 0x0C: append("\\f")
+            case 0x0A: append("\\n")
+            case 0x0D: append("\\r")
+            case 0x09: append("\\t")
+            default:
+                append("\\u00")
+                bytes.append(Self.hexDigit(byte >> 4))
+                bytes.append(Self.hexDigit(byte & 0xF))
+            }
+        }
+
+        /// The members in the order Foundation writes them: by the keys' UTF-8 bytes. Few
+        /// members are sorted in place by insertion.
+        static func sortedMembers(_ slot: Slot) -> [(key: String, value: Value)] {
+            guard slot.members.count > 1 else { return slot.members }
+            guard slot.members.count <= 16 else { return slot.members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) } }
+            var members = slot.members
+            for index in 1..<members.count {
+                var position = index
+                while position > 0, members[position].key.utf8.lexicographicallyPrecedes(members[position - 1].key.utf8) {
+                    members.swapAt(position, position - 1)
+                    position -= 1
+                }
+            }
+            return members
         }
 
         static func hexDigit(_ value: UInt8) -> UInt8 {
