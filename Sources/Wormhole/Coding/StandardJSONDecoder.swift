@@ -162,12 +162,12 @@ enum StandardJSONDecoder {
 
     struct KeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
         let state: State
-        let members: [(key: String, value: StandardJSONValue)]
+        let members: [StandardJSONValue.Member]
         let path: Path
         /// The members' positions by name, for objects too large to search.
         let index: [String: Int]?
 
-        init(state: State, members: [(key: String, value: StandardJSONValue)], path: Path) {
+        init(state: State, members: [StandardJSONValue.Member], path: Path) {
             self.state = state
             self.members = members
             self.path = path

@@ -67,7 +67,14 @@ enum StandardJSONEncoder {
     /// superclass).
     final class Slot {
         var elements: [Value] = []
-        var members: [(key: String, value: Value)] = []
+        var members: [Member] = []
+    }
+
+    /// An object's member. A struct rather than a tuple: arrays of it are copied and
+    /// destroyed by specialized code, not the runtime's generic tuple witnesses.
+    struct Member {
+        let key: String
+        let value: Value
     }
 
     final class Encoder: Swift.Encoder {
@@ -116,7 +123,10 @@ enum StandardJSONEncoder {
 
         var codingPath: [any CodingKey] { path.keys }
 
-        func put(_ value: Value, _ key: Key) { slot.members.append((key.stringValue, value)) }
+        func put(_ value: Value, _ key: Key) {
+            if slot.members.capacity == 0 { slot.members.reserveCapacity(8) }
+            slot.members.append(Member(key: key.stringValue, value: value))
+        }
 
         mutating func encodeNil(forKey key: Key) throws { put(.null, key) }
         mutating func encode(_ value: Bool, forKey key: Key) throws { put(.bool(value), key) }
@@ -274,11 +284,12 @@ enum StandardJSONEncoder {
                 }
                 bytes.append(UInt8(ascii: "]"))
             case .object(let slot):
-                let members = Self.sortedMembers(slot)
+                Self.sortMembers(slot)
                 bytes.append(UInt8(ascii: "{"))
-                for (index, member) in members.enumerated() {
+                for index in slot.members.indices {
+                    let member = slot.members[index]
                     if index > 0 {
-                        guard member.key != members[index - 1].key else { return false }
+                        guard member.key != slot.members[index - 1].key else { return false }
                         bytes.append(UInt8(ascii: ","))
                     }
                     string(member.key)
@@ -328,20 +339,21 @@ enum StandardJSONEncoder {
             }
         }
 
-        /// The members in the order Foundation writes them: by the keys' UTF-8 bytes. Few
-        /// members are sorted in place by insertion.
-        static func sortedMembers(_ slot: Slot) -> [(key: String, value: Value)] {
-            guard slot.members.count > 1 else { return slot.members }
-            guard slot.members.count <= 16 else { return slot.members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) } }
-            var members = slot.members
-            for index in 1..<members.count {
+        /// Sorts the members in the order Foundation writes them: by the keys' UTF-8
+        /// bytes. A few are sorted in place by insertion.
+        static func sortMembers(_ slot: Slot) {
+            guard slot.members.count > 1 else { return }
+            guard slot.members.count <= 16 else {
+                slot.members.sort { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+                return
+            }
+            for index in 1..<slot.members.count {
                 var position = index
-                while position > 0, members[position].key.utf8.lexicographicallyPrecedes(members[position - 1].key.utf8) {
-                    members.swapAt(position, position - 1)
+                while position > 0, slot.members[position].key.utf8.lexicographicallyPrecedes(slot.members[position - 1].key.utf8) {
+                    slot.members.swapAt(position, position - 1)
                     position -= 1
                 }
             }
-            return members
         }
 
         static func hexDigit(_ value: UInt8) -> UInt8 {

@@ -10,7 +10,14 @@ enum StandardJSONValue {
     case string(String)
     case array([StandardJSONValue])
     /// The members in the order written; no name occurs twice (see ``parse(_:)``).
-    case object([(key: String, value: StandardJSONValue)])
+    case object([Member])
+
+    /// An object's member. A struct rather than a tuple: arrays of it are copied and
+    /// destroyed by specialized code, not the runtime's generic tuple witnesses.
+    struct Member {
+        let key: String
+        let value: StandardJSONValue
+    }
 
     /// `bytes` as one JSON value, or `nil` when they are anything this parser does not take
     /// with certainty as Foundation's `JSONDecoder` does: not strict RFC 8259 JSON (a byte
@@ -74,7 +81,8 @@ enum StandardJSONValue {
         mutating func object(depth: Int) -> StandardJSONValue? {
             position += 1
             skipWhitespace()
-            var members: [(key: String, value: StandardJSONValue)] = []
+            var members: [Member] = []
+            members.reserveCapacity(8)
             if current == UInt8(ascii: "}") { position += 1; return .object(members) }
             while true {
                 guard current == UInt8(ascii: "\""), let key = string() else { return nil }
@@ -83,7 +91,7 @@ enum StandardJSONValue {
                 position += 1
                 skipWhitespace()
                 guard let value = value(depth: depth + 1) else { return nil }
-                members.append((key, value))
+                members.append(Member(key: key, value: value))
                 skipWhitespace()
                 switch current {
                 case UInt8(ascii: ","): position += 1; skipWhitespace()
@@ -95,7 +103,7 @@ enum StandardJSONValue {
             }
         }
 
-        static func namesAreUnique(_ members: [(key: String, value: StandardJSONValue)]) -> Bool {
+        static func namesAreUnique(_ members: [Member]) -> Bool {
             if members.count <= 8 {
                 for index in members.indices.dropFirst() {
                     for earlier in 0..<index where members[earlier].key == members[index].key { return false }
