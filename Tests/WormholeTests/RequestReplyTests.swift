@@ -67,4 +67,44 @@ struct RequestReplyTests {
         #expect(waited >= .milliseconds(500) && waited < .seconds(3), "the request waited \(waited)")
         #expect(throws: WormholeError.self) { _ = try wormhole.request("x", identifier: "nobody", as: String.self, timeout: -1) }
     }
+
+    @Test("a responder and a listener that run on the reader thread can make blocking requests of their own; blocking requests are answered while compaction keeps replacing the reply log",
+          .timeLimit(.minutes(1)))
+    func blockingRequestsFromTheReaderThread() async throws {
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 4
+        let store = try Backend.file.makeStore()
+        let wormhole = try store.wormhole(configuration: configuration)
+        let inner = try wormhole.respond(toIdentifier: "double", as: Int.self) { $0 * 2 }
+        // Without a queue: answered on the reader thread, which the blocking request below
+        // cannot wait for; it reads its reply through a watch of its own.
+        let outer = try wormhole.respond(toIdentifier: "double-plus-one", as: Int.self) { number in
+            try wormhole.request(number, identifier: "double", as: Int.self, timeout: 5) + 1
+        }
+        let heard = Collector<Int>()
+        let token = try wormhole.listenForMessage(withIdentifier: "ask", as: Int.self) { number in
+            if let answer = try? wormhole.request(number, identifier: "double", as: Int.self, timeout: 5) { heard.append(answer) }
+        }
+        let requester = try store.wormhole(configuration: configuration)
+        let (answers, slowest) = await withCheckedContinuation { (done: CheckedContinuation<([Int], Duration), Never>) in
+            Thread.detachNewThread {
+                var answers: [Int] = []
+                var slowest = Duration.zero
+                for number in 0..<200 {
+                    let started = ContinuousClock.now
+                    answers.append((try? requester.request(number, identifier: "double-plus-one", as: Int.self, timeout: 5)) ?? -1)
+                    slowest = max(slowest, ContinuousClock.now - started)
+                }
+                done.resume(returning: (answers, slowest))
+            }
+        }
+        #expect(answers == (0..<200).map { $0 * 2 + 1 }, "every request answered, by way of the inner responder")
+        #expect(slowest < .seconds(2), "the slowest request took \(slowest)")
+        for number in 1...3 { try await wormhole.passMessage(number, identifier: "ask") }
+        #expect(await eventually { heard.count == 3 }, "the listener's requests: \(heard.all)")
+        #expect(heard.all.sorted() == [2, 4, 6])
+        token.cancel()
+        outer.cancel()
+        inner.cancel()
+    }
 }

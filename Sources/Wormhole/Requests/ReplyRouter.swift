@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Dispatch
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -16,7 +19,13 @@ final class PendingReply: Sendable {
     /// Seconds the requester waits, and when that ends (``MonotonicCondition/now()``).
     let timeout: Double
     let deadline: UInt64
-    private let state = Locked<(outcome: ReplyOutcome?, continuation: CheckedContinuation<ReplyOutcome, Never>?)>((nil, nil))
+    private struct State {
+        var outcome: ReplyOutcome?
+        var continuation: CheckedContinuation<ReplyOutcome, Never>?
+        /// The thread blocked in ``ReplyRouter/wait(for:)`` and what wakes it.
+        var waiter: (thread: UInt, wake: @Sendable () -> Void)?
+    }
+    private let state = Locked(State())
     private let done = MonotonicEvent()
 
     init(correlation: UInt64, timeout: Double) {
@@ -28,17 +37,33 @@ final class PendingReply: Sendable {
     /// Completes the request; later calls do nothing. Returns whether this call did.
     @discardableResult
     func complete(_ outcome: ReplyOutcome) -> Bool {
-        let (first, continuation) = state.withLock { state -> (Bool, CheckedContinuation<ReplyOutcome, Never>?) in
-            guard state.outcome == nil else { return (false, nil) }
+        let (first, continuation, wake) = state.withLock { state -> (Bool, CheckedContinuation<ReplyOutcome, Never>?, (@Sendable () -> Void)?) in
+            guard state.outcome == nil else { return (false, nil, nil) }
             state.outcome = outcome
             defer { state.continuation = nil }
-            return (true, state.continuation)
+            // The waiting thread completing its own request needs no wake-up.
+            let wake = state.waiter.flatMap { $0.thread == UInt(pthread_self()) ? nil : $0.wake }
+            return (true, state.continuation, wake)
         }
         guard first else { return false }
         // Resumed outside the lock.
         continuation?.resume(returning: outcome)
+        wake?()
         done.signal()
         return true
+    }
+
+    /// The outcome, once complete.
+    var outcome: ReplyOutcome? { state.withLock { $0.outcome } }
+
+    /// Makes ``complete(_:)`` call `wake` (unless called on `thread`, the waiting one),
+    /// until ``detach()``.
+    func attach(thread: UInt, wake: @escaping @Sendable () -> Void) {
+        state.withLock { $0.waiter = (thread, wake) }
+    }
+
+    func detach() {
+        state.withLock { $0.waiter = nil }
     }
 
     /// Blocks the calling thread until the request is complete.
@@ -74,6 +99,10 @@ final class ReplyRouter: Sendable {
     let repliesIdentifier: String
     private let pending = Locked<[UInt64: PendingReply]>([:])
     private let token = Locked<ListenerToken?>(nil)
+    /// The reply log, on the shared directory: blocked requesters watch it themselves.
+    private let logPath: String?
+    /// Waiters of finished blocking requests, for the next ones.
+    private let waiters = Locked<[ReplyWaiter]>([])
     /// The deadline of the sweep scheduled, when one is.
     private let sweepAt = Locked<UInt64?>(nil)
     /// The error of a request that timed out (`nil` once the wormhole is gone).
@@ -82,6 +111,7 @@ final class ReplyRouter: Sendable {
     init(identifier: String, wormhole: Wormhole) {
         self.identifier = identifier
         self.repliesIdentifier = Requests.repliesIdentifier(of: identifier)
+        logPath = (wormhole.transiting as? FileTransiting).map { $0.directory + "/" + LogFile.name(Requests.repliesIdentifier(of: identifier)) }
         timedOut = { [weak wormhole] timeout in
             wormhole.map { Requests.timedOut(identifier, after: timeout, wormhole: $0) }
         }
@@ -124,6 +154,44 @@ final class ReplyRouter: Sendable {
         armSweep(at: reply.deadline)
         return reply
     }
+
+    /// Blocks the calling thread until `reply` is complete. On the shared directory the
+    /// thread watches the reply log itself and reads the reply when the append wakes it
+    /// (``ReplyWaiter``); the reader thread, woken too, completes it when it gets there
+    /// first, and the request's timeout is swept as for any request. On the reader thread
+    /// itself (a listener or responder without a queue asking another service), the
+    /// thread goes on serving the process's events while it waits, the reply's among
+    /// them.
+    func wait(for reply: PendingReply) -> ReplyOutcome {
+        guard let logPath, let token = token.withLock({ $0 }) else { return reply.wait() }
+        let thread = UInt(pthread_self())
+        defer { reply.detach() }
+        let engine = InotifyEngine.shared
+        if engine.isOnReaderThread {
+            reply.attach(thread: thread) { engine.wakeReaderThread() }
+            engine.serveNested { reply.outcome != nil }
+            return reply.wait()
+        }
+        // A waiter kept from an earlier request was watching before this request was
+        // passed: its reply's append is an event in its queue, so the first read waits
+        // for one. A new waiter reads first (the reply may have come before its watch).
+        let kept = waiters.withLock { $0.popLast() }
+        guard let waiter = kept ?? ReplyWaiter(watching: logPath) else { return reply.wait() }
+        defer { waiters.withLock { if $0.count < Self.keptWaiters { $0.append(waiter) } } }
+        reply.attach(thread: thread) { waiter.wake() }
+        var (read, replaced) = (kept == nil, false)
+        while true {
+            if read { token.drainOnCallingThread(replaced: replaced) }
+            read = true
+            if let outcome = reply.outcome { return outcome }
+            // Bounded: a replaced log whose new watch was missed is read at its name then
+            // (the reader thread reads it at once in any case).
+            replaced = waiter.wait(milliseconds: 100)
+        }
+    }
+
+    /// How many idle waiters a router keeps (three descriptors each).
+    private static let keptWaiters = 4
 
     /// Schedules a sweep at `deadline` unless one is scheduled at or before it.
     private func armSweep(at deadline: UInt64) {

@@ -2,10 +2,10 @@
 import Glibc
 #endif
 
-/// Everything that decides what a ``ListenerToken`` does next, in one value behind one
-/// lock: whether it is cancelled, whether a drain runs (and on which thread), whether
-/// another wake-up came meanwhile, the retry and idle timers, and what is owed to the
-/// listener's `onError`.
+/// Everything that decides what a ``ListenerToken`` (or a ``WorkQueueMember``, whose
+/// drains take from its queue) does next, in one value behind one lock: whether it is
+/// cancelled, whether a drain runs (and on which thread), whether another wake-up came
+/// meanwhile, the retry and idle timers, and what is owed to the listener's `onError`.
 ///
 /// Each method is one transition: it changes the state and returns what to do, which
 /// the token does after releasing the lock (read the log, call the listener, schedule a

@@ -146,6 +146,18 @@ public final class ListenerToken: Sendable, Hashable {
         }
     }
 
+    /// Drains on the calling thread now, as a wake-up of a listener without a queue
+    /// would (`replaced`: the log may have been replaced): a thread blocked in a request
+    /// reads its reply itself when its own watch woke it. Does nothing when a drain runs
+    /// elsewhere (it reads once more) or is scheduled.
+    func drainOnCallingThread(replaced: Bool) {
+        switch state.withLock({ $0.wake(replaced: replaced, thread: UInt(pthread_self())) }) {
+        case .none: break
+        case .schedule: scheduleDrain()
+        case .drainHere(let invalidate): drain(invalidate: invalidate)
+        }
+    }
+
     private func scheduleDrain() {
         (queue ?? startQueue).async { [self] in
             guard let invalidate = state.withLock({ $0.beginScheduled(thread: UInt(pthread_self())) }) else { return }

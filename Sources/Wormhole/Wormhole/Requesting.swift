@@ -44,6 +44,12 @@ extension Wormhole {
 
     /// ``request(_:identifier:as:timeout:)-i10e`` for a caller that may block its thread
     /// meanwhile (not one of Swift concurrency's pool).
+    ///
+    /// On the shared directory the blocked thread watches the reply log itself (an
+    /// inotify instance of its own, kept for the next request) and reads its reply when
+    /// the append wakes it: a round trip is two wake-ups, the responder's and this
+    /// thread's. Called from a listener or responder without a queue (on the process's
+    /// reader thread), it serves the process's other events while it waits.
     public func request<Request: Encodable & Sendable, Reply: Decodable & Sendable>(
         _ request: Request, identifier: String, as type: Reply.Type = Reply.self, timeout: Double = 5
     ) throws(WormholeError) -> Reply {
@@ -61,8 +67,8 @@ extension Wormhole {
 
     /// ``requestRecord(payload:kind:identifier:timeout:)-5o5yo`` blocking the calling thread.
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) throws(WormholeError) -> WormholeRecord {
-        let pending = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
-        return try Self.reply(pending.wait(), identifier: identifier)
+        let (router, pending) = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+        return try Self.reply(router.wait(for: pending), identifier: identifier)
     }
 
     /// Serves `identifier`: `responder` is called with each request that this responder
@@ -82,6 +88,16 @@ extension Wormhole {
     /// }
     /// ```
     ///
+    /// Without a `queue`, on the shared directory, `responder` runs on the thread that
+    /// the request woke, the process's inotify reader thread, as a listener without a
+    /// queue does: no thread hop between the request and its reply. Keep it short, since
+    /// the process's other listeners wait meanwhile; give long or parallel responders a
+    /// queue. A responder there may itself make a blocking request (ask another service,
+    /// in this process or another): the thread serves the process's other events while
+    /// it waits, the reply among them. On PostgreSQL a responder without a queue runs on
+    /// a serial queue of its own.
+    ///
+    /// - Parameter queue: Where `responder` runs; see above for `nil`.
     /// - Returns: The responder's membership; ``WorkQueueMember/cancel()`` stops it.
     @discardableResult
     public func respond<Request: Decodable & Sendable, Reply: Encodable & Sendable>(
@@ -110,8 +126,10 @@ extension Wormhole {
         let replies = Requests.repliesIdentifier(of: identifier)
         try Identifier.validate(replies, kind: "reply identifier")
         let options = WorkQueueOptions(maximumDeliveries: 3, startingFrom: .history)
-        return try listenForRecords(withIdentifier: identifier, workQueue: Requests.respondersQueue, options: options,
-                                    queue: queue, onError: onError) { [self] record, _ in
+        // Without a queue, on the shared directory, the request is answered on the thread
+        // that was woken: no hop between the request's wake-up and its reply.
+        return try joinWorkQueue(identifier: identifier, name: Requests.respondersQueue, options: options, queue: queue,
+                                 drainsOnWakingThread: transiting is FileTransiting, onError: onError) { [self] record, _ in
             // Only requests are answered; anything else passed under the identifier is
             // someone else's message.
             guard record.role == .request, record.correlation != 0 else { return }
@@ -133,7 +151,7 @@ extension Wormhole {
 
     /// Registers the request, with its timeout, with the identifier's reply router, and
     /// passes it.
-    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) -> PendingReply {
+    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) -> (ReplyRouter, PendingReply) {
         try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
         let router = try replyRouters.router(for: identifier, in: self)
         let pending = router.begin(timeout: timeout)
@@ -144,7 +162,7 @@ extension Wormhole {
             router.finish(pending.correlation, .failure(error))
             throw error
         }
-        return pending
+        return (router, pending)
     }
 
     /// ``startRequest(payload:kind:identifier:timeout:)`` for asynchronous callers: the

@@ -1,10 +1,12 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Dispatch
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
 import Foundation
 #endif
-import Synchronization
 
 /// How a work queue hands out messages and when it gives up on one.
 public struct WorkQueueOptions: Sendable, Hashable {
@@ -41,23 +43,30 @@ public struct WorkQueueOptions: Sendable, Hashable {
 /// A member of a work queue, returned by
 /// ``Wormhole/listenForMessage(withIdentifier:as:workQueue:options:queue:onError:listener:)``:
 /// it takes messages from the queue, one at a time, until ``cancel()``.
+///
+/// Its drains (take, handle, acknowledge with the next take) are held by one
+/// ``ListenerStateMachine``, as a ``ListenerToken``'s are: they never overlap, a
+/// wake-up during a drain makes it take once more, and a cancel waits for a drain on
+/// another thread. A member runs its handler on its own serial queue (or the one given);
+/// a responder on the shared directory, on the thread that was woken (no hop).
 public final class WorkQueueMember: Sendable {
     /// The identifier whose messages the queue hands out.
     public let identifier: String
     /// The queue's name.
     public let name: String
 
-    private let file: Locked<(any WormholeTransitingWorkQueue)?>
+    /// Touched only by the thread that holds the drain, or by ``cancel()`` when no drain
+    /// runs and none can start (the state machine decides which).
+    private nonisolated(unsafe) var file: (any WormholeTransitingWorkQueue)?
+    /// Where scheduled drains run: the first, the redelivery timer's, and every drain of
+    /// a member that does not drain on the thread woken.
     private let work: DispatchQueue
     private let options: WorkQueueOptions
     private let deadLetters: String
     private let handler: @Sendable (WormholeRecord, Int) throws -> Void
     private let onError: @Sendable (WormholeError) -> Void
     private let onCancel: @Sendable () -> Void
-    private let cancelled = Atomic<Bool>(false)
-    private let drainScheduled = Atomic<Bool>(false)
-    /// The log may have been replaced (compacted, made anew): the reader looks again.
-    private let replaced = Atomic<Bool>(false)
+    private let state: ListenerState
     private let observation = Locked<(any WormholeTransitingObservation)?>(nil)
     private let timer: Locked<DispatchTimer?>
 
@@ -67,7 +76,10 @@ public final class WorkQueueMember: Sendable {
         let source: any DispatchSourceTimer
     }
 
+    /// - Parameter drainsOnWakingThread: Drain on the thread that delivered the wake-up
+    ///   (the inotify reader thread) instead of hopping to `work`.
     init(transiting: any WormholeTransiting, identifier: String, name: String, options: WorkQueueOptions, queue: DispatchQueue?,
+         drainsOnWakingThread: Bool = false,
          onError: @escaping @Sendable (WormholeError) -> Void,
          handler: @escaping @Sendable (WormholeRecord, Int) throws -> Void,
          onCancel: @escaping @Sendable () -> Void) throws(WormholeError) {
@@ -89,6 +101,7 @@ public final class WorkQueueMember: Sendable {
         self.handler = handler
         self.onError = onError
         self.onCancel = onCancel
+        self.state = ListenerState(ListenerStateMachine(hasQueue: !drainsOnWakingThread || queue != nil))
         let work = DispatchQueue(label: "Wormhole.workQueue.\(identifier).\(name)", target: queue)
         self.work = work
         // Watch first, then join: a message passed in between wakes a drain that finds it.
@@ -97,7 +110,7 @@ public final class WorkQueueMember: Sendable {
             relay.withLock { $0 }?(event)
         }
         do throws(WormholeError) {
-            file = Locked(try transiting.joinWorkQueue(identifier: identifier, name: name, startingFrom: options.startingFrom))
+            file = try transiting.joinWorkQueue(identifier: identifier, name: name, startingFrom: options.startingFrom)
         } catch {
             observation.cancel()
             throw error
@@ -106,104 +119,137 @@ public final class WorkQueueMember: Sendable {
         let timer = DispatchSource.makeTimerSource(queue: work)
         // Handed to the lock once it is set up (for cancel()); not touched here after that.
         self.timer = Locked(nil)
-        work.setSpecific(key: Self.onWorkQueue, value: ObjectIdentifier(self))
         relay.withLock { $0 = { [weak self] event in self?.receive(event) } }
         timer.schedule(deadline: .now() + options.redeliveryInterval, repeating: options.redeliveryInterval,
                        leeway: .milliseconds(Int(options.redeliveryInterval * 250)))
-        timer.setEventHandler { [weak self] in self?.drain() }
+        // Already on `work`: the timer's drain starts here.
+        timer.setEventHandler { [weak self] in self?.beginScheduledDrain(asked: true) }
         timer.resume()
         self.timer.withLock { $0 = DispatchTimer(source: timer) }
-        scheduleDrain()
+        // What the queue holds already is taken on `work`: the caller's thread is not
+        // made to run the handler.
+        if state.withLock({ $0.scheduleDrain() }) { scheduleDrain() }
     }
 
     /// Whether ``cancel()`` was called.
-    public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+    public var isCancelled: Bool { state.withLock { $0.isCancelled } }
 
     /// Leaves the queue: no message is taken after it returns. Called from elsewhere than
     /// the member's own handler, it waits for a message being handled to be handled and
     /// acknowledged; called from the handler, that message is acknowledged when the
     /// handler returns. What this member still held goes to the others.
     public func cancel() {
-        guard !cancelled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let thread = UInt(pthread_self())
+        let action = state.withLock { $0.cancel(from: thread) }
+        guard action != .none else { return }
         observation.withLock { $0?.cancel(); $0 = nil }
         timer.withLock { $0?.source.cancel(); $0 = nil }
-        let leave: @Sendable () -> Void = { [file] in file.withLock { $0?.close(); $0 = nil } }
-        if DispatchQueue.getSpecific(key: Self.onWorkQueue) == ObjectIdentifier(self) {
-            work.async(execute: leave)
-        } else {
-            work.sync(execute: leave)
+        switch action {
+        case .closeReader:
+            file?.close()
+            file = nil
+        case .waitForDrain: state.waitWhileDraining(elsewhereThan: thread)
+        case .fromCall, .none: break
         }
         onCancel()
     }
 
-    /// Marks the member's own queue, so that ``cancel()`` knows when it is called from
-    /// the handler.
-    private static let onWorkQueue = DispatchSpecificKey<ObjectIdentifier>()
-
     private func receive(_ event: WormholeTransitingEvent) {
+        let replaced: Bool
         switch event {
-        case .wake: break
-        case .replaced: replaced.store(true, ordering: .releasing)
-        case .failed(let error): onError(error)
+        case .wake: replaced = false
+        case .replaced: replaced = true
+        case .failed(let error):
+            onError(error)
+            replaced = false
         }
-        scheduleDrain()
+        switch state.withLock({ $0.wake(replaced: replaced, thread: UInt(pthread_self())) }) {
+        case .none: break
+        case .schedule: scheduleDrain()
+        case .drainHere(let invalidate): drain(invalidate: invalidate)
+        }
     }
 
     private func scheduleDrain() {
-        guard !drainScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        work.async { [self] in
-            drainScheduled.store(false, ordering: .sequentiallyConsistent)
-            drain()
-        }
+        work.async { [self] in beginScheduledDrain(asked: false) }
     }
 
-    /// Takes, handles and acknowledges until the queue has nothing for this member. A
-    /// message handled is acknowledged with the next take (one statement on a back end
-    /// that can), or alone once the member is cancelled.
-    private func drain() {
+    /// Starts a drain on `work`: one scheduled (`asked` false), or the redelivery timer's,
+    /// which asks for one first.
+    private func beginScheduledDrain(asked: Bool) {
+        if asked, !state.withLock({ $0.scheduleDrain() }) { return }
+        guard let invalidate = state.withLock({ $0.beginScheduled(thread: UInt(pthread_self())) }) else { return }
+        drain(invalidate: invalidate)
+    }
+
+    /// Takes, handles and acknowledges until the queue has nothing for this member and no
+    /// wake-up came meanwhile. A message handled is acknowledged with the next take (one
+    /// statement on a back end that can), or alone once the member is cancelled. Called
+    /// by the holder of the drain.
+    private func drain(invalidate: Bool) {
         let maximum = UInt32(clamping: options.maximumDeliveries)
+        var invalidate = invalidate
         var handled: UInt64?
-        while !isCancelled {
+        while state.withLock({ $0.delivers }) {
             let delivery: WormholeWorkQueueDelivery?
-            let invalidate = replaced.exchange(false, ordering: .acquiringAndReleasing)
             do throws(WormholeError) {
-                delivery = try file.withLock { [handled] (file) throws(WormholeError) -> WormholeWorkQueueDelivery? in
-                    if invalidate { file?.invalidate() }
-                    if let handled {
-                        return try file?.acknowledge(handled, thenTakeWithMaximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
-                    }
-                    return try file?.take(maximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
+                if invalidate { file?.invalidate() }
+                if let handled {
+                    delivery = try file?.acknowledge(handled, thenTakeWithMaximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
+                } else {
+                    delivery = try file?.take(maximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
                 }
             } catch {
                 // An acknowledgement not stored: the message is handed out again
-                // (repeated, never skipped).
+                // (repeated, never skipped). The next wake-up or the timer takes again.
                 onError(error)
+                end(state.withLock { $0.readFailed(outOfResources: false) }, handled: nil)
                 return
             }
             handled = nil
-            guard let delivery else { return }
-            let sequence = delivery.record.sequence
-            do {
-                try handler(delivery.record, Int(delivery.deliveries))
-                handled = sequence
-            } catch {
-                do throws(WormholeError) {
-                    try file.withLock { (file) throws(WormholeError) in
-                        try file?.giveBack(sequence, reason: "the handler threw: \(error)", maximumDeliveries: maximum, deadLetters: deadLetters)
-                    }
+            if let delivery {
+                let sequence = delivery.record.sequence
+                do {
+                    try handler(delivery.record, Int(delivery.deliveries))
+                    handled = sequence
                 } catch {
-                    onError(error)
-                    return
+                    do throws(WormholeError) {
+                        try file?.giveBack(sequence, reason: "the handler threw: \(error)", maximumDeliveries: maximum, deadLetters: deadLetters)
+                    } catch {
+                        onError(error)
+                        end(state.withLock { $0.readFailed(outOfResources: false) }, handled: nil)
+                        return
+                    }
                 }
             }
+            // A message taken: take again; none: stop, unless a wake-up came meanwhile.
+            let taken = delivery == nil ? 0 : 1
+            switch state.withLock({ $0.batchRead(count: taken, maximumCount: 1, mayHaveMore: false, positionIsUnpublished: false) }) {
+            case .read(let again): invalidate = again
+            case .end(let ending):
+                end(ending, handled: handled)
+                return
+            }
         }
-        // Cancelled (cancel() leaves the queue after this drain): the last message handled
-        // is acknowledged before that.
-        guard let handled else { return }
-        do throws(WormholeError) {
-            try file.withLock { (file) throws(WormholeError) in try file?.acknowledge(handled) }
-        } catch {
-            onError(error)
+        // Cancelled (from the handler or elsewhere): the last message handled is
+        // acknowledged before the queue is left.
+        end(state.withLock { $0.stopped() }, handled: handled)
+    }
+
+    /// What a drain leaves to do once it stops: acknowledge the message it handled last
+    /// (a cancelled member's), and leave the queue when cancelled.
+    private func end(_ ending: ListenerStateMachine.Ending, handled: UInt64?) {
+        if let handled {
+            do throws(WormholeError) {
+                try file?.acknowledge(handled)
+            } catch {
+                onError(error)
+            }
+        }
+        if ending.closeReader {
+            file?.close()
+            file = nil
+            state.readerClosed()
         }
     }
 }

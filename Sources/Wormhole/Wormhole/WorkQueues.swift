@@ -71,10 +71,27 @@ extension Wormhole {
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         listener: @escaping @Sendable (_ record: WormholeRecord, _ deliveries: Int) throws -> Void
     ) throws(WormholeError) -> WorkQueueMember {
+        try joinWorkQueue(identifier: identifier, name: name, options: options, queue: queue, drainsOnWakingThread: false,
+                          onError: onError, listener: listener)
+    }
+
+    /// A member of the work queue `name` of `identifier`; `drainsOnWakingThread` runs
+    /// `listener` on the thread that was woken (with no `queue`), as a listener without a
+    /// queue runs.
+    func joinWorkQueue(
+        identifier: String,
+        name: String,
+        options: WorkQueueOptions,
+        queue: DispatchQueue?,
+        drainsOnWakingThread: Bool,
+        onError: (@Sendable (WormholeError) -> Void)?,
+        listener: @escaping @Sendable (_ record: WormholeRecord, _ deliveries: Int) throws -> Void
+    ) throws(WormholeError) -> WorkQueueMember {
         try Identifier.validate(identifier)
         try Identifier.validate(name, kind: "work queue name")
         let id = makeRegistrationID()
         let member = try WorkQueueMember(transiting: transiting, identifier: identifier, name: name, options: options, queue: queue,
+                                         drainsOnWakingThread: drainsOnWakingThread,
                                          onError: onError ?? Self.logError, handler: listener,
                                          onCancel: { [weak self] in self?.unregister(id) })
         register(id, identifier) { member.cancel() }

@@ -111,6 +111,12 @@ final class InotifyEngine: Sendable {
     }
 
     private let state = Locked(State())
+    /// The reader thread (`pthread_self`) while it runs; 0 when none does.
+    private let readerThread = Atomic<UInt>(0)
+
+    /// Whether the caller runs on the reader thread: in a handler (a listener or
+    /// responder without a queue).
+    var isOnReaderThread: Bool { readerThread.load(ordering: .relaxed) == UInt(pthread_self()) }
 
     /// Starts telling `handler` of the `changes` of the files `names` of `directory` (of
     /// every file, when empty), and always when the directory went away or came back
@@ -198,6 +204,7 @@ final class InotifyEngine: Sendable {
     private func run(_ session: Session) {
         let capacity = 64 * 1024
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 8)
+        readerThread.store(UInt(pthread_self()), ordering: .relaxed)
         while state.withLock({ state in
             // The table is kept when the instance closes: its subscription numbers go
             // on rising, so a number is never reused and a late second unsubscribe
@@ -223,6 +230,7 @@ final class InotifyEngine: Sendable {
             }
         }
         buffer.deallocate()
+        readerThread.store(0, ordering: .relaxed)
         session.inotify.close()
         session.channel.close()
         state.withLock { state in
@@ -230,6 +238,40 @@ final class InotifyEngine: Sendable {
             state.closing = false
         }
         session.closed.signal()
+    }
+
+    /// Called on the reader thread from inside a handler that waits for something only
+    /// another handler can bring (a blocking request made by a listener or responder
+    /// without a queue, whose reply is read by the reply listener, on this thread): reads
+    /// and hands out events here, nested, until `done()` holds. ``wakeReaderThread()``
+    /// makes it look at `done()` again; so does every tenth of a second. Handlers of one
+    /// subscriber never overlap for all that: a listener's drain already running lower on
+    /// this stack only notes the wake-up and reads once more when it resumes.
+    func serveNested(until done: () -> Bool) {
+        guard isOnReaderThread, let session = state.withLock({ $0.session }) else { return }
+        let capacity = 64 * 1024
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 8)
+        defer { buffer.deallocate() }
+        while !done() {
+            // A wake-up meant for the loop below (its last subscriber went) is emptied
+            // here too: that loop looks at the table again when this handler returns.
+            guard case .success(let ready) = session.channel.wait(alongside: session.inotify.descriptor, milliseconds: 100) else { return }
+            if ready.woken { session.channel.drain() }
+            guard ready.events else { continue }
+            switch session.inotify.read(into: buffer, capacity: capacity) {
+            case .success(let count):
+                if count > 0 { handle(Self.parse(buffer, count: count), session: session) }
+            case .failure(let errno):
+                abandon(WormholeError.system("read inotify events", errno))
+                return
+            }
+        }
+    }
+
+    /// Wakes the reader thread's wait (``serveNested(until:)``'s, or its loop's, which
+    /// then only looks at the table again).
+    func wakeReaderThread() {
+        state.withLock { $0.session }?.channel.wake()
     }
 
     private static func parse(_ buffer: UnsafeMutableRawPointer, count: Int) -> [RawEvent] {

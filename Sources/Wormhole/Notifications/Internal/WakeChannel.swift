@@ -53,12 +53,12 @@ struct WakeChannel: Sendable {
         var woken = false
     }
 
-    /// Blocks, with no timeout, until `descriptor` can be read or the channel is woken.
-    /// The corresponding C function is `poll`.
-    func wait(alongside descriptor: FileDescriptor) -> Result<Readiness, Errno> {
+    /// Blocks until `descriptor` can be read or the channel is woken, or `milliseconds`
+    /// have passed (-1: no timeout). The corresponding C function is `poll`.
+    func wait(alongside descriptor: FileDescriptor, milliseconds: Int32 = -1) -> Result<Readiness, Errno> {
         var descriptors = [pollfd(fd: descriptor.rawValue, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: receiver.rawValue, events: Int16(POLLIN), revents: 0)]
-        return Syscalls.retrying("poll") { poll(&descriptors, 2, -1) }.map { _ in
+        return Syscalls.retrying("poll") { poll(&descriptors, 2, milliseconds) }.map { _ in
             // An error or hang-up on the inotify descriptor is reported by the read that
             // follows; on the channel it cannot happen while this end holds the other.
             Readiness(events: descriptors[0].revents != 0, woken: descriptors[1].revents != 0)
