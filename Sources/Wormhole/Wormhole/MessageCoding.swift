@@ -39,6 +39,7 @@ enum MessageCoding {
     static func encode<Message: Encodable>(_ message: Message, identifier: String, using coding: WormholeJSONCoding) throws(WormholeError) -> (WormholePayloadKind, Data) {
         if let data = message as? Data { return (.data, data) }
         if let text = message as? String { return (.text, Data(text.utf8)) }
+        if coding.encodesStandardForm, let payload = StandardJSONEncoder.encode(message) { return (.json, payload) }
         do {
             return (.json, try coding.encoder.encode(message))
         } catch {
@@ -72,6 +73,7 @@ enum MessageCoding {
             }
             return message
         }
+        if coding.decodesStandardForm, let message = StandardJSONDecoder.decode(Message.self, from: payload) { return message }
         do {
             return try coding.decoder.decode(Message.self, from: payload)
         } catch {
