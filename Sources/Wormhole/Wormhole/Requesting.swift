@@ -88,16 +88,15 @@ extension Wormhole {
     /// }
     /// ```
     ///
-    /// Without a `queue`, on the shared directory, `responder` runs on the thread that
-    /// the request woke, the process's inotify reader thread, as a listener without a
-    /// queue does: no thread hop between the request and its reply. Keep it short, since
+    /// `queue` is where `responder` runs. Without one, on the shared directory, it runs on
+    /// the thread that the request woke, the process's inotify reader thread, as a listener
+    /// without a queue does: no thread hop between the request and its reply. Keep it short, since
     /// the process's other listeners wait meanwhile; give long or parallel responders a
     /// queue. A responder there may itself make a blocking request (ask another service,
     /// in this process or another): the thread serves the process's other events while
     /// it waits, the reply among them. On PostgreSQL a responder without a queue runs on
     /// a serial queue of its own.
     ///
-    /// - Parameter queue: Where `responder` runs; see above for `nil`.
     /// - Returns: The responder's membership; ``WorkQueueMember/cancel()`` stops it.
     @discardableResult
     public func respond<Request: Decodable & Sendable, Reply: Encodable & Sendable>(

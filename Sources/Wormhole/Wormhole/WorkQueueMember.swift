@@ -44,8 +44,8 @@ public struct WorkQueueOptions: Sendable, Hashable {
 /// ``Wormhole/listenForMessage(withIdentifier:as:workQueue:options:queue:onError:listener:)``:
 /// it takes messages from the queue, one at a time, until ``cancel()``.
 ///
-/// Its drains (take, handle, acknowledge with the next take) are held by one
-/// ``ListenerStateMachine``, as a ``ListenerToken``'s are: they never overlap, a
+/// Its drains (take, handle, acknowledge with the next take) are held by one state
+/// machine, as a ``ListenerToken``'s are: they never overlap, a
 /// wake-up during a drain makes it take once more, and a cancel waits for a drain on
 /// another thread. A member runs its handler on its own serial queue (or the one given);
 /// a responder on the shared directory, on the thread that was woken (no hop).
