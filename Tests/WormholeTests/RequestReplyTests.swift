@@ -107,4 +107,31 @@ struct RequestReplyTests {
         outer.cancel()
         inner.cancel()
     }
+
+    @Test("blocking requests to many identifiers hold a few inotify instances, not one per identifier (a limit every process of the user shares)",
+          .timeLimit(.minutes(1)))
+    func blockingRequestsShareFewInotifyInstances() async throws {
+        let store = try Backend.file.makeStore()
+        let wormhole = try store.wormhole()
+        let identifiers = (0..<40).map { "service-\($0)" }
+        let responders = try identifiers.map { identifier in
+            try wormhole.respond(toIdentifier: identifier, as: Int.self) { $0 + 1 }
+        }
+        let requester = try store.wormhole()
+        let answers = await withCheckedContinuation { (done: CheckedContinuation<[Int], Never>) in
+            Thread.detachNewThread {
+                done.resume(returning: identifiers.enumerated().map { index, identifier in
+                    (try? requester.request(index, identifier: identifier, as: Int.self, timeout: 5)) ?? -1
+                })
+            }
+        }
+        #expect(answers == (1...40).map { $0 })
+        // The process's engine holds one; the blocking requests, of this test and of others
+        // running meanwhile, at most ReplyWaiter.maximumInUse.
+        let instances = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").filter { fd in
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")) == "anon_inode:inotify"
+        }
+        #expect(instances.count <= 1 + ReplyWaiter.maximumInUse, "\(instances.count) inotify instances after blocking requests to 40 identifiers")
+        for responder in responders { responder.cancel() }
+    }
 }

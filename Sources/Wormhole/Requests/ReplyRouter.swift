@@ -101,8 +101,6 @@ final class ReplyRouter: Sendable {
     private let token = Locked<ListenerToken?>(nil)
     /// The reply log, on the shared directory: blocked requesters watch it themselves.
     private let logPath: String?
-    /// Waiters of finished blocking requests, for the next ones.
-    private let waiters = Locked<[ReplyWaiter]>([])
     /// The deadline of the sweep scheduled, when one is.
     private let sweepAt = Locked<UInt64?>(nil)
     /// The error of a request that timed out (`nil` once the wormhole is gone).
@@ -172,14 +170,14 @@ final class ReplyRouter: Sendable {
             engine.serveNested { reply.outcome != nil }
             return reply.wait()
         }
-        // A waiter kept from an earlier request was watching before this request was
-        // passed: its reply's append is an event in its queue, so the first read waits
-        // for one. A new waiter reads first (the reply may have come before its watch).
-        let kept = waiters.withLock { $0.popLast() }
-        guard let waiter = kept ?? ReplyWaiter(watching: logPath) else { return reply.wait() }
-        defer { waiters.withLock { if $0.count < Self.keptWaiters { $0.append(waiter) } } }
+        // A waiter that was watching the log before this request was passed has its
+        // reply's append as an event in its queue, so its first read waits for one. A
+        // waiter watching it only now reads first (the reply may have come before).
+        guard let taken = ReplyWaiter.take(watching: logPath) else { return reply.wait() }
+        let waiter = taken.waiter
+        defer { ReplyWaiter.giveBack(waiter) }
         reply.attach(thread: thread) { waiter.wake() }
-        var (read, replaced) = (kept == nil, false)
+        var (read, replaced) = (!taken.watchedBefore, false)
         while true {
             if read { token.drainOnCallingThread(replaced: replaced) }
             read = true
@@ -189,9 +187,6 @@ final class ReplyRouter: Sendable {
             replaced = waiter.wait(milliseconds: 100)
         }
     }
-
-    /// How many idle waiters a router keeps (three descriptors each).
-    private static let keptWaiters = 4
 
     /// Schedules a sweep at `deadline` unless one is scheduled at or before it.
     private func armSweep(at deadline: UInt64) {

@@ -9,21 +9,23 @@ import SystemPackage
 ///
 /// The process's reader thread is woken by the same append, and delivers the reply if it
 /// gets there first; the waiter only spares the hop from that thread to the requester's
-/// (a round trip is two wake-ups, the responder's and the requester's, not four), and
-/// lets a request made on the reader thread itself (a responder or listener without a
-/// queue that asks another service) be answered instead of waiting for its own thread.
-/// Waiters are kept by their router and reused: three descriptors each.
+/// (a round trip is two wake-ups, the responder's and the requester's, not four).
+///
+/// Waiters belong to the process, not to a router: an inotify instance counts against a
+/// limit that every process of the user shares (128 by default), so there are never more
+/// than ``maximumInUse`` (the requests blocked beyond that wait for the reader thread, as
+/// asynchronous ones do), and at most ``maximumKept`` idle ones are kept, each watching
+/// the log of its last request. Three descriptors each.
 final class ReplyWaiter: Sendable {
     private let inotify: Inotify
     private let channel: WakeChannel
-    private let path: String
-    /// The watch of the log; replaced when the log was (compaction renames a new file
-    /// over it). Touched only by the thread using the waiter.
+    /// The log watched and its watch; replaced when the log was (compaction renames a new
+    /// file over it), or when the waiter serves a request of another identifier. Touched
+    /// only by the thread using the waiter.
+    private nonisolated(unsafe) var path: String?
     private nonisolated(unsafe) var watch: Int32 = -1
 
-    /// The waiter of the log at `path`; `nil` when the kernel gives no instance, channel
-    /// or watch (the reader thread then delivers, as for asynchronous requests).
-    init?(watching path: String) {
+    private init?() {
         guard let inotify = try? Inotify() else { return nil }
         guard let channel = try? WakeChannel() else {
             inotify.close()
@@ -31,12 +33,47 @@ final class ReplyWaiter: Sendable {
         }
         self.inotify = inotify
         self.channel = channel
-        self.path = path
-        // A waiter given up on is closed by its deinit.
-        guard rewatch() else { return nil }
     }
 
-    deinit { close() }
+    deinit {
+        inotify.close()
+        channel.close()
+    }
+
+    // MARK: - The process's waiters
+
+    static let maximumInUse = 8
+    static let maximumKept = 4
+    private static let pool = Locked<(idle: [ReplyWaiter], inUse: Int)>(([], 0))
+
+    /// A waiter watching the log at `path`, and whether it was already watching it before
+    /// this call (then an append since is an event in its queue); `nil` when
+    /// ``maximumInUse`` are in use, or the kernel gives no instance, channel or watch.
+    static func take(watching path: String) -> (waiter: ReplyWaiter, watchedBefore: Bool)? {
+        let (kept, allowed) = pool.withLock { pool -> (ReplyWaiter?, Bool) in
+            guard pool.inUse < maximumInUse else { return (nil, false) }
+            pool.inUse += 1
+            let index = pool.idle.lastIndex { $0.path == path } ?? pool.idle.indices.last
+            return (index.map { pool.idle.remove(at: $0) }, true)
+        }
+        guard allowed else { return nil }
+        if let kept, kept.path == path { return (kept, true) }
+        guard let waiter = kept ?? ReplyWaiter(), waiter.watch(path) else {
+            pool.withLock { $0.inUse -= 1 }
+            return nil
+        }
+        return (waiter, false)
+    }
+
+    /// Gives back a waiter taken with ``take(watching:)``.
+    static func giveBack(_ waiter: ReplyWaiter) {
+        pool.withLock { pool in
+            pool.inUse -= 1
+            if pool.idle.count < maximumKept { pool.idle.append(waiter) }
+        }
+    }
+
+    // MARK: - Waiting
 
     /// Wakes the thread waiting in ``wait(milliseconds:)``, from another thread.
     func wake() { channel.wake() }
@@ -53,8 +90,9 @@ final class ReplyWaiter: Sendable {
         return readEvents()
     }
 
-    /// Reads the events that are there; any but a write means the log may have been
-    /// replaced, and the path is watched again.
+    /// Reads the events that are there; any of the current watch but a write means the
+    /// log may have been replaced, and its path is watched again. (Events of a watch
+    /// given up, such as its IN_IGNORED, are not about this log.)
     private func readEvents() -> Bool {
         let capacity = 4096
         var replaced = false
@@ -66,28 +104,28 @@ final class ReplyWaiter: Sendable {
             var offset = 0
             let header = MemoryLayout<inotify_event>.size
             while offset + header <= count {
+                let watched = buffer.baseAddress!.loadUnaligned(fromByteOffset: offset, as: Int32.self)
                 let mask = buffer.baseAddress!.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
                 let length = Int(buffer.baseAddress!.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
-                if mask & UInt32(IN_MODIFY) == 0 { replaced = true }
+                if watched == watch, mask & UInt32(IN_MODIFY) == 0 { replaced = true }
                 offset += header + length
             }
         }
-        if replaced { rewatch() }
+        if replaced, let path { _ = watch(path) }
         return replaced
     }
 
-    /// Watches the file now at the path (a new watch descriptor when it is another file).
-    @discardableResult
-    private func rewatch() -> Bool {
+    /// Watches the file now at `path` instead of what was watched (a new watch descriptor
+    /// when it is another file). Returns whether it could.
+    private func watch(_ path: String) -> Bool {
         let mask = UInt32(IN_MODIFY) | UInt32(IN_ATTRIB) | UInt32(IN_DELETE_SELF) | UInt32(IN_MOVE_SELF)
-        guard let made = try? inotify.addWatch(path, mask: mask) else { return false }
+        guard let made = try? inotify.addWatch(path, mask: mask) else {
+            if watch >= 0 { inotify.removeWatch(watch) }
+            (self.path, watch) = (nil, -1)
+            return false
+        }
         if watch >= 0, watch != made { inotify.removeWatch(watch) }
-        watch = made
+        (self.path, watch) = (path, made)
         return true
-    }
-
-    private func close() {
-        inotify.close()
-        channel.close()
     }
 }

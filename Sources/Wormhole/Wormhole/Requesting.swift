@@ -46,7 +46,7 @@ extension Wormhole {
     /// meanwhile (not one of Swift concurrency's pool).
     ///
     /// On the shared directory the blocked thread watches the reply log itself (an
-    /// inotify instance of its own, kept for the next request) and reads its reply when
+    /// inotify instance of the process's few, kept for later requests) and reads its reply when
     /// the append wakes it: a round trip is two wake-ups, the responder's and this
     /// thread's. Called from a listener or responder without a queue (on the process's
     /// reader thread), it serves the process's other events while it waits.
