@@ -230,6 +230,9 @@ struct PythonInteropTests {
         #expect(local.map(\.sequence) == Array(1...UInt64(total)))
         #expect(heard.records.map(\.payload) == local.map(\.payload))
         let header = try #require(try ProtocolInteropTests.header(container.file("log.wormhole")))
-        #expect(header.baseSequence > UInt64(total / 2), "the log was compacted while both followed (base \(header.baseSequence))")
+        // Compacted while both followed: more than one retention window is gone. (How far
+        // depends on how closely the listeners kept up, which instrumented builds slow.)
+        #expect(header.baseSequence > UInt64(configuration.retainedMessageCount) + 1,
+                "the log was compacted while both followed (base \(header.baseSequence))")
     }
 }
