@@ -132,6 +132,23 @@ struct RequestReplyTests {
             (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")) == "anon_inode:inotify"
         }
         #expect(instances.count <= 1 + ReplyWaiter.maximumInUse, "\(instances.count) inotify instances after blocking requests to 40 identifiers")
+        // More threads blocked at once than there are waiters: those beyond are woken by
+        // the reader thread, and every one is answered.
+        let threads = ReplyWaiter.maximumInUse + 4
+        let concurrent = Collector<Int>()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let remaining = Locked(threads)
+            for thread in 0..<threads {
+                Thread.detachNewThread {
+                    for round in 0..<20 {
+                        let number = thread * 100 + round
+                        concurrent.append((try? requester.request(number, identifier: "service-0", as: Int.self, timeout: 5)) == number + 1 ? 1 : 0)
+                    }
+                    if remaining.withLock({ $0 -= 1; return $0 == 0 }) { done.resume() }
+                }
+            }
+        }
+        #expect(concurrent.count == threads * 20 && concurrent.all.allSatisfy { $0 == 1 }, "\(concurrent.all.filter { $0 == 0 }.count) of \(concurrent.count) concurrent blocking requests not answered")
         for responder in responders { responder.cancel() }
     }
 }

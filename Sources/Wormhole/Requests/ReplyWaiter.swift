@@ -101,15 +101,7 @@ final class ReplyWaiter: Sendable {
                 replaced = true
                 return
             }
-            var offset = 0
-            let header = MemoryLayout<inotify_event>.size
-            while offset + header <= count {
-                let watched = buffer.baseAddress!.loadUnaligned(fromByteOffset: offset, as: Int32.self)
-                let mask = buffer.baseAddress!.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
-                let length = Int(buffer.baseAddress!.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
-                if watched == watch, mask & UInt32(IN_MODIFY) == 0 { replaced = true }
-                offset += header + length
-            }
+            replaced = InotifyEngine.parse(buffer.baseAddress!, count: count).contains { $0.watch == watch && $0.mask & UInt32(IN_MODIFY) == 0 }
         }
         if replaced, let path { _ = watch(path) }
         return replaced

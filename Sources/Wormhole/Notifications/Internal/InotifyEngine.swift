@@ -273,7 +273,8 @@ final class InotifyEngine: Sendable {
         state.withLock { $0.session }?.channel.wake()
     }
 
-    private static func parse(_ buffer: UnsafeMutableRawPointer, count: Int) -> [RawEvent] {
+    /// The events of an inotify read (`count` bytes of `buffer`).
+    static func parse(_ buffer: UnsafeMutableRawPointer, count: Int) -> [RawEvent] {
         var events: [RawEvent] = []
         var offset = 0
         let headerSize = MemoryLayout<inotify_event>.size
