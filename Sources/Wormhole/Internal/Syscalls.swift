@@ -219,6 +219,14 @@ enum Syscalls {
         return .success(filled)
     }
 
+    /// One `pread` of up to `buffer.count` bytes at `offset`: for a regular file that
+    /// nobody writes meanwhile (its writers take a lock the caller holds), fewer bytes
+    /// than asked is its end, and ``read(_:into:at:)``'s second call to find that out is
+    /// spared.
+    static func readOnce(_ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Result<Int, Errno> {
+        retrying("pread") { pread(fd.rawValue, buffer.baseAddress!, buffer.count, off_t(offset)) }
+    }
+
     /// Writes `first` then `second` at `offset`, as one `pwritev` when the kernel takes
     /// it all (it does for regular files unless the disk is full), looping on short
     /// writes. The corresponding C function is `pwritev`.

@@ -135,74 +135,90 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// counted and skipped. `nil` when there is nothing to take.
     func take(maximumDeliveries: UInt32, deadLetters: String, report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
         try withLockedState { state throws(WormholeError) -> WormholeWorkQueueDelivery? in
-            let now = Syscalls.wallClockNanoseconds()
-            for index in state.entries.indices where state.entries[index].member != token && state.entries[index].member != 0 {
-                if !isAlive(state.entries[index].member) { state.entries[index].member = 0 }
+            try take(from: &state, maximumDeliveries: maximumDeliveries, deadLetters: deadLetters, report: report)
+        }
+    }
+
+    /// ``acknowledge(_:)`` and ``take(maximumDeliveries:deadLetters:report:)`` under one
+    /// lock of the state, read and written once: what a member that goes on taking does
+    /// after each message (a responder after each reply).
+    func acknowledge(_ sequence: UInt64, thenTakeWithMaximumDeliveries maximumDeliveries: UInt32, deadLetters: String,
+                     report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        try withLockedState { state throws(WormholeError) -> WormholeWorkQueueDelivery? in
+            acknowledge(sequence, in: &state)
+            return try take(from: &state, maximumDeliveries: maximumDeliveries, deadLetters: deadLetters, report: report)
+        }
+    }
+
+    private func take(from state: inout WorkQueueState, maximumDeliveries: UInt32, deadLetters: String,
+                      report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        let now = Syscalls.wallClockNanoseconds()
+        for index in state.entries.indices where state.entries[index].member != token && state.entries[index].member != 0 {
+            if !isAlive(state.entries[index].member) { state.entries[index].member = 0 }
+        }
+        // Messages whose dead letter could not be passed (a full disk): kept for the
+        // next take, skipped in this one.
+        var unmoved: Set<UInt64> = []
+        while let index = state.entries.indices.filter({ state.entries[$0].member == 0 && !unmoved.contains(state.entries[$0].sequence) })
+                .min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
+            let entry = state.entries[index]
+            guard let record = try record(entry.sequence) else {
+                // Gone from the log (cleared, or past the backlog cap).
+                state.entries.remove(at: index)
+                state.lost += 1
+                report(lostError(1, because: "it was cleared or dropped from the log before it was handled"))
+                continue
             }
-            // Messages whose dead letter could not be passed (a full disk): kept for the
-            // next take, skipped in this one.
-            var unmoved: Set<UInt64> = []
-            while let index = state.entries.indices.filter({ state.entries[$0].member == 0 && !unmoved.contains(state.entries[$0].sequence) })
-                    .min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
-                let entry = state.entries[index]
-                guard let record = try record(entry.sequence) else {
-                    // Gone from the log (cleared, or past the backlog cap).
-                    state.entries.remove(at: index)
-                    state.lost += 1
-                    report(lostError(1, because: "it was cleared or dropped from the log before it was handled"))
+            if entry.deliveries >= maximumDeliveries {
+                do throws(WormholeError) {
+                    try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
+                                   reason: WormholeDeadLetter.membersEndedReason(deliveries: entry.deliveries))
+                } catch {
+                    report(error)
+                    unmoved.insert(entry.sequence)
                     continue
                 }
-                if entry.deliveries >= maximumDeliveries {
-                    do throws(WormholeError) {
-                        try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
-                                       reason: WormholeDeadLetter.membersEndedReason(deliveries: entry.deliveries))
-                    } catch {
-                        report(error)
-                        unmoved.insert(entry.sequence)
-                        continue
-                    }
-                    state.entries.remove(at: index)
-                    state.deadLettered += 1
-                    continue
+                state.entries.remove(at: index)
+                state.deadLettered += 1
+                continue
+            }
+            if record.isExpired(at: now) {
+                state.entries.remove(at: index)
+                state.expired += 1
+                continue
+            }
+            state.entries[index].member = token
+            state.entries[index].deliveries += 1
+            state.entries[index].delivered = now
+            return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
+        }
+        guard state.entries.count < WorkQueueState.maximumEntries else { return nil }
+        let reader = try currentReader(after: state.taken)
+        while true {
+            var batch = try reader.read(maximumCount: 1)
+            if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
+            guard let first = batch.first else { return nil }
+            switch first {
+            case .failure(let error):
+                // Gaps are counted below, from the sequence numbers.
+                if error.code != .messagesLost { report(error) }
+            case .success(let record):
+                if let logID = (reader as? FileLogReader)?.currentLogID, logID != state.logID {
+                    if state.logID != 0 { startOver(&state, logID: logID, report: report) } else { state.logID = logID }
                 }
+                guard record.sequence > state.taken else { continue }
+                if record.sequence > state.taken + 1 {
+                    let missed = record.sequence - state.taken - 1
+                    state.lost += missed
+                    report(lostError(missed, because: "they were cleared, damaged, or dropped by the backlog cap before the queue took them"))
+                }
+                state.taken = record.sequence
                 if record.isExpired(at: now) {
-                    state.entries.remove(at: index)
                     state.expired += 1
                     continue
                 }
-                state.entries[index].member = token
-                state.entries[index].deliveries += 1
-                state.entries[index].delivered = now
-                return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
-            }
-            guard state.entries.count < WorkQueueState.maximumEntries else { return nil }
-            let reader = try currentReader(after: state.taken)
-            while true {
-                var batch = try reader.read(maximumCount: 1)
-                if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
-                guard let first = batch.first else { return nil }
-                switch first {
-                case .failure(let error):
-                    // Gaps are counted below, from the sequence numbers.
-                    if error.code != .messagesLost { report(error) }
-                case .success(let record):
-                    if let logID = (reader as? FileLogReader)?.currentLogID, logID != state.logID {
-                        if state.logID != 0 { startOver(&state, logID: logID, report: report) } else { state.logID = logID }
-                    }
-                    guard record.sequence > state.taken else { continue }
-                    if record.sequence > state.taken + 1 {
-                        let missed = record.sequence - state.taken - 1
-                        state.lost += missed
-                        report(lostError(missed, because: "they were cleared, damaged, or dropped by the backlog cap before the queue took them"))
-                    }
-                    state.taken = record.sequence
-                    if record.isExpired(at: now) {
-                        state.expired += 1
-                        continue
-                    }
-                    state.entries.append(.init(sequence: record.sequence, member: token, deliveries: 1, delivered: now))
-                    return WormholeWorkQueueDelivery(record: record, deliveries: 1)
-                }
+                state.entries.append(.init(sequence: record.sequence, member: token, deliveries: 1, delivered: now))
+                return WormholeWorkQueueDelivery(record: record, deliveries: 1)
             }
         }
     }
@@ -221,11 +237,13 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     /// The message `sequence` was handled: it leaves the queue for good.
     func acknowledge(_ sequence: UInt64) throws(WormholeError) {
-        try withLockedState { state throws(WormholeError) in
-            guard let index = state.entries.firstIndex(where: { $0.sequence == sequence && $0.member == token }) else { return }
-            state.entries.remove(at: index)
-            state.acknowledged += 1
-        }
+        try withLockedState { state throws(WormholeError) in acknowledge(sequence, in: &state) }
+    }
+
+    private func acknowledge(_ sequence: UInt64, in state: inout WorkQueueState) {
+        guard let index = state.entries.firstIndex(where: { $0.sequence == sequence && $0.member == token }) else { return }
+        state.entries.remove(at: index)
+        state.acknowledged += 1
     }
 
     /// The message `sequence` was not handled (its handler threw `reason`): another
@@ -282,9 +300,11 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
         return state
     }
 
+    /// Reads the state, whole, under its lock (one read: the state is never larger than
+    /// ``WorkQueueState/maximumSize``, and its writers hold the lock).
     static func readState(_ fd: FileDescriptor) -> WorkQueueState? {
         var bytes = [UInt8](repeating: 0, count: WorkQueueState.maximumSize)
-        guard let count = try? bytes.withUnsafeMutableBytes({ Syscalls.read(fd, into: $0, at: 0) }).get() else { return nil }
+        guard let count = try? bytes.withUnsafeMutableBytes({ Syscalls.readOnce(fd, into: $0, at: 0) }).get() else { return nil }
         return bytes.withUnsafeBytes { WorkQueueState.decode(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
     }
 

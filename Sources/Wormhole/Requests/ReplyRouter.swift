@@ -119,14 +119,92 @@ final class ReplyRouter: Sendable {
     /// identifier, or a failed listener, ends it: a new one is then made).
     var isListening: Bool { token.withLock { $0.map { !$0.isCancelled } ?? false } }
 
-    /// Starts listening to the reply identifier, from now on.
+    /// Starts listening to the reply identifier, from now on. On the shared directory the
+    /// listener is woken by the process's reader thread only while a request needs it
+    /// (``holdReaderThread()``) or the router is idle: the threads blocked in requests
+    /// read the replies.
     func start(_ wormhole: Wormhole) throws(WormholeError) {
-        let made = try wormhole.listenForRecords(withIdentifier: repliesIdentifier, onError: { [weak self] error in
+        let made = try wormhole.makeListener(identifier: repliesIdentifier, start: .now, durableName: nil,
+                                             observeOnDemand: logPath != nil, queue: nil, onError: { [weak self] error in
             self?.failAll(error)
         }) { [weak self] record in
             self?.route(record)
         }
         token.withLock { $0 = made }
+    }
+
+    /// Makes the reader thread deliver the replies until ``releaseReaderThread()``, as it
+    /// must for a request that no thread of its own reads the replies for: an
+    /// asynchronous one, one blocked beyond the process's waiters, or one made on the
+    /// reader thread itself.
+    func holdReaderThread() throws(WormholeError) {
+        guard let token = token.withLock({ $0 }), try token.holdObservation() else { return }
+        token.drainOnCallingThread(replaced: true)
+    }
+
+    func releaseReaderThread() {
+        token.withLock { $0 }?.releaseObservation()
+    }
+
+    /// Whether the reader thread follows the log because the router is idle, and the
+    /// check of that. A listener that nobody drains keeps its claim (Protocol §12) on the
+    /// replies it has not read, which holds back the compaction of a log that the
+    /// identifier's other requesters go on using: once no request of this router is
+    /// pending for ``idleDelay``, the reader thread follows the log again, until the next
+    /// request.
+    private struct Idle {
+        var following = false
+        var checkScheduled = false
+        var lastEnded: UInt64 = 0
+    }
+    private let idle = Locked(Idle())
+    static let idleDelay = 1.0
+
+    /// A request ended (answered, failed or timed out).
+    private func ended() {
+        let now = MonotonicCondition.now()
+        let schedule = idle.withLock { idle -> Bool in
+            idle.lastEnded = now
+            guard !idle.checkScheduled, !idle.following else { return false }
+            idle.checkScheduled = true
+            return true
+        }
+        if schedule { scheduleIdleCheck(after: Self.idleDelay) }
+    }
+
+    private func scheduleIdleCheck(after seconds: Double) {
+        RetryClock.shared.schedule(after: seconds) { [weak self] in self?.checkIdle() }
+    }
+
+    /// Follows the log from the reader thread when no request was pending for
+    /// ``idleDelay``; looks again later when one ended meanwhile.
+    private func checkIdle() {
+        let now = MonotonicCondition.now()
+        let (again, began) = idle.withLock { idle -> (Double?, Bool) in
+            idle.checkScheduled = false
+            guard !idle.following, pending.withLock({ $0.isEmpty }) else { return (nil, false) }
+            let waited = Double(now &- idle.lastEnded) / 1e9
+            if waited < Self.idleDelay {
+                idle.checkScheduled = true
+                return (Self.idleDelay - waited, false)
+            }
+            // Taken under this lock, so that the next request's release comes after it. A
+            // hold that fails (inotify out of watches) is tried again at the next idle.
+            guard let began = try? token.withLock({ $0 })?.holdObservation() else { return (nil, false) }
+            idle.following = true
+            return (nil, began)
+        }
+        if let again { scheduleIdleCheck(after: again) }
+        if began { token.withLock { $0 }?.drainOnCallingThread(replaced: true) }
+    }
+
+    /// A request begins: the reader thread no longer follows the log for an idle router.
+    private func leaveIdle() {
+        idle.withLock { idle in
+            guard idle.following else { return }
+            idle.following = false
+            token.withLock { $0 }?.releaseObservation()
+        }
     }
 
     /// ``start(_:)`` for asynchronous callers: a back end that waits on a server
@@ -149,8 +227,24 @@ final class ReplyRouter: Sendable {
     func begin(timeout: Double) -> PendingReply {
         let reply = PendingReply(correlation: Requests.newCorrelation(), timeout: timeout)
         pending.withLock { $0[reply.correlation] = reply }
+        leaveIdle()
         armSweep(at: reply.deadline)
         return reply
+    }
+
+    /// A request that could not be passed: it fails with `error`.
+    func abandon(_ reply: PendingReply, _ error: WormholeError) {
+        finish(reply.correlation, .failure(error))
+        ended()
+    }
+
+    /// Suspends until `reply`, a request no thread waits for, is complete (the reader
+    /// thread completes it: the caller held it with ``holdReaderThread()``).
+    func value(of reply: PendingReply) async -> ReplyOutcome {
+        let outcome = await reply.value()
+        releaseReaderThread()
+        ended()
+        return outcome
     }
 
     /// Blocks the calling thread until `reply` is complete. On the shared directory the
@@ -161,11 +255,14 @@ final class ReplyRouter: Sendable {
     /// thread goes on serving the process's events while it waits, the reply's among
     /// them.
     func wait(for reply: PendingReply) -> ReplyOutcome {
+        defer { ended() }
         guard let logPath, let token = token.withLock({ $0 }) else { return reply.wait() }
         let thread = UInt(pthread_self())
         defer { reply.detach() }
         let engine = InotifyEngine.shared
         if engine.isOnReaderThread {
+            guard holdReaderThread(for: reply) else { return reply.wait() }
+            defer { releaseReaderThread() }
             reply.attach(thread: thread) { engine.wakeReaderThread() }
             engine.serveNested { reply.outcome != nil }
             return reply.wait()
@@ -173,7 +270,11 @@ final class ReplyRouter: Sendable {
         // A waiter that was watching the log before this request was passed has its
         // reply's append as an event in its queue, so its first read waits for one. A
         // waiter watching it only now reads first (the reply may have come before).
-        guard let taken = ReplyWaiter.take(watching: logPath) else { return reply.wait() }
+        guard let taken = ReplyWaiter.take(watching: logPath) else {
+            guard holdReaderThread(for: reply) else { return reply.wait() }
+            defer { releaseReaderThread() }
+            return reply.wait()
+        }
         let waiter = taken.waiter
         defer { ReplyWaiter.giveBack(waiter) }
         reply.attach(thread: thread) { waiter.wake() }
@@ -185,6 +286,18 @@ final class ReplyRouter: Sendable {
             // Bounded: a replaced log whose new watch was missed is read at its name then
             // (the reader thread reads it at once in any case).
             replaced = waiter.wait(milliseconds: 100)
+        }
+    }
+
+    /// ``holdReaderThread()`` for a request already passed, which fails with the reason
+    /// when the reader thread cannot take the listener on. Returns whether it did.
+    private func holdReaderThread(for reply: PendingReply) -> Bool {
+        do throws(WormholeError) {
+            try holdReaderThread()
+            return true
+        } catch {
+            finish(reply.correlation, .failure(error))
+            return false
         }
     }
 

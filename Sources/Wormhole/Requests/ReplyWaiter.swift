@@ -108,10 +108,23 @@ final class ReplyWaiter: Sendable {
     }
 
     /// Watches the file now at `path` instead of what was watched (a new watch descriptor
-    /// when it is another file). Returns whether it could.
+    /// when it is another file). With no file there yet (no reply was ever written to the
+    /// identifier), watches its directory for one to appear, and then the file (an event
+    /// of that watch is read as a replacement). Returns whether it could.
     private func watch(_ path: String) -> Bool {
-        let mask = UInt32(IN_MODIFY) | UInt32(IN_ATTRIB) | UInt32(IN_DELETE_SELF) | UInt32(IN_MOVE_SELF)
-        guard let made = try? inotify.addWatch(path, mask: mask) else {
+        let fileMask = UInt32(IN_MODIFY) | UInt32(IN_ATTRIB) | UInt32(IN_DELETE_SELF) | UInt32(IN_MOVE_SELF)
+        var made = try? inotify.addWatch(path, mask: fileMask)
+        if made == nil, let slash = path.lastIndex(of: "/"),
+           let directory = try? inotify.addWatch(String(path[..<slash]), mask: UInt32(IN_CREATE) | UInt32(IN_MOVED_TO) | UInt32(IN_ONLYDIR)) {
+            // Created in between: the file's watch after all.
+            if let file = try? inotify.addWatch(path, mask: fileMask) {
+                if directory != watch { inotify.removeWatch(directory) }
+                made = file
+            } else {
+                made = directory
+            }
+        }
+        guard let made else {
             if watch >= 0 { inotify.removeWatch(watch) }
             (self.path, watch) = (nil, -1)
             return false

@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -15,10 +16,24 @@ enum Requests {
         identifier + ".replies"
     }
 
-    /// A correlation for a new request: random, never 0 (0 means "none").
+    /// A correlation for a new request: random-looking, never 0 (0 means "none"), and
+    /// never the same twice in a process: the SplitMix64 mix of a counter that starts at a
+    /// random number drawn once per process. Two processes' correlations meet only if
+    /// their counters' ranges overlap, as unlikely as two random draws meeting; drawing
+    /// from the kernel for each request (a `getrandom` call) cost a system call a round
+    /// trip.
     static func newCorrelation() -> UInt64 {
-        UInt64.random(in: 1...UInt64.max)
+        while true {
+            var mixed = correlationSeed &+ correlationCounter.wrappingAdd(1, ordering: .relaxed).oldValue &* 0x9E37_79B9_7F4A_7C15
+            mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            mixed = (mixed ^ (mixed >> 27)) &* 0x94D0_49BB_1331_11EB
+            mixed ^= mixed >> 31
+            if mixed != 0 { return mixed }
+        }
     }
+
+    private static let correlationSeed = UInt64.random(in: 0...UInt64.max)
+    private static let correlationCounter = Atomic<UInt64>(0)
 
     /// The error for a request that had no reply within `timeout` seconds, saying whether
     /// any responder was there to answer it.

@@ -23,7 +23,7 @@ import Synchronization
 /// that was woken: no thread hop, so the lowest latency. Keep it short (hand long work to
 /// a queue of your own) because the other listeners of the process wait meanwhile. With a
 /// `queue:` it runs there: one hop.
-public final class ListenerToken: Sendable, Hashable {
+public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
     /// The identifier listened to.
     public let identifier: String
 
@@ -32,6 +32,8 @@ public final class ListenerToken: Sendable, Hashable {
     /// runs and none can start (``ListenerStateMachine`` decides which).
     private nonisolated(unsafe) let reader: any WormholeTransitingReader
     private let observation: any WormholeTransitingObservation
+    /// The observation of a listener made with `observeOnDemand`, until ``observe()``.
+    private let onDemand: OnDemandObservation?
     private let onError: @Sendable (WormholeError) -> Void
     private let listener: @Sendable (WormholeRecord) -> Void
     private let onCancel: @Sendable () -> Void
@@ -46,6 +48,7 @@ public final class ListenerToken: Sendable, Hashable {
         identifier: String,
         start: Wormhole.StartingPoint,
         durableName: String? = nil,
+        observeOnDemand: Bool = false,
         queue: DispatchQueue?,
         onError: @escaping @Sendable (WormholeError) -> Void,
         listener: @escaping @Sendable (WormholeRecord) -> Void,
@@ -54,7 +57,14 @@ public final class ListenerToken: Sendable, Hashable {
         // Watch first, then find the starting position: a message passed in between
         // wakes a drain that finds it.
         let relay = EventRelay()
-        let observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
+        let observation: any WormholeTransitingObservation
+        if observeOnDemand {
+            observation = OnDemandObservation { () throws(WormholeError) in
+                try transiting.observe(identifier: identifier) { relay.forward($0) }
+            }
+        } else {
+            observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
+        }
         let reader: any WormholeTransitingReader
         do throws(WormholeError) {
             if let durableName {
@@ -115,6 +125,7 @@ public final class ListenerToken: Sendable, Hashable {
         self.reader = reader
         self.isDurable = isDurable
         self.observation = observation
+        self.onDemand = observation as? OnDemandObservation
         relay.connect(self)
         // Anything passed before the relay was connected is found by this first drain,
         // on a queue: the caller's thread is not made to run the listener.
@@ -128,7 +139,7 @@ public final class ListenerToken: Sendable, Hashable {
     /// would wake an idle listener every second.
     private let startQueue: DispatchQueue
 
-    fileprivate func receive(_ event: WormholeTransitingEvent) {
+    func receive(_ event: WormholeTransitingEvent) {
         switch event {
         case .wake, .replaced:
             let thread = UInt(pthread_self())
@@ -156,6 +167,20 @@ public final class ListenerToken: Sendable, Hashable {
         case .schedule: scheduleDrain()
         case .drainHere(let invalidate): drain(invalidate: invalidate)
         }
+    }
+
+    /// Makes a listener made with `observeOnDemand` wake on the process's reader thread
+    /// until the matching ``releaseObservation()`` (holds count: it wakes while any is
+    /// held). Returns whether the observation began with this hold: then nothing woke the
+    /// listener for what was passed before, which ``drainOnCallingThread(replaced:)``
+    /// reads. Does nothing for the other listeners.
+    func holdObservation() throws(WormholeError) -> Bool {
+        try onDemand?.hold() ?? false
+    }
+
+    /// Gives back a hold taken with ``holdObservation()``.
+    func releaseObservation() {
+        onDemand?.release()
     }
 
     private func scheduleDrain() {
@@ -313,27 +338,87 @@ extension WormholeTransitingEvent {
     }
 }
 
-/// Forwards observation events to a listener that did not exist yet when the
-/// observation began.
+/// What an ``EventRelay`` forwards events to: a listener or a work-queue member.
+protocol TransitingEventReceiver: AnyObject, Sendable {
+    func receive(_ event: WormholeTransitingEvent)
+}
+
+/// Forwards observation events to a listener or work-queue member that did not exist yet
+/// when the observation began.
 ///
-/// It holds the token weakly and hands it out of the lock as an object reference. An
+/// It holds the receiver weakly and hands it out of the lock as an object reference. An
 /// earlier version kept a closure as the lock's value: each `withLock` re-abstracted it
 /// and wrote it back wrapped in one more thunk, so the n-th event ran through n thunks
 /// and kept them all (about 20 bytes per event: found by the soak test's memory check
-/// and by the benchmark's instruction counts).
+/// and by the benchmark's instruction counts; the work-queue members, responders among
+/// them, had kept that version until the round-trip profile found it again).
 final class EventRelay: Sendable {
     private struct Target: @unchecked Sendable {
-        weak var token: ListenerToken?
+        weak var receiver: (any TransitingEventReceiver)?
     }
     private let target = Locked(Target())
 
-    func connect(_ token: ListenerToken) {
-        target.withLock { $0.token = token }
+    func connect(_ receiver: any TransitingEventReceiver) {
+        target.withLock { $0.receiver = receiver }
     }
 
     func forward(_ event: WormholeTransitingEvent) {
-        let token = target.withLock { $0.token }
-        token?.receive(event)
+        let receiver = target.withLock { $0.receiver }
+        receiver?.receive(event)
     }
 }
 
+/// An observation made while it is held, and given up when no hold remains: the reply
+/// listener of a process whose requests block is drained by the blocked threads, which
+/// watch its log themselves, so the process's reader thread is woken by neither each
+/// request's append nor each reply's, except while a request needs it (or the requester
+/// is idle: see ``ReplyRouter``).
+private final class OnDemandObservation: WormholeTransitingObservation {
+    private struct State {
+        var observation: (any WormholeTransitingObservation)?
+        var holds = 0
+        var cancelled = false
+    }
+    private let make: @Sendable () throws(WormholeError) -> any WormholeTransitingObservation
+    private let state = Locked(State())
+
+    init(_ make: @escaping @Sendable () throws(WormholeError) -> any WormholeTransitingObservation) {
+        self.make = make
+    }
+
+    /// Takes a hold; makes the observation for the first. Returns whether this call made
+    /// it. A hold that fails to make it is not taken.
+    func hold() throws(WormholeError) -> Bool {
+        // The observation is made and given up under the lock, so that they happen in the
+        // order of the holds (the engine never calls back into this lock).
+        try state.withLock { (state) throws(WormholeError) -> Bool in
+            guard !state.cancelled else { return false }
+            guard state.observation == nil else {
+                state.holds += 1
+                return false
+            }
+            state.observation = try make()
+            state.holds += 1
+            return true
+        }
+    }
+
+    func release() {
+        state.withLock { state in
+            guard state.holds > 0 else { return }
+            state.holds -= 1
+            if state.holds == 0 {
+                state.observation?.cancel()
+                state.observation = nil
+            }
+        }
+    }
+
+    func cancel() {
+        let observation = state.withLock { state -> (any WormholeTransitingObservation)? in
+            defer { (state.observation, state.cancelled) = (nil, true) }
+            return state.observation
+        }
+        observation?.cancel()
+    }
+}

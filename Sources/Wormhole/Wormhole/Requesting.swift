@@ -48,8 +48,9 @@ extension Wormhole {
     /// On the shared directory the blocked thread watches the reply log itself (an
     /// inotify instance of the process's few, kept for later requests) and reads its reply when
     /// the append wakes it: a round trip is two wake-ups, the responder's and this
-    /// thread's. Called from a listener or responder without a queue (on the process's
-    /// reader thread), it serves the process's other events while it waits.
+    /// thread's, and the process's reader thread is not woken by either append. Called
+    /// from a listener or responder without a queue (on the process's reader thread), it
+    /// serves the process's other events while it waits.
     public func request<Request: Encodable & Sendable, Reply: Decodable & Sendable>(
         _ request: Request, identifier: String, as type: Reply.Type = Reply.self, timeout: Double = 5
     ) throws(WormholeError) -> Reply {
@@ -61,8 +62,8 @@ extension Wormhole {
     /// A request of bytes already encoded; returns the reply's record (its bytes, kind,
     /// and the responder's process). What `wormhole request` uses.
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) async throws(WormholeError) -> WormholeRecord {
-        let pending = try await startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
-        return try Self.reply(await pending.value(), identifier: identifier)
+        let (router, pending) = try await startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
+        return try Self.reply(await router.value(of: pending), identifier: identifier)
     }
 
     /// ``requestRecord(payload:kind:identifier:timeout:)-5o5yo`` blocking the calling thread.
@@ -158,7 +159,7 @@ extension Wormhole {
             try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
                            expires: Date().addingTimeInterval(timeout))
         } catch {
-            router.finish(pending.correlation, .failure(error))
+            router.abandon(pending, error)
             throw error
         }
         return (router, pending)
@@ -167,18 +168,21 @@ extension Wormhole {
     /// ``startRequest(payload:kind:identifier:timeout:)`` for asynchronous callers: the
     /// reply listener's start and the pass suspend the caller instead of blocking its
     /// thread (on a back end that waits on a server).
-    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) async throws(WormholeError) -> PendingReply {
+    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) async throws(WormholeError) -> (ReplyRouter, PendingReply) {
         try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
         let router = try await replyRouters.router(for: identifier, in: self)
+        // No thread of the caller's waits for this reply: the reader thread delivers it.
+        try router.holdReaderThread()
         let pending = router.begin(timeout: timeout)
         do throws(WormholeError) {
             try await passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
                                  expires: Date().addingTimeInterval(timeout))
         } catch {
-            router.finish(pending.correlation, .failure(error))
+            router.abandon(pending, error)
+            router.releaseReaderThread()
             throw error
         }
-        return pending
+        return (router, pending)
     }
 
     private static func checkRequest(_ payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) {

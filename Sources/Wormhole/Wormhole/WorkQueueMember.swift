@@ -49,7 +49,7 @@ public struct WorkQueueOptions: Sendable, Hashable {
 /// wake-up during a drain makes it take once more, and a cancel waits for a drain on
 /// another thread. A member runs its handler on its own serial queue (or the one given);
 /// a responder on the shared directory, on the thread that was woken (no hop).
-public final class WorkQueueMember: Sendable {
+public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     /// The identifier whose messages the queue hands out.
     public let identifier: String
     /// The queue's name.
@@ -105,10 +105,8 @@ public final class WorkQueueMember: Sendable {
         let work = DispatchQueue(label: "Wormhole.workQueue.\(identifier).\(name)", target: queue)
         self.work = work
         // Watch first, then join: a message passed in between wakes a drain that finds it.
-        let relay = Locked<(@Sendable (WormholeTransitingEvent) -> Void)?>(nil)
-        let observation = try transiting.observe(identifier: identifier) { event in
-            relay.withLock { $0 }?(event)
-        }
+        let relay = EventRelay()
+        let observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
         do throws(WormholeError) {
             file = try transiting.joinWorkQueue(identifier: identifier, name: name, startingFrom: options.startingFrom)
         } catch {
@@ -119,7 +117,7 @@ public final class WorkQueueMember: Sendable {
         let timer = DispatchSource.makeTimerSource(queue: work)
         // Handed to the lock once it is set up (for cancel()); not touched here after that.
         self.timer = Locked(nil)
-        relay.withLock { $0 = { [weak self] event in self?.receive(event) } }
+        relay.connect(self)
         timer.schedule(deadline: .now() + options.redeliveryInterval, repeating: options.redeliveryInterval,
                        leeway: .milliseconds(Int(options.redeliveryInterval * 250)))
         // Already on `work`: the timer's drain starts here.
@@ -154,7 +152,7 @@ public final class WorkQueueMember: Sendable {
         onCancel()
     }
 
-    private func receive(_ event: WormholeTransitingEvent) {
+    func receive(_ event: WormholeTransitingEvent) {
         let replaced: Bool
         switch event {
         case .wake: replaced = false

@@ -373,13 +373,15 @@ public final class Wormhole: Sendable {
                          onError: onError ?? Self.logError, listener: listener)
     }
 
-    func makeListener(identifier: String, start: StartingPoint, durableName: String?, queue: DispatchQueue?,
+    func makeListener(identifier: String, start: StartingPoint, durableName: String?, observeOnDemand: Bool = false,
+                      queue: DispatchQueue?,
                       onError: @escaping @Sendable (WormholeError) -> Void,
                       listener: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) -> ListenerToken {
         try Identifier.validate(identifier)
         let id = makeRegistrationID()
         let token = try ListenerToken(
-            transiting: transiting, identifier: identifier, start: start, durableName: durableName, queue: queue,
+            transiting: transiting, identifier: identifier, start: start, durableName: durableName,
+            observeOnDemand: observeOnDemand, queue: queue,
             onError: onError, listener: listener,
             onCancel: { [weak self] in self?.unregister(id) })
         // The wormhole keeps the token: a listener lives until it is cancelled, stopped,
@@ -389,7 +391,7 @@ public final class Wormhole: Sendable {
         return token
     }
 
-    /// ``makeListener(identifier:start:durableName:queue:onError:listener:)`` for
+    /// ``makeListener(identifier:start:durableName:observeOnDemand:queue:onError:listener:)`` for
     /// asynchronous callers (a listener from now on or a starting point, not durable).
     func makeListener(identifier: String, start: StartingPoint, queue: DispatchQueue?,
                       onError: @escaping @Sendable (WormholeError) -> Void,
