@@ -160,10 +160,12 @@ final class PostgresPassQueue: Sendable {
             send(group, on: connection)
             return
         }
-        // No connection yet (or it was lost): one is made while nothing waits on a thread.
-        Task {
+        // No connection yet (or it was lost): one is made on a dispatch thread, never on
+        // a thread of Swift concurrency's pool (synchronous passes may be holding all of
+        // them while they wait for this very statement) nor on an event loop.
+        DispatchQueue.global().async { [self] in
             do {
-                send(group, on: try await session.openWithoutBlocking())
+                send(group, on: try session.open())
             } catch {
                 finish(group, .failure(error))
             }
