@@ -7,9 +7,10 @@ import Wormhole
 /// `Docs/Scaling.md`, "The schema").
 ///
 /// Every statement is a single SQL statement, so each is one transaction:
-/// - a pass takes the identifier's row lock (`INSERT … ON CONFLICT DO UPDATE`) to assign
-///   `last_sequence + 1`, inserts the message and queues the notification, all committed
-///   together. The lock is held to the commit, so passes to one identifier commit in
+/// - a pass (or several callers' passes, or a batch: ``appendGroup(container:channel:processID:passes:)``)
+///   takes the identifier's row lock (`INSERT … ON CONFLICT DO UPDATE`) to assign the
+///   next sequence numbers, inserts the messages and queues the notification, all
+///   committed together. The lock is held to the commit, so passes to one identifier commit in
 ///   sequence order and the committed messages are always 1…N without a gap: a reader
 ///   that asks for "after my position" never skips one that commits later;
 /// - the notification is delivered at the commit, never before the message is readable.
@@ -240,18 +241,16 @@ enum PostgresSchema {
 
     static let readVersion: PostgresQuery = "SELECT max(version) FROM wormhole.version"
 
-    /// A pass: the next sequence number, the message, the notification; one transaction.
-    static func append(container: String, identifier: String, channel: String, sentAt: Date, processID: Int32,
-                       kind: WormholePayloadKind, payload: Data, attributes: WormholeRecordAttributes) throws -> PostgresQuery {
-        let size = Int64(payload.count)
-        let kind = Int16(kind.rawValue)
-        let role = Int16(attributes.role.rawValue)
-        let correlation = Int64(bitPattern: attributes.correlation)
-        let expires = attributes.expires
-        return try """
+    /// A lone pass (``PostgresPassQueue`` when nothing else waits): the next sequence
+    /// number, the message, the notification; one transaction. The rows of
+    /// ``appendGroup(container:channel:processID:passes:)`` for one message, planned
+    /// more cheaply.
+    static func appendOne(container: String, channel: String, processID: Int32, pass: PostgresPassQueue.Pass) -> PostgresQuery {
+        let size = Int64(pass.payload.readableBytes)
+        return """
             WITH next AS (
                 INSERT INTO wormhole.identifiers AS i (container, identifier, last_sequence, retained_count, retained_bytes)
-                VALUES (\(container), \(identifier), 1, 1, \(size))
+                VALUES (\(container), \(pass.identifier), 1, 1, \(size))
                 ON CONFLICT (container, identifier) DO UPDATE
                     SET last_sequence = i.last_sequence + 1,
                         retained_count = i.retained_count + 1,
@@ -260,12 +259,65 @@ enum PostgresSchema {
             stored AS (
                 INSERT INTO wormhole.messages (container, identifier, sequence, sent_at, sender_pid, kind, payload,
                                                role, correlation, expires_at)
-                SELECT \(container), \(identifier), last_sequence, \(sentAt), \(processID), \(kind), \(payload),
-                       \(role), \(correlation), \(expires) FROM next
+                SELECT \(container), \(pass.identifier), last_sequence, \(pass.sentAt), \(processID), \(pass.kind), \(pass.payload),
+                       \(pass.role), \(pass.correlation), \(pass.expires) FROM next
                 RETURNING sequence)
-            SELECT stored.sequence, next.retained_count, next.retained_bytes, next.prune_at_count, next.prune_at_bytes,
-                   pg_notify(\(channel), stored.sequence::text || ' ' || \(identifier))
+            SELECT 1::bigint, stored.sequence, next.retained_count, next.retained_bytes, next.prune_at_count, next.prune_at_bytes,
+                   pg_notify(\(channel), stored.sequence::text || ' ' || \(pass.identifier))
             FROM next, stored
+            """
+    }
+
+    /// Passes, one or many, from one or several callers (``PostgresPassQueue``): for
+    /// each row, in the order of `passes`, its identifier's next sequence number; all the
+    /// messages in one `INSERT`; one notification per identifier, naming its last
+    /// sequence number; one transaction. Each identifier's row is locked once, in the
+    /// order of the identifiers (so that two such statements cannot deadlock), and held
+    /// to the commit. Returns, in the order of `passes`: position, sequence number, and
+    /// the identifier's retained count and bytes and pruning thresholds after it.
+    static func appendGroup(container: String, channel: String, processID: Int32,
+                            passes: [PostgresPassQueue.Pass]) -> PostgresQuery {
+        let identifiers = passes.map(\.identifier)
+        let sentAt = passes.map(\.sentAt)
+        let kinds = passes.map(\.kind)
+        let payloads = passes.map(\.payload)
+        let roles = passes.map(\.role)
+        let correlations = passes.map(\.correlation)
+        let expiring = passes.map { $0.expires != nil }
+        let expires = passes.map { $0.expires ?? $0.sentAt }
+        return """
+            WITH input AS (
+                SELECT * FROM unnest(\(identifiers)::text[], \(sentAt)::timestamptz[], \(kinds)::smallint[],
+                                     \(payloads)::bytea[], \(roles)::smallint[], \(correlations)::bigint[],
+                                     \(expires)::timestamptz[], \(expiring)::boolean[])
+                    WITH ORDINALITY AS t(identifier, sent_at, kind, payload, role, correlation, expires_at, expiring, ord)),
+            counts AS (
+                SELECT identifier, count(*) AS n, sum(octet_length(payload))::bigint AS bytes FROM input GROUP BY identifier),
+            next AS (
+                INSERT INTO wormhole.identifiers AS i (container, identifier, last_sequence, retained_count, retained_bytes)
+                SELECT \(container), identifier, n, n, bytes FROM counts ORDER BY identifier
+                ON CONFLICT (container, identifier) DO UPDATE
+                    SET last_sequence = i.last_sequence + excluded.last_sequence,
+                        retained_count = i.retained_count + excluded.retained_count,
+                        retained_bytes = i.retained_bytes + excluded.retained_bytes
+                RETURNING i.identifier, i.last_sequence, i.retained_count, i.retained_bytes, i.prune_at_count, i.prune_at_bytes),
+            numbered AS (
+                SELECT input.ord, input.identifier,
+                       next.last_sequence - counts.n + row_number() OVER (PARTITION BY input.identifier ORDER BY input.ord) AS sequence
+                FROM input JOIN counts USING (identifier) JOIN next USING (identifier)),
+            stored AS (
+                INSERT INTO wormhole.messages (container, identifier, sequence, sent_at, sender_pid, kind, payload,
+                                               role, correlation, expires_at)
+                SELECT \(container), input.identifier, numbered.sequence, input.sent_at, \(processID), input.kind, input.payload,
+                       input.role, input.correlation, CASE WHEN input.expiring THEN input.expires_at END
+                FROM input JOIN numbered USING (ord)
+                ORDER BY numbered.identifier, numbered.sequence
+                RETURNING 1),
+            notified AS (
+                SELECT count(pg_notify(\(channel), next.last_sequence::text || ' ' || next.identifier)) AS notifications FROM next)
+            SELECT numbered.ord, numbered.sequence, next.retained_count, next.retained_bytes, next.prune_at_count, next.prune_at_bytes
+            FROM numbered JOIN next USING (identifier), notified
+            ORDER BY numbered.ord
             """
     }
 

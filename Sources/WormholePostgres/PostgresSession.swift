@@ -14,6 +14,8 @@ import Wormhole
 /// for one round trip, as a file-system call blocks it for a write. Statements from
 /// several threads are queued on the connection and run one after another; each is a
 /// single statement, so each is its own transaction and none can interleave with another.
+/// Passes go through ``PostgresPassQueue``, which gathers those that come together into
+/// one statement.
 final class PostgresSession: Sendable {
     let server: PostgresServer
     let logger: Logger
@@ -110,10 +112,16 @@ final class PostgresSession: Sendable {
         }
     }
 
+    /// The connection when one is open, without waiting for anything.
+    var openConnection: PostgresConnection? {
+        guard !closed.load(ordering: .acquiring), let current = connection.withLock({ $0 }), !current.isClosed else { return nil }
+        return current
+    }
+
     /// The open connection; when there is none, one is made while the caller is
     /// suspended (no thread waits for the server). Two callers at the same moment may
     /// both connect: the second to finish closes its own and uses the first's.
-    private func openWithoutBlocking() async throws(WormholeError) -> PostgresConnection {
+    func openWithoutBlocking() async throws(WormholeError) -> PostgresConnection {
         if closed.load(ordering: .acquiring) {
             throw WormholeError(.databaseError, "the PostgreSQL back end for \(server) was closed")
         }

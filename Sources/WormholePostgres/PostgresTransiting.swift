@@ -29,7 +29,9 @@ import Wormhole
 /// ``close()`` or until it is released.
 ///
 /// Every call waits for the server: one round trip for a pass or a read. Calls from
-/// several threads share the statement connection and run one after another.
+/// several threads share the statement connection and run one after another; passes
+/// made while another is on its way share the next statement and its commit, and a batch
+/// (``append(batch:identifier:)``) is one `INSERT`.
 public final class PostgresTransiting: WormholeTransiting {
     /// Retention and size limits, enforced as by the file back end.
     public let configuration: Wormhole.Configuration
@@ -42,6 +44,9 @@ public final class PostgresTransiting: WormholeTransiting {
 
     let session: PostgresSession
     let notifier: PostgresNotifier
+    /// Where passes and batches go: those that come together share a statement and a
+    /// commit.
+    let passes: PostgresPassQueue
     /// The claims of this instance's live readers, by claim name: moved to the new
     /// session when the statement connection is replaced.
     let claims = Claims<String>()
@@ -85,6 +90,7 @@ public final class PostgresTransiting: WormholeTransiting {
         self.channel = PostgresNotifier.channel(for: container)
         self.session = PostgresSession(server: server, logger: logger)
         self.notifier = PostgresNotifier(session: session, channel: channel)
+        self.passes = PostgresPassQueue(session: session, container: container, channel: channel)
         session.setOnConnect { [claims, members] in
             let names = claims.all, tokens = members.all
             return names.isEmpty && tokens.isEmpty ? nil
@@ -123,12 +129,19 @@ public final class PostgresTransiting: WormholeTransiting {
     // MARK: - Writing
 
     /// Inserts the message as the identifier's next row, in one transaction that also
-    /// sends the `NOTIFY`; blocks the calling thread for the round trip.
+    /// sends the `NOTIFY`; blocks the calling thread until it has committed. Passes that
+    /// other threads and tasks make meanwhile share its statement and commit
+    /// (``PostgresPassQueue``).
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
                        attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord {
         let pass = try preparePass(payload, kind: kind, identifier: identifier, attributes: attributes)
-        let rows = try session.query(pass.query, "pass a message to '\(identifier)' in \(server)")
-        let (record, prune) = try finishPass(pass, rows: rows)
+        let stored: [PostgresPassQueue.Stored]
+        do {
+            stored = try passes.pass([pass.row])
+        } catch {
+            throw PostgresSession.describe(error, doing: "pass a message to '\(identifier)' in \(server)")
+        }
+        let (record, prune) = finishPass(pass, stored[0])
         if prune {
             do throws(WormholeError) {
                 try self.prune(identifier)
@@ -144,8 +157,13 @@ public final class PostgresTransiting: WormholeTransiting {
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
                        attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord {
         let pass = try preparePass(payload, kind: kind, identifier: identifier, attributes: attributes)
-        let rows = try await session.query(pass.query, "pass a message to '\(identifier)' in \(server)")
-        let (record, prune) = try finishPass(pass, rows: rows)
+        let stored: [PostgresPassQueue.Stored]
+        do {
+            stored = try await passes.pass([pass.row])
+        } catch {
+            throw PostgresSession.describe(error, doing: "pass a message to '\(identifier)' in \(server)")
+        }
+        let (record, prune) = finishPass(pass, stored[0])
         if prune {
             do throws(WormholeError) {
                 try await self.prune(identifier)
@@ -156,9 +174,38 @@ public final class PostgresTransiting: WormholeTransiting {
         return record
     }
 
-    /// A pass's statement and the record it stores.
+    /// Inserts the batch as the identifier's next rows: one statement, one `INSERT` of
+    /// all of them, one `NOTIFY`, one transaction (so either every message is stored or
+    /// none); no other pass's message falls between them. Blocks the calling thread
+    /// until it has committed.
+    public func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64> {
+        try Wormhole.validate(identifier: identifier)
+        guard !batch.isEmpty else { return 0..<0 }
+        var rows: [PostgresPassQueue.Pass] = []
+        rows.reserveCapacity(batch.count)
+        for entry in batch {
+            rows.append(try preparePass(entry.payload, kind: entry.kind, identifier: identifier, attributes: .message).row)
+        }
+        let stored: [PostgresPassQueue.Stored]
+        do {
+            stored = try passes.pass(rows)
+        } catch {
+            throw PostgresSession.describe(error, doing: "pass \(batch.count) messages to '\(identifier)' in \(server) (none of them was stored)")
+        }
+        let last = stored[stored.count - 1]
+        if dueForPruning(last) {
+            do throws(WormholeError) {
+                try prune(identifier)
+            } catch {
+                session.logger.warning("could not prune '\(identifier)' in \(server): \(error)")
+            }
+        }
+        return UInt64(stored[0].sequence)..<UInt64(last.sequence + 1)
+    }
+
+    /// A pass's row for the statement and the record it stores.
     struct Pass {
-        let query: PostgresQuery
+        let row: PostgresPassQueue.Pass
         let record: WormholeRecord
     }
 
@@ -174,34 +221,34 @@ public final class PostgresTransiting: WormholeTransiting {
         var attributes = attributes
         attributes.expires = attributes.expires.map(microseconds)
         let processID = ProcessInfo.processInfo.processIdentifier
-        do {
-            let query = try PostgresSchema.append(container: container, identifier: identifier, channel: channel,
-                                                  sentAt: date, processID: processID, kind: kind, payload: payload, attributes: attributes)
-            return Pass(query: query, record: WormholeRecord(identifier: identifier, sequence: 0, date: date,
-                                                             processID: processID, kind: kind, payload: payload, role: attributes.role,
-                                                             correlation: attributes.correlation, expires: attributes.expires))
-        } catch {
-            throw WormholeError(.encodingFailed, "cannot encode the message for '\(identifier)': \(error)")
-        }
+        let row = PostgresPassQueue.Pass(identifier: identifier, sentAt: date, kind: Int16(kind.rawValue),
+                                         payload: ByteBuffer(data: payload), role: Int16(attributes.role.rawValue),
+                                         correlation: Int64(bitPattern: attributes.correlation), expires: attributes.expires)
+        return Pass(row: row, record: WormholeRecord(identifier: identifier, sequence: 0, date: date,
+                                                     processID: processID, kind: kind, payload: payload, role: attributes.role,
+                                                     correlation: attributes.correlation, expires: attributes.expires))
     }
 
-    /// The stored record, and whether the identifier is due for pruning: once twice what
-    /// the last pruning kept has gathered (at least twice the retention), as the file
-    /// back end compacts. A pruning reads every message it keeps, so while a stalled
-    /// listener's claim keeps a backlog, pruning at every pass would make each pass cost
-    /// as much as the backlog. The threshold is in the identifier's row
-    /// (``PostgresSchema/createPruneThresholds``), so it holds for every process.
-    private func finishPass(_ pass: Pass, rows: [PostgresRow]) throws(WormholeError) -> (WormholeRecord, prune: Bool) {
+    /// The stored record, and whether the identifier is due for pruning.
+    private func finishPass(_ pass: Pass, _ stored: PostgresPassQueue.Stored) -> (WormholeRecord, prune: Bool) {
         let record = pass.record
-        guard let row = rows.first,
-              let (sequence, count, bytes, pruneAtCount, pruneAtBytes) = try? row.decode((Int64, Int64, Int64, Int64, Int64).self) else {
-            throw WormholeError(.databaseError, "passing a message to '\(record.identifier)' in \(server) returned no sequence number")
-        }
-        let prune = count > max(2 * Int64(configuration.retainedMessageCount), pruneAtCount)
-            || (count > 1 && bytes > max(2 * Int64(configuration.retainedByteCount), pruneAtBytes))
-        return (WormholeRecord(identifier: record.identifier, sequence: UInt64(sequence), date: record.date,
+        return (WormholeRecord(identifier: record.identifier, sequence: UInt64(stored.sequence), date: record.date,
                                processID: record.processID, kind: record.kind, payload: record.payload,
-                               role: record.role, correlation: record.correlation, expires: record.expires), prune)
+                               role: record.role, correlation: record.correlation, expires: record.expires),
+                dueForPruning(stored))
+    }
+
+    /// Whether the identifier is due for pruning after a statement (decided by the
+    /// caller whose message was the identifier's last in it): once twice what the last
+    /// pruning kept has gathered (at least twice the retention), as the file back end
+    /// compacts. A pruning reads every message it keeps, so while a stalled listener's
+    /// claim keeps a backlog, pruning at every pass would make each pass cost as much as
+    /// the backlog. The threshold is in the identifier's row
+    /// (``PostgresSchema/createPruneThresholds``), so it holds for every process.
+    private func dueForPruning(_ stored: PostgresPassQueue.Stored) -> Bool {
+        guard stored.lastOfIdentifier else { return false }
+        return stored.retainedCount > max(2 * Int64(configuration.retainedMessageCount), stored.pruneAtCount)
+            || (stored.retainedCount > 1 && stored.retainedBytes > max(2 * Int64(configuration.retainedByteCount), stored.pruneAtBytes))
     }
 
     private func pruneQuery(_ identifier: String) -> PostgresQuery {

@@ -16,6 +16,12 @@ enum Mechanism: String, Sendable {
     /// Wormhole over its PostgreSQL back end, raw bytes (sender and listeners each hold
     /// their own connections).
     case wormholePostgres = "wormhole-postgres"
+    /// The same, the sender passing batches of ``Scenario/batchSize`` (`passMessages`:
+    /// one statement, one `INSERT`, one commit per batch).
+    case wormholePostgresBatched = "wormhole-postgres-batched"
+    /// The same, the sender passing from ``Scenario/senderThreads`` threads at once, each
+    /// to an identifier of its own: passes that meet share a statement and a commit.
+    case wormholePostgresThreads = "wormhole-postgres-threads"
     /// The PostgreSQL floor: `SELECT pg_notify(channel, payload)` with the stamp and the
     /// index in the payload, one `LISTEN` connection per listener; no table.
     case postgresNotify = "postgres-notify"
@@ -42,6 +48,8 @@ enum Mechanism: String, Sendable {
         case .wormholeBatched: "Wormhole, raw bytes in batches of \(Scenario.batchSize) (passMessages)"
         case .naive: "naive file + rename (MMWormhole-style)"
         case .wormholePostgres: "Wormhole, PostgreSQL"
+        case .wormholePostgresBatched: "Wormhole, PostgreSQL, batches of \(Scenario.batchSize) (passMessages)"
+        case .wormholePostgresThreads: "Wormhole, PostgreSQL, \(Scenario.senderThreads) sender threads (an identifier each)"
         case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
         case .floor: "C floor: protocol v3 calls, one thread"
         case .dbus: "D-Bus signal via dbus-daemon"
@@ -49,7 +57,7 @@ enum Mechanism: String, Sendable {
         }
     }
 
-    var usesPostgres: Bool { self == .wormholePostgres || self == .postgresNotify }
+    var usesPostgres: Bool { [.wormholePostgres, .wormholePostgresBatched, .wormholePostgresThreads, .postgresNotify].contains(self) }
 }
 
 /// One measurement: a sender process, listener processes, and how messages are sent.
@@ -65,8 +73,10 @@ struct Scenario: Sendable {
     static let identifiersPerProcess = 5000
     /// 0: as fast as the sender can (a burst).
     var intervalNanoseconds: UInt64 = 300_000
-    /// The batch of the batched mechanism.
+    /// The batch of the batched mechanisms.
     static let batchSize = 64
+    /// The sender's threads of ``Mechanism/wormholePostgresThreads``.
+    static let senderThreads = 8
 }
 
 /// What one listener process reported.
@@ -273,7 +283,8 @@ struct Runner {
             listeners = [listener]
             _ = try listener.expect("READY", timeout: 30)
             sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
-        case .wormholeRaw, .wormholeCodable, .wormholeBatched, .wormholePython, .wormholePostgres, .postgresNotify, .floor, .dbus:
+        case .wormholeRaw, .wormholeCodable, .wormholeBatched, .wormholePython, .wormholePostgres, .wormholePostgresBatched,
+             .wormholePostgresThreads, .postgresNotify, .floor, .dbus:
             // These take part in the warm-up handshake: the listeners print READY, the
             // sender passes the warm-up and prints WARMED, the listeners print WARM once
             // they have read it, and the harness says GO.
@@ -323,7 +334,10 @@ struct Runner {
                 if !scenario.mechanism.usesPostgres { mkdir(directory, 0o700) }
                 listen = [listenRole] + common
                 send = [sendRole] + sendArguments + place + ["--ids", String(scenario.identifiers), "--mode", mode, "--handshake"]
-                if scenario.mechanism == .wormholeBatched { send += ["--batch", String(Scenario.batchSize)] }
+                if scenario.mechanism == .wormholeBatched || scenario.mechanism == .wormholePostgresBatched {
+                    send += ["--batch", String(Scenario.batchSize)]
+                }
+                if scenario.mechanism == .wormholePostgresThreads { send += ["--threads", String(Scenario.senderThreads)] }
                 if scenario.mechanism == .wormholePython {
                     guard let python = peers.python, let script = peers.pythonListener else {
                         throw BenchError("the Python listener needs python3 and --python-listener (Benchmarks/run gives them)")

@@ -547,9 +547,15 @@ struct Suite {
         }
 
         let burst = quick ? 500 : 3000
+        // The burst also has the PostgreSQL back end's batches and several sender threads,
+        // whose passes share statements and commits (bare LISTEN/NOTIFY beside them).
+        let burstMechanisms = mechanisms + [.wormholePostgresBatched, .wormholePostgresThreads]
         progress("  burst throughput: \(burst) small messages as fast as the sender can, \(rounds) rounds")
-        let bursts = try interleaved(runner, mechanisms) { Scenario(mechanism: $0, count: burst, intervalNanoseconds: 0) }
-        for mechanism in mechanisms {
+        let bursts = try interleaved(runner, burstMechanisms) { mechanism in
+            Scenario(mechanism: mechanism, identifiers: mechanism == .wormholePostgresThreads ? Scenario.senderThreads : 1,
+                     count: burst, intervalNanoseconds: 0)
+        }
+        for mechanism in burstMechanisms {
             let runs = bursts[mechanism] ?? []
             var row = Row(section: "postgres-burst", fileSystem: group, mechanism: label(mechanism), messages: burst)
             row.rate(from: runs)
@@ -648,6 +654,23 @@ struct Suite {
         if let listener = calls("listener") {
             verdicts.append(("listener <= 2 system calls per wake-up", listener <= 2.05,
                              String(format: "%.2f per message, a wake-up per message in this burst (strace)", listener)))
+        }
+        // 6. PostgreSQL against bare LISTEN/NOTIFY, both measured in the postgres section.
+        func postgres(_ section: String, _ mechanism: Mechanism) -> Row? {
+            rows.first { $0.section == section && $0.fileSystem == Self.postgresGroup && $0.mechanism == mechanism.label }
+        }
+        if let bare = postgres("postgres-burst", .postgresNotify)?.rate {
+            for mechanism in [Mechanism.wormholePostgres, .wormholePostgresBatched, .wormholePostgresThreads] {
+                guard let ours = postgres("postgres-burst", mechanism), let rate = ours.rate else { continue }
+                let flushes = ours.walFlushesPerMessage.map { String(format: ", %.2f WAL flushes and %.2f commits per message", $0, ours.commitsPerMessage ?? 0) } ?? ""
+                verdicts.append(("PostgreSQL burst >= 0.67x bare LISTEN/NOTIFY's, none lost (\(mechanism.label))",
+                                 rate >= 0.67 * bare && ours.lost == 0 && ours.duplicates == 0,
+                                 "\(Format.rate(rate)) msg/s vs bare \(Format.rate(bare)): \(ratio(rate, bare))\(flushes); \(ours.lost ?? 0) lost"))
+            }
+        }
+        if let ours = postgres("postgres-latency", .wormholePostgres)?.p50, let bare = postgres("postgres-latency", .postgresNotify)?.p50 {
+            verdicts.append(("PostgreSQL p50 <= 1.5x bare LISTEN/NOTIFY's", ours <= 1.5 * bare,
+                             String(format: "%.0f us vs bare %.0f us: %.2fx", ours, bare, ours / bare)))
         }
     }
 

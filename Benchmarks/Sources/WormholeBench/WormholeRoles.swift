@@ -78,12 +78,14 @@ enum WormholeRoles {
         return 0
     }
 
-    /// `wormhole-send (--dir D | --postgres URL --container NAME) [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable] [--batch B] [--handshake] [--hold]`
+    /// `wormhole-send (--dir D | --postgres URL --container NAME) [--ids N] [--count C] [--size S] [--interval-ns I] [--mode raw|codable] [--batch B | --threads T] [--handshake] [--hold]`
     ///
     /// Passes C messages round-robin over N identifiers, one every I nanoseconds (as
     /// fast as it can when I is 0), each stamped just before it is passed. Warm-up
     /// messages go first, one per identifier at least. With `--batch B` (raw, one
-    /// identifier), every B messages are passed together with `passMessages`.
+    /// identifier), every B messages are passed together with `passMessages`. With
+    /// `--threads T` (raw, a burst, T identifiers), T threads pass at once, each to an
+    /// identifier of its own, so that each identifier's order is one thread's.
     static func send(_ options: Options) throws -> Int32 {
         let identifiers = try options.int("ids", default: 1)
         let count = try options.int("count", default: 2000)
@@ -91,6 +93,7 @@ enum WormholeRoles {
         let interval = UInt64(try options.int("interval-ns", default: 0))
         let codable = options.string("mode", default: "raw") == "codable"
         let batchSize = max(1, try options.int("batch", default: 1))
+        let threads = max(1, try options.int("threads", default: 1))
         // A sender to many identifiers keeps every log open, as GettingStarted.md advises:
         // a descriptor each, the limit raised for them.
         raiseDescriptorLimit(atLeast: identifiers + 1024)
@@ -123,6 +126,16 @@ enum WormholeRoles {
             Monotonic.sleep(seconds: 0.05 + Double(identifiers) * 20e-6 + Double(size) * 20 / 1e9)
         }
         Monotonic.sleep(seconds: 0.01)
+        if threads > 1 {
+            // Thread t passes the indices i with i % T == t; with T identifiers, those all
+            // go to one identifier (identifierNumber is a bijection of i % T).
+            try sendConcurrently(count: count, threads: threads) { index in
+                var payload = Data(count: size)
+                payload.withUnsafeMutableBytes { Frame.write(stamp: Monotonic.now(), index: UInt64(index), into: $0.baseAddress!) }
+                try wormhole.passMessage(payload, identifier: names[identifierNumber(forMessage: index, of: identifiers)])
+            }
+            return 0
+        }
         if batchSize > 1 {
             // Stamped as each batch is passed; passed whenever B are ready, and at the end.
             var batch: [(payload: Data, kind: WormholePayloadKind)] = []
