@@ -62,8 +62,10 @@ struct Status: ParsableCommand {
                 for status in statuses { Output.line(Self.jsonObject(status)) }
                 for queue in queues { Output.line(Self.jsonObject(queue)) }
             } else {
-                Output.write(Data(Self.table(statuses).utf8))
-                if !queues.isEmpty { Output.write(Data(("\n" + Self.table(queues)).utf8)) }
+                // The listeners' table, unless only queues have something to show (its
+                // header alone says that nobody listens).
+                if !statuses.isEmpty || queues.isEmpty { Output.write(Data(Self.table(statuses).utf8)) }
+                if !queues.isEmpty { Output.write(Data(((statuses.isEmpty ? "" : "\n") + Self.table(queues)).utf8)) }
             }
         }
     }

@@ -65,6 +65,8 @@ struct RequestCommandTests {
         #expect(!json.lines.contains { $0.contains(#""running":true"#) }, "no running listener besides the member: \(json.output)")
         let table = try await sandbox.run(["status", "jobs"])
         #expect(table.lines.filter { $0.contains(String(member.pid)) }.count == 1, "one row names the member's process: \(table.output)")
+        #expect(table.lines.first?.hasPrefix("IDENTIFIER  QUEUE") == true && table.lines.count == 2,
+                "only the queues' table when nothing else listens, not an empty listeners' header first: \(table.output)")
         member.send(SIGINT)
         _ = await member.finish()
     }
