@@ -10,11 +10,6 @@ import WormholeTestSupport
 /// shared with the file back end are tested on both by the suites that take a `Backend`.
 @Suite("PostgreSQL back end")
 struct PostgresBackendTests {
-    /// A new transiting, with connections of its own, on the container of `store`.
-    func transiting(_ store: TestStore) throws -> PostgresTransiting {
-        try #require(try store.transiting() as? PostgresTransiting)
-    }
-
     /// A new transiting on the container of `store` whose connections carry the
     /// application name `name`: the server's count of them is this test's alone, whatever
     /// runs beside it.
@@ -42,7 +37,7 @@ struct PostgresBackendTests {
         let store = try Backend.postgres.makeStore()
         let wormhole = try store.wormhole()
         #expect(try await wormhole.passMessage("before", identifier: "late") == 1)
-        let holder = try transiting(store)
+        let holder = try store.postgresTransiting()
         let container = String(store.location.dropFirst(AgentLocation.postgresPrefix.count))
         _ = try await holder.session.query("BEGIN", "begin")
         _ = try await holder.session.query(
@@ -52,7 +47,7 @@ struct PostgresBackendTests {
         // The writer's statement has reached the server once it waits for the held row.
         // (Asked on another connection: inside a transaction, pg_stat_activity stays as
         // it was when the transaction first read it.)
-        let probe = try transiting(store)
+        let probe = try store.postgresTransiting()
         let waiting = await eventually(seconds: 30) {
             let rows = try probe.session.query(
                 "SELECT count(*) FROM pg_stat_activity WHERE \(holderPID)::int = ANY(pg_blocking_pids(pid))", "count waiters")
@@ -72,7 +67,7 @@ struct PostgresBackendTests {
     @Test("released wormholes close their connections", .timeLimit(.minutes(1)))
     func releasedWormholesCloseTheirConnections() async throws {
         let store = try Backend.postgres.makeStore()
-        let probe = try transiting(store)
+        let probe = try store.postgresTransiting()
         let name = "released-" + UUID().uuidString.lowercased()
         let sessions = { () throws -> Int in try self.sessions(probe, named: name) }
         let before = try sessions()
@@ -101,8 +96,8 @@ struct PostgresBackendTests {
           .timeLimit(.minutes(1)))
     func aListenerWhoseConnectionsAreCutLosesNothing() async throws {
         let store = try Backend.postgres.makeStore()
-        let listening = try transiting(store)
-        let sending = Wormhole(transiting: try transiting(store))
+        let listening = try store.postgresTransiting()
+        let sending = Wormhole(transiting: try store.postgresTransiting())
         let received = Collector<Int>()
         let errors = Collector<WormholeError>()
         let listener = Wormhole(transiting: listening)
@@ -131,7 +126,7 @@ struct PostgresBackendTests {
         let store = try Backend.postgres.makeStore()
         var configuration = Wormhole.Configuration()
         configuration.retainedMessageCount = 10
-        let sending = try #require(try store.transiting(configuration: configuration) as? PostgresTransiting)
+        let sending = try store.postgresTransiting(configuration: configuration)
         let wormhole = Wormhole(transiting: sending)
         let stalled = try StalledListener(wormhole, identifier: "n")
         let total = 2000
@@ -143,7 +138,7 @@ struct PostgresBackendTests {
         #expect(whileStalled >= 6 && whileStalled <= 8, "prunings while the listener was stalled: \(whileStalled)")
         // A writer that comes later (another process, each `wormhole send`) knows it too:
         // the next pruning is due at 2,814 messages, past its 500 passes.
-        let later = try #require(try store.transiting(configuration: configuration) as? PostgresTransiting)
+        let later = try store.postgresTransiting(configuration: configuration)
         let laterWormhole = Wormhole(transiting: later)
         for value in (total + 1)...(total + 500) { try await laterWormhole.passMessage(value, identifier: "n") }
         #expect(later.prunes.load(ordering: .relaxed) == 0, "prunings by a later writer behind the backlog")
@@ -169,15 +164,15 @@ struct PostgresBackendTests {
           .timeLimit(.minutes(1)))
     func awaitedPassesAndRequestsDoNotHoldTheCooperativePool() async throws {
         let store = try Backend.postgres.makeStore()
-        let sending = Wormhole(transiting: try transiting(store))
+        let sending = Wormhole(transiting: try store.postgresTransiting())
         try await sending.passMessage(0, identifier: "n")   // connected, schema made
-        let responding = Wormhole(transiting: try transiting(store))
+        let responding = Wormhole(transiting: try store.postgresTransiting())
         let responder = try responding.respond(toIdentifier: "double", as: Int.self) { $0 * 2 }
-        let requesting = Wormhole(transiting: try transiting(store))
+        let requesting = Wormhole(transiting: try store.postgresTransiting())
         try await requesting.passMessage(0, identifier: "double")   // its row exists (not a request: skipped)
         // Another session holds both identifiers' rows: every pass and request waits on the server.
         let container = String(store.location.dropFirst(AgentLocation.postgresPrefix.count))
-        let locker = try transiting(store)
+        let locker = try store.postgresTransiting()
         try await locker.session.query("BEGIN", "begin")
         try await locker.session.query("""
             SELECT last_sequence FROM wormhole.identifiers

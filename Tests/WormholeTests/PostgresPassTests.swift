@@ -35,7 +35,7 @@ struct PostgresPassTests {
     /// Holds `identifier`'s row in another session until the returned closure is called
     /// (`COMMIT`): every pass to it waits on the server meanwhile.
     func hold(_ store: TestStore, _ identifier: String) async throws -> (holder: PostgresTransiting, pid: Int32) {
-        let holder = try transiting(store)
+        let holder = try store.postgresTransiting()
         try await holder.session.query("BEGIN", "begin")
         try await holder.session.query("""
             SELECT last_sequence FROM wormhole.identifiers WHERE container = \(container(store)) AND identifier = \(identifier) FOR UPDATE
@@ -55,7 +55,7 @@ struct PostgresPassTests {
           .timeLimit(.minutes(1)))
     func batchesAreOneInsertAndArriveWhole() async throws {
         let store = try Backend.postgres.makeStore()
-        let sending = try transiting(store)
+        let sending = try store.postgresTransiting()
         let wormhole = Wormhole(transiting: sending)
         let received = Collector<WormholeRecord>()
         let listener = try store.wormhole()
@@ -66,7 +66,7 @@ struct PostgresPassTests {
         let first = try wormhole.passMessages((0..<100).map { "lone-\($0)" }, identifier: "stream")
         #expect(first == 1..<101)
         #expect(sending.passes.statements.load(ordering: .relaxed) - before == 1, "a batch of 100 is one statement")
-        let probe = try transiting(store)
+        let probe = try store.postgresTransiting()
         let lone = try rows(probe, container(store), "stream")
         #expect(lone.map(\.text) == (0..<100).map { "lone-\($0)" })
         #expect(Set(lone.map(\.transaction)).count == 1, "the batch's rows come from one transaction")
@@ -104,7 +104,7 @@ struct PostgresPassTests {
         let store = try Backend.postgres.makeStore()
         var configuration = Wormhole.Configuration()
         configuration.maximumMessageSize = 1024
-        let sending = try #require(try store.transiting(configuration: configuration) as? PostgresTransiting)
+        let sending = try store.postgresTransiting(configuration: configuration)
         let wormhole = Wormhole(transiting: sending)
         #expect(try wormhole.passMessages([String](), identifier: "x").isEmpty)
         #expect(sending.passes.statements.load(ordering: .relaxed) == 0)
@@ -113,7 +113,7 @@ struct PostgresPassTests {
             try wormhole.passMessages(["a", String(repeating: "b", count: 2000), "c"], identifier: "x")
         }
         #expect(tooLarge?.code == .messageTooLarge)
-        #expect(try rows(try transiting(store), container(store), "x").map(\.text) == ["first"])
+        #expect(try rows(try store.postgresTransiting(), container(store), "x").map(\.text) == ["first"])
         #expect(try wormhole.passMessages(["a", "c"], identifier: "x") == 2..<4)
     }
 
@@ -121,12 +121,12 @@ struct PostgresPassTests {
           .timeLimit(.minutes(1)))
     func waitingPassesShareACommit() async throws {
         let store = try Backend.postgres.makeStore()
-        let sending = try transiting(store)
+        let sending = try store.postgresTransiting()
         let wormhole = Wormhole(transiting: sending)
         try await wormhole.passMessage("0", identifier: "n")
         try await wormhole.passMessage("0", identifier: "m")
         let (holder, pid) = try await hold(store, "n")
-        let probe = try transiting(store)
+        let probe = try store.postgresTransiting()
         let before = sending.passes.statements.load(ordering: .relaxed)
         // The first pass's statement waits on the held row; the passes made meanwhile,
         // to two identifiers, queue behind it.
@@ -205,12 +205,12 @@ struct PostgresPassTests {
           .timeLimit(.minutes(1)))
     func aCutConnectionStoresOnceOrFails() async throws {
         let store = try Backend.postgres.makeStore()
-        let sending = try transiting(store)
+        let sending = try store.postgresTransiting()
         let wormhole = Wormhole(transiting: sending)
         try await wormhole.passMessage("first", identifier: "cut")
         let own = try #require(try await sending.session.query("SELECT pg_backend_pid()", "own pid").first?.decode(Int32.self))
         let (holder, pid) = try await hold(store, "cut")
-        let probe = try transiting(store)
+        let probe = try store.postgresTransiting()
         // Awaited passes and synchronous ones from threads, all waiting on the held row.
         let count = 12
         let outcomes = Collector<(String, Bool)>()

@@ -72,7 +72,7 @@ final class TestStore: Sendable {
             return try FileManager.default.contentsOfDirectory(atPath: location + "/" + ListenerCursor.claimsDirectory + "/" + identifier).count
         case .postgres:
             #if Postgres
-            let transiting = try #require(try transiting() as? PostgresTransiting)
+            let transiting = try postgresTransiting()
             defer { transiting.close() }
             return try transiting.claimCount(identifier: identifier)
             #else
@@ -84,4 +84,11 @@ final class TestStore: Sendable {
     func transiting(configuration: Wormhole.Configuration = .init()) throws -> any WormholeTransiting {
         try AgentLocation.transiting(location, configuration: configuration)
     }
+
+    #if Postgres
+    /// A new PostgreSQL transiting, with connections of its own, on this store's container.
+    func postgresTransiting(configuration: Wormhole.Configuration = .init()) throws -> PostgresTransiting {
+        try #require(try transiting(configuration: configuration) as? PostgresTransiting)
+    }
+    #endif
 }
