@@ -82,6 +82,21 @@ struct ListenerStateMachineTests {
         #expect(next == .end(.init(closeReader: true, report: false, wakeAfter: nil)), "cancelled: no further read, no timer")
     }
 
+    @Test("a listener that cancels itself during its call after a cancel from elsewhere: that message is still declined, not acknowledged")
+    func cancelFromTheCallAfterOneFromElsewhere() {
+        // listen --durable --count: the main thread cancels at the count while the queue's
+        // thread is in the call for a message it will not print, and cancels too. A CI run
+        // under load printed m2 and then lost m3: the second cancel was ignored, so the
+        // message it declined was acknowledged.
+        var machine = Machine(hasQueue: true)
+        _ = machine.scheduleDrain()
+        _ = machine.beginScheduled(thread: queueThread)
+        #expect(machine.cancel(from: otherThread) == .waitForDrain)
+        #expect(machine.cancel(from: queueThread) == .none, "already cancelled: nothing more to do")
+        #expect(!machine.acknowledges(isDurable: true), "the message in the call was declined by its listener")
+        #expect(machine.cancel(from: otherThread) == .none)
+    }
+
     @Test("a cancel while no drain runs closes the reader itself, and a drain scheduled before it does nothing")
     func cancelWhileScheduled() {
         var machine = Machine(hasQueue: true)

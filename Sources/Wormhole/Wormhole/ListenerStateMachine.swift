@@ -206,13 +206,19 @@ struct ListenerStateMachine {
 
     /// Cancels the listener, from `thread`.
     mutating func cancel(from thread: UInt) -> CancelAction {
-        guard !isCancelled else { return .none }
-        isCancelled = true
-        guard case .running(let holder, _) = drain else { return .closeReader }
-        if holder == thread {
+        if case .running(let holder, _) = drain, holder == thread {
+            // The listener declines the message of its call, also when a cancel from
+            // elsewhere came first and waits for that call (`listen --count`: the main
+            // thread's cancel at the count, and the listener's own for a message it did
+            // not print).
             declined = true
+            guard !isCancelled else { return .none }
+            isCancelled = true
             return .fromCall
         }
+        guard !isCancelled else { return .none }
+        isCancelled = true
+        guard case .running = drain else { return .closeReader }
         return .waitForDrain
     }
 
