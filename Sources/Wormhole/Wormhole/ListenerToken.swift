@@ -272,7 +272,8 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
     /// the listener starts after this returns: a call in progress on another thread is
     /// waited for (from inside the listener itself, `cancel()` returns at once). Calling
     /// it again does nothing. A durable listener that cancels its token from inside its
-    /// own call has not handled that message: it comes again when the name resumes.
+    /// own call has not handled that message: it comes again when the name resumes (also
+    /// when a cancel from another thread came first and is waiting for that call).
     public func cancel() {
         _ = cancelling()
     }
