@@ -131,7 +131,7 @@ public final class PostgresTransiting: WormholeTransiting {
     /// Inserts the message as the identifier's next row, in one transaction that also
     /// sends the `NOTIFY`; blocks the calling thread until it has committed. Passes that
     /// other threads and tasks make meanwhile share its statement and commit
-    /// (``PostgresPassQueue``).
+    /// (a queue of passes per transiting: Scaling.md, "Group commit and batches").
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
                        attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord {
         let pass = try preparePass(payload, kind: kind, identifier: identifier, attributes: attributes)
