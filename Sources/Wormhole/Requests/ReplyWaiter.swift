@@ -7,9 +7,10 @@ import SystemPackage
 /// thread itself: an inotify instance of its own watching the reply log, and a
 /// ``WakeChannel`` on which a reply delivered by another thread wakes it.
 ///
-/// The process's reader thread is woken by the same append, and delivers the reply if it
-/// gets there first; the waiter only spares the hop from that thread to the requester's
-/// (a round trip is two wake-ups, the responder's and the requester's, not four).
+/// While the router's reply listener is subscribed to the process's reader thread (a
+/// request that needs it, or an idle router), that thread is woken by the same append and
+/// delivers the reply if it gets there first; otherwise the waiters alone read the
+/// replies. A round trip is two wake-ups, the responder's and the requester's, not four.
 ///
 /// Waiters belong to the process, not to a router: an inotify instance counts against a
 /// limit that every process of the user shares (128 by default), so there are never more

@@ -32,7 +32,8 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
     /// runs and none can start (``ListenerStateMachine`` decides which).
     private nonisolated(unsafe) let reader: any WormholeTransitingReader
     private let observation: any WormholeTransitingObservation
-    /// The observation of a listener made with `observeOnDemand`, until ``observe()``.
+    /// The observation of a listener made with `observeOnDemand`: made while held
+    /// (``holdObservation()``).
     private let onDemand: OnDemandObservation?
     private let onError: @Sendable (WormholeError) -> Void
     private let listener: @Sendable (WormholeRecord) -> Void
