@@ -520,6 +520,45 @@ do {
             while received.count < expected && errors.count == 0 && Date() < deadline { usleep(2_000) }
             token.cancel()
             finish("errors \(errors.count) \(errors.all.joined(separator: ","))")
+        case "queue":
+            // A member of the queue "q" of "walk" (made here, after u4), armed from its
+            // join: its takes, and each acknowledgement with the next take.
+            let received = Tally()
+            let errors = Tally()
+            SystemCallFaults.arm(plan)
+            let member: WorkQueueMember
+            do throws(WormholeError) {
+                let options = WorkQueueOptions(startingFrom: .after(sequence: 4), redeliveryInterval: 0.05)
+                member = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, workQueue: "q", options: options,
+                                                       onError: { errors.append("\($0.code)") }) { message in
+                    received.append(message)
+                    let line = Array("got \(message)\n".utf8)
+                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+                }
+            } catch {
+                finish("error \(error.code) \(error)")
+                break
+            }
+            _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
+            // All three handled, or 3 s after the first report (the member takes again on
+            // its timer: it may recover), or 10 s.
+            let deadline = Date().addingTimeInterval(10)
+            var reported: Date?
+            while received.count < 3 && Date() < min(deadline, reported.map { $0.addingTimeInterval(3) } ?? deadline) {
+                if reported == nil && errors.count > 0 { reported = Date() }
+                usleep(2_000)
+            }
+            let calls = SystemCallFaults.disarm()
+            FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
+            // What the queue holds for this member once the last message is handled: its
+            // acknowledgement follows the handler's return.
+            func inFlight() -> Int { ((try? wormhole.workQueues(identifier: "walk")) ?? []).first { $0.name == "q" }?.inFlight ?? -1 }
+            let settled = Date().addingTimeInterval(2)
+            while inFlight() != 0 && Date() < settled { usleep(2_000) }
+            let held = inFlight()
+            member.cancel()
+            print("calls \(calls)")
+            print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held)")
         default:
             fail("unknown scenario \(scenario)")
         }
@@ -666,6 +705,39 @@ do {
         for _ in 0..<1_000 where heard.load(ordering: .relaxed) < 2_000 + 2 * count { usleep(10_000) }
         print("resident \(first) \(second) \(third) heard \(heard.load(ordering: .relaxed))")
         _ = (responder, member, listener)
+
+    case "quiet-requests":
+        // <count> requests to "ask" (answered by another process, with its number plus
+        // one), the first before the reply log exists; blocking, or "async" ones. Prints
+        // how many times this process's reader thread woke meanwhile.
+        let wormhole = try AgentLocation.wormhole(argument(1))
+        let count = Int(argument(2)) ?? 1
+        let asynchronous = arguments.count > 3 && argument(3) == "async"
+        let before = ReaderThreadWakeUps.count
+        for index in 0..<count {
+            let reply: Int
+            if asynchronous {
+                // Awaited by a detached task (this code runs on the main actor, which the
+                // wait below blocks), this thread waiting for it.
+                let done = DispatchSemaphore(value: 0)
+                let result = Tally()
+                Task.detached {
+                    do throws(WormholeError) {
+                        result.append(String(try await wormhole.request(index, identifier: "ask", as: Int.self, timeout: 10)))
+                    } catch {
+                        result.append("error \(error)")
+                    }
+                    done.signal()
+                }
+                done.wait()
+                guard let answer = result.all.first.flatMap({ Int($0) }) else { fail("request \(index): \(result.all)") }
+                reply = answer
+            } else {
+                reply = try wormhole.request(index, identifier: "ask", as: Int.self, timeout: 10)
+            }
+            guard reply == index + 1 else { fail("wrong reply \(reply) to \(index)") }
+        }
+        print("wakeups \(ReaderThreadWakeUps.count - before)")
 
     case "soak-listen":
         // Listens until each of <writers> timed pace writers passed its "<tag>:end:<n>";

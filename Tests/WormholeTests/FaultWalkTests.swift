@@ -66,6 +66,8 @@ struct FaultWalkTests {
         var failed: Bool { line.hasPrefix("error ") }
         var reportedErrors: Int { line.hasPrefix("errors ") ? Int(line.split(separator: " ")[1]) ?? 0 : 0 }
         var died: Bool { exitStatus == 9 }
+        /// What the queue held for the agent's member after its last message ("inflight N").
+        var inFlight: Int? { line.range(of: " inflight ").flatMap { Int(line[$0.upperBound...]) } }
     }
 
     static func runAgent(_ directory: String, _ scenario: String, _ at: Int, _ kind: String,
@@ -91,9 +93,9 @@ struct FaultWalkTests {
     }
 
     @Test("each system call of an operation failing in turn, or the process ending after it: no message lost or repeated in silence, no number reused, nothing hangs",
-          .timeLimit(.minutes(10)), arguments: ["pass", "batch", "clear", "listen", "drain", "durable"])
+          .timeLimit(.minutes(10)), arguments: ["pass", "batch", "clear", "listen", "drain", "durable", "queue"])
     func walk(scenario: String) async throws {
-        let extra = scenario == "drain" || scenario == "durable" ? ["m1", "m2", "m3"] : []
+        let extra = ["drain", "durable", "queue"].contains(scenario) ? ["m1", "m2", "m3"] : []
         // A dry run counts the calls.
         let dry = try await Setting()
         let total = try await Self.runAgent(dry.directory.path, scenario, 0, "eio", passing: extra, with: dry.wormhole).calls
@@ -172,6 +174,8 @@ struct FaultWalkTests {
                     let deduplicated = outcome.handled + (again.first.map { $0 == outcome.handled.last } == true ? Array(again.dropFirst()) : again)
                     check(deduplicated == extra + ["s"] || joined == extra + ["s"],
                           "the durable name handled \(outcome.handled) in the agent, then \(again) (\(outcome.line))")
+                case "queue":
+                    try await checkQueue(setting, outcome, jobs: extra, check: check)
                 default:
                     break
                 }
@@ -210,6 +214,36 @@ struct FaultWalkTests {
     static func selects(_ spec: String, _ at: Int) -> Bool {
         let bounds = spec.split(separator: "-").compactMap { Int($0) }
         return bounds.count == 2 ? (bounds[0]...bounds[1]).contains(at) : bounds.first == at
+    }
+
+    /// The work queue "q" after the agent's member: a member here takes the rest, until
+    /// "s". Every job handled, in order by each member; one handled twice only when the
+    /// agent's member was told of a fault or died, and at most one; nothing left in flight
+    /// by a member that lives on, none lost, every job acknowledged once.
+    private func checkQueue(_ setting: Setting, _ outcome: Outcome, jobs: [String],
+                            check: (Bool, @autoclosure () -> String) -> Void) async throws {
+        if !outcome.died, !outcome.failed, outcome.handled.count == jobs.count {
+            // It handled all three and lived on: it holds nothing once their handlers returned.
+            check(outcome.inFlight == 0, "the agent's member handled \(outcome.handled) and still held \(outcome.inFlight ?? -1) (\(outcome.line))")
+        }
+        check(outcome.died || outcome.failed || outcome.reportedErrors > 0 || outcome.handled == jobs,
+              "the agent's member handled \(outcome.handled) and reported nothing (\(outcome.line))")
+        let got = Collector<String>()
+        let options = WorkQueueOptions(startingFrom: .after(sequence: 4), redeliveryInterval: 0.05)
+        let member = try setting.wormhole.listenForMessage(withIdentifier: "walk", as: String.self, workQueue: "q", options: options) { got.append($0) }
+        _ = await eventually(seconds: 10) { got.all.contains("s") }
+        member.cancel()
+        let here = got.all
+        let all = outcome.handled + here
+        let expected = jobs + ["s"]
+        check(Set(all) == Set(expected), "the agent's member handled \(outcome.handled), the next \(here): not every job once")
+        check(here == here.sorted(), "the member after the agent took \(here) out of order")
+        let repeated = all.count - Set(all).count
+        let faulted = outcome.died || outcome.failed || outcome.reportedErrors > 0
+        check(repeated <= (faulted ? 1 : 0), "\(repeated) jobs handled twice: \(outcome.handled) then \(here) (\(outcome.line))")
+        let status = try setting.wormhole.workQueues(identifier: "walk").first { $0.name == "q" }
+        check(status.map { $0.inFlight == 0 && $0.pending == 0 && $0.acknowledged == UInt64(expected.count) && $0.lost == 0 && $0.deadLettered == 0 } ?? false,
+              "the queue's status afterwards: \(status.map { "\($0)" } ?? "none")")
     }
 
     /// The agent's durable name "agent", resumed here until it has handled "s".

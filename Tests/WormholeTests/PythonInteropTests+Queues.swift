@@ -68,6 +68,52 @@ extension PythonInteropTests {
         #expect(timedOut.last?.hasSuffix("no reply to the request to 'nobody' within 0.5 s: no responder serves 'nobody' (start one with respond(toIdentifier:) or 'wormhole respond nobody -- COMMAND')\n") == true, "\(timedOut)")
     }
 
+    @Test("Swift and Python requesters asking at once share one reply log: each gets the replies to its own requests, none to another's",
+          .timeLimit(.minutes(3)))
+    func swiftAndPythonRequestersShareTheReplyLog() async throws {
+        let (scratch, container, wormhole) = try Self.scratchContainer()
+        let member = try wormhole.respond(toIdentifier: "mixed", as: String.self) { "re:\($0)" }
+        defer { member.cancel() }
+        let count = scaled(200)
+        // Two Python processes ask one after the other each; this process asks from 4
+        // tasks at once, all while they do.
+        let outputs = [scratch.file("py1.out"), scratch.file("py2.out")]
+        let pythons = try outputs.enumerated().map { index, output in
+            try Self.peer(["request", container, "mixed", "\(count)", "py\(index + 1)", output, "--timeout", "20"], scratch, "requester-\(index + 1)")
+        }
+        let asker = try Wormhole(directory: container)
+        // Each task asks `count` times, and on until both Python processes have ended
+        // (each writes its file at its end), so that the languages ask at once.
+        func pythonsAsk() -> Bool { !outputs.allSatisfy { FileManager.default.fileExists(atPath: $0) } }
+        let asked = try await withThrowingTaskGroup(of: (asked: Int, wrong: [String]).self) { group in
+            for task in 1...4 {
+                group.addTask {
+                    var wrong: [String] = []
+                    var index = 0
+                    while index < count || pythonsAsk() {
+                        index += 1
+                        let reply = try await asker.request("sw\(task):\(index)", identifier: "mixed", as: String.self, timeout: 20)
+                        if reply != "re:sw\(task):\(index)" { wrong.append("sw\(task):\(index) -> \(reply)") }
+                    }
+                    return (index, wrong)
+                }
+            }
+            return try await group.reduce(into: (asked: 0, wrong: [String]())) { $0.asked += $1.asked; $0.wrong += $1.wrong }
+        }
+        #expect(asked.wrong.isEmpty, "Swift requests answered with another's reply: \(asked.wrong.prefix(5))")
+        for (index, python) in pythons.enumerated() {
+            let finished = await python.finish()
+            #expect(finished.status == 0, "\(finished.errorOutput)")
+            let lines = try String(contentsOfFile: outputs[index], encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+            let tag = "py\(index + 1)"
+            let mismatched = lines.enumerated().filter { $1.count < 3 || $1[1] != "ok" || $1[2] != "re:\(tag):\($0 + 1)" }
+            #expect(lines.count == count && mismatched.isEmpty, "\(tag): \(lines.count) lines; not its own replies: \(mismatched.prefix(5).map { $0.element })")
+        }
+        let requests = try wormhole.workQueues(identifier: "mixed").first
+        #expect(requests?.acknowledged == UInt64(asked.asked + 2 * count) && requests?.inFlight == 0, "\(requests.map { "\($0)" } ?? "no queue")")
+        print("mixed requesters: Swift \(asked.asked) requests from 4 tasks, Python 2 x \(count), one reply log")
+    }
+
     @Test("a work queue whose members are a Swift process and a Python process: each job handled once, by one of them; a Python member killed with SIGKILL holding a job leaves it to a Swift member",
           .timeLimit(.minutes(3)))
     func aWorkQueueSharedByASwiftAndAPythonProcess() async throws {

@@ -71,6 +71,32 @@ struct RequestReplyTests {
         print("wake-ups: resident memory \(kilobytes[0]) -> \(kilobytes[1]) -> \(kilobytes[2]) kB over 2,000, then twice \(count) requests")
     }
 
+    @Test("blocking requests, the first before the reply log exists, never wake the requester's reader thread; asynchronous ones do",
+          .timeLimit(.minutes(1)))
+    func blockingRequestsLeaveTheReaderThreadAlone() async throws {
+        let store = try Backend.file.makeStore()
+        let responder = try store.wormhole()
+        let serving = try responder.respond(toIdentifier: "ask", as: Int.self) { $0 + 1 }
+        defer { serving.cancel() }
+        func wakeUps(_ mode: String) async throws -> Int {
+            let pipe = Pipe()
+            let agent = try Agent.start(["quiet-requests", store.location, "20", mode], output: pipe.fileHandleForWriting)
+            try? pipe.fileHandleForWriting.close()
+            let output = String(decoding: await readToEnd(pipe.fileHandleForReading), as: UTF8.self)
+            #expect(await waitForExit(agent, seconds: 30) == 0)
+            let words = output.split(whereSeparator: \.isWhitespace)
+            try #require(words.count == 2 && words[0] == "wakeups", "the agent printed \(output)")
+            return Int(words[1]) ?? -1
+        }
+        // A thread blocked in a request reads its reply itself, with a watch of its own;
+        // for the first, on the directory, until the reply log exists.
+        let blocking = try await wakeUps("block")
+        #expect(blocking == 0, "the reader thread woke \(blocking) times for 20 blocking requests")
+        // The probe sees wake-ups: an asynchronous request's reply comes through the thread.
+        let asynchronous = try await wakeUps("async")
+        #expect(asynchronous >= 20, "the reader thread woke \(asynchronous) times for 20 asynchronous requests")
+    }
+
     @Test("a requester whose requests all block leaves the reply log to its waiters while it asks, and follows it again once idle: its claim holds back no compaction of the log that other requesters use",
           .timeLimit(.minutes(1)))
     func idleRequesterFollowsTheReplies() async throws {

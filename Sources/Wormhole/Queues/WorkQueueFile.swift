@@ -292,7 +292,9 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     }
 
     private func readState() throws(WormholeError) -> WorkQueueState {
-        guard let state = Self.readState(stateFD) else {
+        let read = Self.readStateOrError(stateFD)
+        if case .failure(let errno) = read { throw WormholeError.system("read the work queue state", errno, path: statePath) }
+        guard case .success(let state?) = read else {
             throw WormholeError(.corruptRecord,
                 "the state of the work queue '\(name)' of '\(identifier)' is damaged; remove the directory '\(statePath.dropLast(Self.stateFile.count + 1))' to start the queue anew (it then takes again what the log retains)",
                 path: statePath)
@@ -303,9 +305,17 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// Reads the state, whole, under its lock (one read: the state is never larger than
     /// ``WorkQueueState/maximumSize``, and its writers hold the lock).
     static func readState(_ fd: FileDescriptor) -> WorkQueueState? {
+        guard case .success(let state) = readStateOrError(fd) else { return nil }
+        return state
+    }
+
+    /// ``readState(_:)``, telling a read that failed (an error to report, the state being
+    /// possibly whole) from a state that is damaged (`nil`).
+    static func readStateOrError(_ fd: FileDescriptor) -> Result<WorkQueueState?, Errno> {
         var bytes = [UInt8](repeating: 0, count: WorkQueueState.maximumSize)
-        guard let count = try? bytes.withUnsafeMutableBytes({ Syscalls.readOnce(fd, into: $0, at: 0) }).get() else { return nil }
-        return bytes.withUnsafeBytes { WorkQueueState.decode(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        return bytes.withUnsafeMutableBytes { Syscalls.readOnce(fd, into: $0, at: 0) }.map { count in
+            bytes.withUnsafeBytes { WorkQueueState.decode(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        }
     }
 
     private func writeState(_ state: WorkQueueState) throws(WormholeError) {

@@ -127,9 +127,12 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         self.isDurable = isDurable
         self.observation = observation
         self.onDemand = observation as? OnDemandObservation
-        relay.connect(self)
-        // Anything passed before the relay was connected is found by this first drain,
-        // on a queue: the caller's thread is not made to run the listener.
+        // Anything passed before the relay was connected is found by the first drain, on
+        // a queue (the caller's thread is not made to run the listener); a compaction
+        // that replaced the log meanwhile, by looking at the file at the name once the
+        // one held is read (no drain can run before the relay is connected).
+        reader.invalidate()
+        if let failure = relay.connect(self) { receive(.failed(failure)) }
         if state.withLock({ $0.scheduleDrain() }) { scheduleDrain() }
     }
 
@@ -354,18 +357,35 @@ protocol TransitingEventReceiver: AnyObject, Sendable {
 /// and kept them all (about 20 bytes per event: found by the soak test's memory check
 /// and by the benchmark's instruction counts; the work-queue members, responders among
 /// them, had kept that version until the round-trip profile found it again).
+///
+/// Events that come before ``connect(_:)`` have no receiver yet. A wake-up or a
+/// replacement is made up for by the receiver (its first drain reads, and looks at the
+/// file at the log's name); a failure (the observation ended: nothing will wake the
+/// receiver again) is kept and handed back by ``connect(_:)``, so that it is not lost.
 final class EventRelay: Sendable {
     private struct Target: @unchecked Sendable {
         weak var receiver: (any TransitingEventReceiver)?
+        var connected = false
+        var earlyFailure: WormholeError?
     }
     private let target = Locked(Target())
 
-    func connect(_ receiver: any TransitingEventReceiver) {
-        target.withLock { $0.receiver = receiver }
+    /// Connects `receiver`; returns the first failure that came before, for the receiver
+    /// to act on.
+    func connect(_ receiver: any TransitingEventReceiver) -> WormholeError? {
+        target.withLock { target in
+            target.receiver = receiver
+            target.connected = true
+            defer { target.earlyFailure = nil }
+            return target.earlyFailure
+        }
     }
 
     func forward(_ event: WormholeTransitingEvent) {
-        let receiver = target.withLock { $0.receiver }
+        let receiver = target.withLock { target in
+            if !target.connected, target.earlyFailure == nil, case .failed(let error) = event { target.earlyFailure = error }
+            return target.receiver
+        }
         receiver?.receive(event)
     }
 }

@@ -58,6 +58,10 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     /// Touched only by the thread that holds the drain, or by ``cancel()`` when no drain
     /// runs and none can start (the state machine decides which).
     private nonisolated(unsafe) var file: (any WormholeTransitingWorkQueue)?
+    /// A message handled whose acknowledgement could not be stored (a full disk, an I/O
+    /// error): acknowledged with the next take, so that the queue does not keep it in
+    /// flight, held by this member, for as long as the member lives. Touched as `file` is.
+    private nonisolated(unsafe) var unacknowledged: UInt64?
     /// Where scheduled drains run: the first, the redelivery timer's, and every drain of
     /// a member that does not drain on the thread woken.
     private let work: DispatchQueue
@@ -117,7 +121,9 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         let timer = DispatchSource.makeTimerSource(queue: work)
         // Handed to the lock once it is set up (for cancel()); not touched here after that.
         self.timer = Locked(nil)
-        relay.connect(self)
+        // A failure before the relay was connected: nothing wakes this member again, but
+        // its timer takes on (and looks at the file at the log's name each time).
+        if let failure = relay.connect(self) { onError(failure) }
         timer.schedule(deadline: .now() + options.redeliveryInterval, repeating: options.redeliveryInterval,
                        leeway: .milliseconds(Int(options.redeliveryInterval * 250)))
         // Already on `work`: the timer's drain starts here.
@@ -144,6 +150,10 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         timer.withLock { $0?.source.cancel(); $0 = nil }
         switch action {
         case .closeReader:
+            if let pending = unacknowledged {
+                do throws(WormholeError) { try file?.acknowledge(pending) } catch { onError(error) }
+                unacknowledged = nil
+            }
             file?.close()
             file = nil
         case .waitForDrain: state.waitWhileDraining(elsewhereThan: thread)
@@ -173,11 +183,13 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     }
 
     /// Starts a drain on `work`: one scheduled (`asked` false), or the redelivery timer's,
-    /// which asks for one first.
+    /// which asks for one first. The timer's drain also looks at the file at the log's
+    /// name (one `openat` when it is the same): a replacement whose event was lost (the
+    /// observation failed) does not leave the member reading a file nobody appends to.
     private func beginScheduledDrain(asked: Bool) {
         if asked, !state.withLock({ $0.scheduleDrain() }) { return }
         guard let invalidate = state.withLock({ $0.beginScheduled(thread: UInt(pthread_self())) }) else { return }
-        drain(invalidate: invalidate)
+        drain(invalidate: invalidate || asked)
     }
 
     /// Takes, handles and acknowledges until the queue has nothing for this member and no
@@ -187,7 +199,8 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     private func drain(invalidate: Bool) {
         let maximum = UInt32(clamping: options.maximumDeliveries)
         var invalidate = invalidate
-        var handled: UInt64?
+        var handled = unacknowledged
+        unacknowledged = nil
         while state.withLock({ $0.delivers }) {
             let delivery: WormholeWorkQueueDelivery?
             do throws(WormholeError) {
@@ -198,9 +211,11 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
                     delivery = try file?.take(maximumDeliveries: maximum, deadLetters: deadLetters, report: onError)
                 }
             } catch {
-                // An acknowledgement not stored: the message is handed out again
-                // (repeated, never skipped). The next wake-up or the timer takes again.
+                // An acknowledgement not stored is tried again with the next take (the
+                // next wake-up or the timer's); should this member end first, the message
+                // is handed out again (repeated, never skipped).
                 onError(error)
+                unacknowledged = handled
                 end(state.withLock { $0.readFailed(outOfResources: false) }, handled: nil)
                 return
             }
@@ -237,11 +252,13 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     /// What a drain leaves to do once it stops: acknowledge the message it handled last
     /// (a cancelled member's), and leave the queue when cancelled.
     private func end(_ ending: ListenerStateMachine.Ending, handled: UInt64?) {
-        if let handled {
+        if let handled = handled ?? (ending.closeReader ? unacknowledged : nil) {
             do throws(WormholeError) {
                 try file?.acknowledge(handled)
+                unacknowledged = nil
             } catch {
                 onError(error)
+                if !ending.closeReader { unacknowledged = handled }
             }
         }
         if ending.closeReader {

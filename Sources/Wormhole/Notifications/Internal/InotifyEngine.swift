@@ -84,6 +84,14 @@ final class EngineSubscription: WormholeTransitingObservation, Sendable {
 ///
 /// Handlers are chosen under the lock and called after it is released, on the reader
 /// thread: a listener without a queue runs right there (no hop); others schedule work.
+/// How many times the reader thread's wait (its loop's or a nested one's) has returned in
+/// this process: what a test reads to tell whether an operation woke the thread. One
+/// relaxed add per wake-up, by the reader thread alone.
+package enum ReaderThreadWakeUps {
+    static let counter = Atomic<Int>(0)
+    package static var count: Int { counter.load(ordering: .relaxed) }
+}
+
 final class InotifyEngine: Sendable {
     static let shared = InotifyEngine()
 
@@ -251,6 +259,7 @@ final class InotifyEngine: Sendable {
         switch session.channel.wait(alongside: session.inotify.descriptor, milliseconds: milliseconds) {
         case .success(let readiness):
             ready = readiness
+            ReaderThreadWakeUps.counter.add(1, ordering: .relaxed)
         case .failure(let errno):
             abandon(WormholeError.system("wait for inotify events", errno))
             return false
