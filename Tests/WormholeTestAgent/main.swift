@@ -520,6 +520,41 @@ do {
             while received.count < expected && errors.count == 0 && Date() < deadline { usleep(2_000) }
             token.cancel()
             finish("errors \(errors.count) \(errors.all.joined(separator: ","))")
+        case "respond":
+            // A responder of "ask", armed from its start: its takes, each request's reply
+            // pass, and each acknowledgement with the next take.
+            let answered = Tally()
+            let errors = Tally()
+            SystemCallFaults.arm(plan)
+            let responder: WorkQueueMember
+            do throws(WormholeError) {
+                responder = try wormhole.respond(toIdentifier: "ask", as: String.self, onError: { errors.append("\($0.code)") }) { request in
+                    answered.append(request)
+                    let line = Array("got \(request)\n".utf8)
+                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+                    return "re:\(request)"
+                }
+            } catch {
+                finish("error \(error.code) \(error)")
+                break
+            }
+            _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
+            let deadline = Date().addingTimeInterval(10)
+            var reported: Date?
+            while Set(answered.all).count < 3 && Date() < min(deadline, reported.map { $0.addingTimeInterval(3) } ?? deadline) {
+                if reported == nil && errors.count > 0 { reported = Date() }
+                usleep(2_000)
+            }
+            let calls = SystemCallFaults.disarm()
+            FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
+            // The last reply is passed, and its request acknowledged, after the handler.
+            func inFlight() -> Int { ((try? wormhole.workQueues(identifier: "ask")) ?? []).first?.inFlight ?? -1 }
+            let settled = Date().addingTimeInterval(2)
+            while inFlight() != 0 && Date() < settled { usleep(2_000) }
+            let held = inFlight()
+            responder.cancel()
+            print("calls \(calls)")
+            print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held)")
         case "queue":
             // A member of the queue "q" of "walk" (made here, after u4), armed from its
             // join: its takes, and each acknowledgement with the next take.

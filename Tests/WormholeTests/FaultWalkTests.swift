@@ -5,7 +5,8 @@ import Testing
 /// Every system call of an operation, made to fail in turn, as SQLite's I/O-error and
 /// crash tests do: the test agent runs one operation (a pass, which compacts; a clear; a
 /// listener's start, first drain and cancel with its claim; a listener's wake-up and
-/// drain; a durable listener's drains and acknowledgements) with its Nth system call
+/// drain; a durable listener's drains and acknowledgements; a work-queue member's and a
+/// responder's life) with its Nth system call
 /// failing (ENOSPC, EIO, EMFILE, EINTR), writing half (a short write), or followed by the
 /// end of the process (as `kill -9` right after it). N walks over every call the operation
 /// makes. After each run the test checks the invariants, with a listener that was
@@ -14,7 +15,12 @@ import Testing
 ///   neither; sequence numbers only grow;
 /// - a listener in the faulted process got every message, or was told (`onError`);
 /// - a durable name resumes with nothing skipped (at most the message in hand repeated);
-/// - a message passed after the run reaches everyone (nothing hangs), and the log reads.
+/// - a message passed after the run reaches everyone (nothing hangs), and the log reads;
+/// - a work queue's member (its join, takes, and acknowledgements with the next take) or a
+///   responder (its reply passes too): every job handled and every request answered with
+///   its own reply (by it, or by the member or responder that takes over once it ended),
+///   twice at most once and only after a fault it reported or its death; nothing left in
+///   flight.
 @Suite("Fault walk", .serialized)
 struct FaultWalkTests {
     static let kinds = ["enospc", "eio", "emfile", "eintr", "short", "exit"]
@@ -71,15 +77,17 @@ struct FaultWalkTests {
     }
 
     static func runAgent(_ directory: String, _ scenario: String, _ at: Int, _ kind: String,
-                         passing messages: [String] = [], with wormhole: Wormhole? = nil) async throws -> Outcome {
+                         passing messages: [String] = [], with wormhole: Wormhole? = nil,
+                         once ready: (() -> Void)? = nil) async throws -> Outcome {
         let pipe = Pipe()
         let process = try Agent.start(["fault", directory, scenario, String(at), kind], output: pipe.fileHandleForWriting)
         try? pipe.fileHandleForWriting.close()
-        if !messages.isEmpty, let wormhole {
+        if !messages.isEmpty || ready != nil {
             // The agent listens, armed, once READY exists (or it ended before: the
             // messages are passed all the same, for the other listeners).
             _ = await eventually(seconds: 10) { FileManager.default.fileExists(atPath: directory + "/READY") || !process.isRunning }
-            for message in messages { try await wormhole.passMessage(message, identifier: "walk") }
+            ready?()
+            if let wormhole { for message in messages { try await wormhole.passMessage(message, identifier: "walk") } }
         }
         let data = await readToEnd(pipe.fileHandleForReading)
         let status = await waitForExit(process, seconds: 30)
@@ -93,12 +101,14 @@ struct FaultWalkTests {
     }
 
     @Test("each system call of an operation failing in turn, or the process ending after it: no message lost or repeated in silence, no number reused, nothing hangs",
-          .timeLimit(.minutes(10)), arguments: ["pass", "batch", "clear", "listen", "drain", "durable", "queue"])
+          .timeLimit(.minutes(10)), arguments: ["pass", "batch", "clear", "listen", "drain", "durable", "queue", "respond"])
     func walk(scenario: String) async throws {
         let extra = ["drain", "durable", "queue"].contains(scenario) ? ["m1", "m2", "m3"] : []
         // A dry run counts the calls.
         let dry = try await Setting()
-        let total = try await Self.runAgent(dry.directory.path, scenario, 0, "eio", passing: extra, with: dry.wormhole).calls
+        let dryRequests = Requests(scenario == "respond" ? dry.wormhole : nil)
+        let total = try await Self.runAgent(dry.directory.path, scenario, 0, "eio", passing: extra, with: dry.wormhole, once: dryRequests.ask).calls
+        _ = try await dryRequests.answers(after: dry)
         dry.token.cancel()
         try #require(total > 0)
         var runs = 0, checks = 0, faulted = [String: Int]()
@@ -112,7 +122,8 @@ struct FaultWalkTests {
         for (index, kind) in Self.kinds.enumerated() where only.map({ $0.count < 2 || $0[1] == kind }) ?? true {
             for at in 1...total where only.map({ $0.count < 3 || Self.selects($0[2], at) }) ?? ((at + index) % stride == 0) {
                 let setting = try await Setting()
-                let outcome = try await Self.runAgent(setting.directory.path, scenario, at, kind, passing: extra, with: setting.wormhole)
+                let requests = Requests(scenario == "respond" ? setting.wormhole : nil)
+                let outcome = try await Self.runAgent(setting.directory.path, scenario, at, kind, passing: extra, with: setting.wormhole, once: requests.ask)
                 runs += 1
                 if outcome.failed || outcome.died || outcome.reportedErrors > 0 { faulted[kind, default: 0] += 1 }
                 var problems: [String] = []
@@ -176,6 +187,8 @@ struct FaultWalkTests {
                           "the durable name handled \(outcome.handled) in the agent, then \(again) (\(outcome.line))")
                 case "queue":
                     try await checkQueue(setting, outcome, jobs: extra, check: check)
+                case "respond":
+                    try await checkRequests(requests, setting, outcome, check: check)
                 default:
                     break
                 }
@@ -244,6 +257,73 @@ struct FaultWalkTests {
         let status = try setting.wormhole.workQueues(identifier: "walk").first { $0.name == "q" }
         check(status.map { $0.inFlight == 0 && $0.pending == 0 && $0.acknowledged == UInt64(expected.count) && $0.lost == 0 && $0.deadLettered == 0 } ?? false,
               "the queue's status afterwards: \(status.map { "\($0)" } ?? "none")")
+    }
+
+    /// The "respond" scenario's requests: q1, q2 and q3 to "ask", made at once as the
+    /// agent's responder starts (`ask`), 15 s to answer each.
+    final class Requests: @unchecked Sendable {
+        let wormhole: Wormhole?
+        private var tasks: [Task<Result<String, WormholeError>, Never>] = []
+        init(_ wormhole: Wormhole?) { self.wormhole = wormhole }
+
+        var ask: (() -> Void)? {
+            guard let wormhole else { return nil }
+            return { [self] in
+                tasks = (1...3).map { index in
+                    Task { () -> Result<String, WormholeError> in
+                        do throws(WormholeError) {
+                            return .success(try await wormhole.request("q\(index)", identifier: "ask", as: String.self, timeout: 15))
+                        } catch {
+                            return .failure(error)
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Once the agent has ended, a responder here answers what it left (as another
+        /// responder of a deployment would); then what each request got.
+        func answers(after setting: Setting) async throws -> [Result<String, WormholeError>] {
+            guard let wormhole else { return [] }
+            let backup = try wormhole.respond(toIdentifier: "ask", as: String.self) { "re:\($0)" }
+            defer { backup.cancel() }
+            var results: [Result<String, WormholeError>] = []
+            for task in tasks { results.append(await task.value) }
+            // A request asked after it all is answered.
+            do throws(WormholeError) {
+                results.append(.success(try await wormhole.request("after", identifier: "ask", as: String.self, timeout: 15)))
+            } catch {
+                results.append(.failure(error))
+            }
+            return results
+        }
+    }
+
+    /// Requests to a responder that faulted, then ended: each is answered with its own
+    /// reply (by the agent's responder, or by the one that took over), never another's;
+    /// a fault the agent did not report and that did not end it leaves every request to
+    /// it; the responders' queue ends with nothing in flight, none lost or dead-lettered.
+    private func checkRequests(_ requests: Requests, _ setting: Setting, _ outcome: Outcome,
+                               check: (Bool, @autoclosure () -> String) -> Void) async throws {
+        let results = try await requests.answers(after: setting)
+        let expected = ["re:q1", "re:q2", "re:q3", "re:after"]
+        let got = results.map { result in
+            switch result {
+            case .success(let reply): reply
+            case .failure(let error): "error \(error.code): \(error.message)"
+            }
+        }
+        check(got == expected, "the requests got \(got) (the agent answered \(outcome.handled); \(outcome.line))")
+        if !outcome.died, !outcome.failed, outcome.reportedErrors == 0 {
+            check(Set(outcome.handled) == ["q1", "q2", "q3"], "the agent's responder answered \(outcome.handled) and reported nothing (\(outcome.line))")
+        }
+        if !outcome.died, !outcome.failed, Set(outcome.handled) == ["q1", "q2", "q3"] {
+            check(outcome.inFlight == 0, "the agent's responder answered all three and still held \(outcome.inFlight ?? -1) (\(outcome.line))")
+        }
+        _ = await eventually(seconds: 5) { (try? setting.wormhole.workQueues(identifier: "ask").first?.inFlight) == 0 }
+        let status = try setting.wormhole.workQueues(identifier: "ask").first
+        check(status.map { $0.inFlight == 0 && $0.pending == 0 && $0.lost == 0 && $0.deadLettered == 0 } ?? false,
+              "the responders' queue afterwards: \(status.map { "\($0)" } ?? "none")")
     }
 
     /// The agent's durable name "agent", resumed here until it has handled "s".
