@@ -520,6 +520,23 @@ do {
             while received.count < expected && errors.count == 0 && Date() < deadline { usleep(2_000) }
             token.cancel()
             finish("errors \(errors.count) \(errors.all.joined(separator: ","))")
+        case "request":
+            // Three blocking requests to "ask" (answered by the test's responder), armed:
+            // the first before the reply log exists. One line per request.
+            SystemCallFaults.arm(plan)
+            var failures: [String] = []
+            for index in 1...3 {
+                let line: String
+                do throws(WormholeError) {
+                    line = try wormhole.request("q\(index)", identifier: "ask", as: String.self, timeout: 5)
+                } catch {
+                    line = "error:\(error.code)"
+                    failures.append("\(error.code) \(error)")
+                }
+                let bytes = Array("got \(line)\n".utf8)
+                _ = bytes.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+            }
+            finish("errors \(failures.count) \(failures.joined(separator: "; "))")
         case "respond":
             // A responder of "ask", armed from its start: its takes, each request's reply
             // pass, and each acknowledgement with the next take.

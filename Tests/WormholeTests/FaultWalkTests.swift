@@ -6,7 +6,7 @@ import Testing
 /// crash tests do: the test agent runs one operation (a pass, which compacts; a clear; a
 /// listener's start, first drain and cancel with its claim; a listener's wake-up and
 /// drain; a durable listener's drains and acknowledgements; a work-queue member's and a
-/// responder's life) with its Nth system call
+/// responder's life; three blocking requests) with its Nth system call
 /// failing (ENOSPC, EIO, EMFILE, EINTR), writing half (a short write), or followed by the
 /// end of the process (as `kill -9` right after it). N walks over every call the operation
 /// makes. After each run the test checks the invariants, with a listener that was
@@ -20,7 +20,9 @@ import Testing
 ///   responder (its reply passes too): every job handled and every request answered with
 ///   its own reply (by it, or by the member or responder that takes over once it ended),
 ///   twice at most once and only after a fault it reported or its death; nothing left in
-///   flight.
+///   flight;
+/// - a requester: each request got its own reply or failed at once with the fault's error,
+///   never by waiting out its timeout, and the next ones were answered.
 @Suite("Fault walk", .serialized)
 struct FaultWalkTests {
     static let kinds = ["enospc", "eio", "emfile", "eintr", "short", "exit"]
@@ -101,12 +103,14 @@ struct FaultWalkTests {
     }
 
     @Test("each system call of an operation failing in turn, or the process ending after it: no message lost or repeated in silence, no number reused, nothing hangs",
-          .timeLimit(.minutes(10)), arguments: ["pass", "batch", "clear", "listen", "drain", "durable", "queue", "respond"])
+          .timeLimit(.minutes(10)), arguments: ["pass", "batch", "clear", "listen", "drain", "durable", "queue", "respond", "request"])
     func walk(scenario: String) async throws {
         let extra = ["drain", "durable", "queue"].contains(scenario) ? ["m1", "m2", "m3"] : []
         // A dry run counts the calls.
         let dry = try await Setting()
         let dryRequests = Requests(scenario == "respond" ? dry.wormhole : nil)
+        let dryResponder = scenario == "request" ? try Self.respond(dry.wormhole) : nil
+        defer { dryResponder?.cancel() }
         let total = try await Self.runAgent(dry.directory.path, scenario, 0, "eio", passing: extra, with: dry.wormhole, once: dryRequests.ask).calls
         _ = try await dryRequests.answers(after: dry)
         dry.token.cancel()
@@ -123,6 +127,8 @@ struct FaultWalkTests {
             for at in 1...total where only.map({ $0.count < 3 || Self.selects($0[2], at) }) ?? ((at + index) % stride == 0) {
                 let setting = try await Setting()
                 let requests = Requests(scenario == "respond" ? setting.wormhole : nil)
+                let responder = scenario == "request" ? try Self.respond(setting.wormhole) : nil
+                defer { responder?.cancel() }
                 let outcome = try await Self.runAgent(setting.directory.path, scenario, at, kind, passing: extra, with: setting.wormhole, once: requests.ask)
                 runs += 1
                 if outcome.failed || outcome.died || outcome.reportedErrors > 0 { faulted[kind, default: 0] += 1 }
@@ -189,6 +195,8 @@ struct FaultWalkTests {
                     try await checkQueue(setting, outcome, jobs: extra, check: check)
                 case "respond":
                     try await checkRequests(requests, setting, outcome, check: check)
+                case "request":
+                    try await checkRequester(setting, outcome, check: check)
                 default:
                     break
                 }
@@ -323,6 +331,35 @@ struct FaultWalkTests {
         _ = await eventually(seconds: 5) { (try? setting.wormhole.workQueues(identifier: "ask").first?.inFlight) == 0 }
         let status = try setting.wormhole.workQueues(identifier: "ask").first
         check(status.map { $0.inFlight == 0 && $0.pending == 0 && $0.lost == 0 && $0.deadLettered == 0 } ?? false,
+              "the responders' queue afterwards: \(status.map { "\($0)" } ?? "none")")
+    }
+
+    /// The test's responder of "ask", for the "request" scenario.
+    static func respond(_ wormhole: Wormhole) throws -> WorkQueueMember {
+        try wormhole.respond(toIdentifier: "ask", as: String.self) { "re:\($0)" }
+    }
+
+    /// A requester that faulted: each request got its own reply, or failed at once with
+    /// the fault's error; none waited for its timeout (a reply that came and was missed),
+    /// and the requests after a failed one were answered; the responders' queue ends with
+    /// nothing in flight.
+    private func checkRequester(_ setting: Setting, _ outcome: Outcome,
+                                check: (Bool, @autoclosure () -> String) -> Void) async throws {
+        let expected = ["re:q1", "re:q2", "re:q3"]
+        if outcome.died {
+            check(outcome.handled.enumerated().allSatisfy { $1 == expected[$0] || $1.hasPrefix("error:") && $1 != "error:timedOut" },
+                  "the requests got \(outcome.handled) before the agent ended")
+        } else {
+            check(outcome.handled.count == 3 && outcome.handled.enumerated().allSatisfy { $1 == expected[$0] || $1.hasPrefix("error:") && $1 != "error:timedOut" },
+                  "the requests got \(outcome.handled) (\(outcome.line))")
+            check(outcome.handled.filter { $0.hasPrefix("error:") }.count <= 1, "more than one request failed for one fault: \(outcome.handled) (\(outcome.line))")
+            if let failed = outcome.handled.firstIndex(where: { $0.hasPrefix("error:") }) {
+                check(Array(outcome.handled[(failed + 1)...]) == Array(expected[(failed + 1)...]), "the requests after a failed one got \(outcome.handled)")
+            }
+        }
+        _ = await eventually(seconds: 5) { (try? setting.wormhole.workQueues(identifier: "ask").first?.inFlight) == 0 }
+        let status = try setting.wormhole.workQueues(identifier: "ask").first
+        check(status.map { $0.inFlight == 0 && $0.lost == 0 && $0.deadLettered == 0 } ?? true,
               "the responders' queue afterwards: \(status.map { "\($0)" } ?? "none")")
     }
 
