@@ -120,9 +120,10 @@ struct FaultWalkTests {
         // WORMHOLE_FAULT_WALK=scenario[:kind[:N or N-M]] runs those cases alone (to look into them).
         let only = ProcessInfo.processInfo.environment["WORMHOLE_FAULT_WALK"]?.split(separator: ":").map(String.init)
         if let only, only.first != scenario { return }
-        // Scaled runs (the sanitizers': WORMHOLE_TEST_SCALE=0.25) take every 4th call of
-        // each kind, a different quarter for each kind, so that every call is still faulted.
-        let stride = max(1, 100 / scaled(100))
+        // Scaled runs (the sanitizers': WORMHOLE_TEST_SCALE=0.25, which look for races, the
+        // full run having walked every case) fault each call once, with one of the kinds
+        // in turn: every 6th call of each kind, a different sixth for each.
+        let stride = scaled(100) < 100 ? Self.kinds.count : 1
         for (index, kind) in Self.kinds.enumerated() where only.map({ $0.count < 2 || $0[1] == kind }) ?? true {
             for at in 1...total where only.map({ $0.count < 3 || Self.selects($0[2], at) }) ?? ((at + index) % stride == 0) {
                 let setting = try await Setting()
