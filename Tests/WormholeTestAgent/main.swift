@@ -467,6 +467,48 @@ do {
             print("calls \(calls)")
             print(outcome)
         }
+        /// A work-queue member or a responder made by `make`, armed from its start: it is
+        /// handed what to call for each message (a "got" line, written at once) and for
+        /// each error. Waits until it has handled 3 messages, or 3 s after its first report
+        /// (it takes again on its timer: it may recover), or 10 s; then says what the
+        /// queue (`queue`, or the identifier's first) still held for it.
+        func walkMember(identifier: String, queue: String?,
+                        _ make: (_ handled: @escaping @Sendable (String) -> Void,
+                                 _ onError: @escaping @Sendable (WormholeError) -> Void) throws(WormholeError) -> WorkQueueMember) {
+            let handled = Tally()
+            let errors = Tally()
+            SystemCallFaults.arm(plan)
+            let member: WorkQueueMember
+            do throws(WormholeError) {
+                member = try make({ message in
+                    handled.append(message)
+                    let line = Array("got \(message)\n".utf8)
+                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+                }, { errors.append("\($0.code)") })
+            } catch {
+                finish("error \(error.code) \(error)")
+                return
+            }
+            _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
+            let deadline = Date().addingTimeInterval(10)
+            var reported: Date?
+            while Set(handled.all).count < 3 && Date() < min(deadline, reported.map { $0.addingTimeInterval(3) } ?? deadline) {
+                if reported == nil && errors.count > 0 { reported = Date() }
+                usleep(2_000)
+            }
+            let calls = SystemCallFaults.disarm()
+            FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
+            // The last message is acknowledged (a reply passed first) after its handler.
+            func inFlight() -> Int {
+                ((try? wormhole.workQueues(identifier: identifier)) ?? []).first { queue == nil || $0.name == queue }?.inFlight ?? -1
+            }
+            let settled = Date().addingTimeInterval(2)
+            while inFlight() != 0 && Date() < settled { usleep(2_000) }
+            let held = inFlight()
+            member.cancel()
+            print("calls \(calls)")
+            print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held)")
+        }
         switch scenario {
         case "pass", "clear", "batch":
             SystemCallFaults.arm(plan)
@@ -540,77 +582,20 @@ do {
         case "respond":
             // A responder of "ask", armed from its start: its takes, each request's reply
             // pass, and each acknowledgement with the next take.
-            let answered = Tally()
-            let errors = Tally()
-            SystemCallFaults.arm(plan)
-            let responder: WorkQueueMember
-            do throws(WormholeError) {
-                responder = try wormhole.respond(toIdentifier: "ask", as: String.self, onError: { errors.append("\($0.code)") }) { request in
-                    answered.append(request)
-                    let line = Array("got \(request)\n".utf8)
-                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+            walkMember(identifier: "ask", queue: nil) { handled, onError throws(WormholeError) in
+                try wormhole.respond(toIdentifier: "ask", as: String.self, onError: onError) { request in
+                    handled(request)
                     return "re:\(request)"
                 }
-            } catch {
-                finish("error \(error.code) \(error)")
-                break
             }
-            _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
-            let deadline = Date().addingTimeInterval(10)
-            var reported: Date?
-            while Set(answered.all).count < 3 && Date() < min(deadline, reported.map { $0.addingTimeInterval(3) } ?? deadline) {
-                if reported == nil && errors.count > 0 { reported = Date() }
-                usleep(2_000)
-            }
-            let calls = SystemCallFaults.disarm()
-            FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
-            // The last reply is passed, and its request acknowledged, after the handler.
-            func inFlight() -> Int { ((try? wormhole.workQueues(identifier: "ask")) ?? []).first?.inFlight ?? -1 }
-            let settled = Date().addingTimeInterval(2)
-            while inFlight() != 0 && Date() < settled { usleep(2_000) }
-            let held = inFlight()
-            responder.cancel()
-            print("calls \(calls)")
-            print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held)")
         case "queue":
             // A member of the queue "q" of "walk" (made here, after u4), armed from its
             // join: its takes, and each acknowledgement with the next take.
-            let received = Tally()
-            let errors = Tally()
-            SystemCallFaults.arm(plan)
-            let member: WorkQueueMember
-            do throws(WormholeError) {
+            walkMember(identifier: "walk", queue: "q") { handled, onError throws(WormholeError) in
                 let options = WorkQueueOptions(startingFrom: .after(sequence: 4), redeliveryInterval: 0.05)
-                member = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, workQueue: "q", options: options,
-                                                       onError: { errors.append("\($0.code)") }) { message in
-                    received.append(message)
-                    let line = Array("got \(message)\n".utf8)
-                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
-                }
-            } catch {
-                finish("error \(error.code) \(error)")
-                break
+                return try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, workQueue: "q", options: options,
+                                                     onError: onError, listener: handled)
             }
-            _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
-            // All three handled, or 3 s after the first report (the member takes again on
-            // its timer: it may recover), or 10 s.
-            let deadline = Date().addingTimeInterval(10)
-            var reported: Date?
-            while received.count < 3 && Date() < min(deadline, reported.map { $0.addingTimeInterval(3) } ?? deadline) {
-                if reported == nil && errors.count > 0 { reported = Date() }
-                usleep(2_000)
-            }
-            let calls = SystemCallFaults.disarm()
-            FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
-            // What the queue holds for this member once the last message is handled: its
-            // acknowledgement follows the handler's return.
-            func inFlight() -> Int { ((try? wormhole.workQueues(identifier: "walk")) ?? []).first { $0.name == "q" }?.inFlight ?? -1 }
-            let settled = Date().addingTimeInterval(2)
-            while inFlight() != 0 && Date() < settled { usleep(2_000) }
-            let held = inFlight()
-            member.cancel()
-            print("calls \(calls)")
-            print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held)")
         default:
             fail("unknown scenario \(scenario)")
         }

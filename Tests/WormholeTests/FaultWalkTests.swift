@@ -139,6 +139,8 @@ struct FaultWalkTests {
                     if !condition { problems.append(what()) }
                 }
                 check(outcome.died || !outcome.line.isEmpty, "the agent ended without saying how (status \(outcome.exitStatus))")
+                // The container is there throughout: an error names the fault, not that.
+                check(!outcome.line.contains("the container was removed"), "the agent's error blames a removed container: \(outcome.line)")
 
                 // After the run: a message reaches the listener that was listening all along.
                 try await setting.wormhole.passMessage("s", identifier: "walk")

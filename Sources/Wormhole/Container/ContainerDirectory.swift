@@ -164,7 +164,8 @@ final class ContainerDirectory: Sendable {
     /// and not to be created.
     func subdirectory(_ name: String, in parent: FileDescriptor, path: String, create: Bool) throws(WormholeError) -> FileDescriptor? {
         let sharing = access
-        if create { _ = Syscalls.makeDirectory(name, in: parent, permissions: sharing.directoryMode) }
+        var notMade: Errno?
+        if create, case .failure(let errno) = Syscalls.makeDirectory(name, in: parent, permissions: sharing.directoryMode) { notMade = errno }
         switch Syscalls.open(name, in: parent, .directory) {
         case .success(let fd):
             do throws(WormholeError) {
@@ -181,6 +182,10 @@ final class ContainerDirectory: Sendable {
             return fd
         case .failure(.noSuchFileOrDirectory) where !create:
             return nil
+        case .failure(.noSuchFileOrDirectory) where notMade != nil:
+            // It could not be made (a full disk, an I/O error): that is the cause, not a
+            // container removed.
+            throw WormholeError.system("create the directory", notMade!, path: path)
         case .failure(let errno):
             throw fileError(String(path.dropFirst(self.path.count + 1)), errno)
         }
