@@ -296,8 +296,15 @@ struct Listen: ParsableCommand {
         let members = Mutex<[WorkQueueMember]>([])
         defer { members.withLock { $0 }.forEach { $0.cancel() } }
         let options = WorkQueueOptions(maximumDeliveries: maxDeliveries, deadLetterIdentifier: deadLetters)
+        // No message is handled until every member is registered: one taken before (the
+        // queue's backlog) and not printed (--count reached) could not cancel its member,
+        // which would take it again and again, declining it each time, until the dead
+        // letters (found under load: "the handler threw ... --count reached", 5 deliveries).
+        session.queue.suspend()
+        var suspended = true
+        defer { if suspended { session.queue.resume() } }
         for identifier in Set(identifiers).sorted() {
-            let member = try wormhole.listenForRecords(withIdentifier: identifier, workQueue: name, options: options,
+            let member = try wormhole.listenForRecords(withIdentifier: identifier, workQueue: name, options: options, queue: session.queue,
                                                        onError: { Output.error($0.description) }) { record, _ in
                 guard session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) else {
                     members.withLock { $0 }.forEach { $0.cancel() }
@@ -306,6 +313,8 @@ struct Listen: ParsableCommand {
             }
             members.withLock { $0.append(member) }
         }
+        session.queue.resume()
+        suspended = false
         if verbose || Output.errorIsTerminal {
             Output.error("taking messages of \(Self.names(identifiers)) from the work queue '\(name)' in \(container.place(of: wormhole))\(verbose ? "" : "; Ctrl-C stops")")
         }
