@@ -62,6 +62,14 @@ final class EngineSubscription: WormholeTransitingObservation, Sendable {
     deinit { cancel() }
 }
 
+/// How many times the reader thread's wait (its loop's or a nested one's) has returned in
+/// this process: what a test reads to tell whether an operation woke the thread. One
+/// relaxed add per wake-up, by the reader thread alone.
+package enum ReaderThreadWakeUps {
+    static let counter = Atomic<Int>(0)
+    package static var count: Int { counter.load(ordering: .relaxed) }
+}
+
 /// The process's single inotify instance and its reader thread, shared by every
 /// notification center, observer and wormhole listener in the process.
 ///
@@ -84,14 +92,6 @@ final class EngineSubscription: WormholeTransitingObservation, Sendable {
 ///
 /// Handlers are chosen under the lock and called after it is released, on the reader
 /// thread: a listener without a queue runs right there (no hop); others schedule work.
-/// How many times the reader thread's wait (its loop's or a nested one's) has returned in
-/// this process: what a test reads to tell whether an operation woke the thread. One
-/// relaxed add per wake-up, by the reader thread alone.
-package enum ReaderThreadWakeUps {
-    static let counter = Atomic<Int>(0)
-    package static var count: Int { counter.load(ordering: .relaxed) }
-}
-
 final class InotifyEngine: Sendable {
     static let shared = InotifyEngine()
 
