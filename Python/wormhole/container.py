@@ -8,6 +8,7 @@ import grp
 import os
 import pwd
 import stat
+import time
 import threading
 from typing import List, Optional, Tuple
 
@@ -423,15 +424,26 @@ class ContainerDirectory:
                 pass
             except OSError as error:
                 raise WormholeError.system("create", error, path) from None
-        try:
-            fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise WormholeError(WormholeError.CONTAINER_INSECURE,
-                                    f"'{path}' is a symbolic link or not a directory; remove it", path=path) from None
-            raise WormholeError.system("open", error, path) from None
+        # Another member (another user) may have just made it, under its umask, and not
+        # yet given it the group's mode, which it does at once: on EACCES in a shared
+        # container, look again for up to a second (as the Swift library does).
+        attempts = 200 if access.shared else 0
+        while True:
+            try:
+                fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
+                break
+            except FileNotFoundError:
+                return None
+            except PermissionError as error:
+                if attempts == 0:
+                    raise WormholeError.system("open", error, path) from None
+                attempts -= 1
+                time.sleep(0.005)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                        f"'{path}' is a symbolic link or not a directory; remove it", path=path) from None
+                raise WormholeError.system("open", error, path) from None
         try:
             status = os.fstat(fd)
             if create and access.shared and stat.S_IMODE(status.st_mode) != access.directory_mode:

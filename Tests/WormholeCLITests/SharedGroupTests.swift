@@ -143,6 +143,29 @@ struct SharedGroupTests {
         #expect(try await deployment.share(["--revoke"]).output.contains("nothing changed"))
     }
 
+    @Test("a directory of the container that another member has just made, under its umask, and not yet given the group's mode is waited for: the other user's listener starts",
+          .timeLimit(.minutes(1)))
+    func directoryMadeByAnotherMemberIsWaitedFor() async throws {
+        let deployment = try Deployment()
+        let shared = try await deployment.share(["--unix-group", deployment.unixGroup])
+        try #require(shared.status == 0, "\(shared.stderr)")
+        // `.listeners` as the desktop user's process leaves it between its `mkdir` (umask
+        // 077) and the `chmod` that follows; the service's listener needs it at once. The
+        // CI run of 2a3395d failed this way: "cannot open '.../.listeners': Permission denied".
+        let listeners = deployment.container + "/.listeners"
+        #expect(mkdir(listeners, 0o700) == 0)
+        let desktopUID = try #require(Deployment.uid(deployment.desktop))
+        #expect(chown(listeners, desktopUID, getgrnam(deployment.unixGroup)!.pointee.gr_gid) == 0)
+        let group = ["--group", deployment.group]
+        let service = try deployment.start(as: deployment.service, ["listen", "--durable", "svc", "--count", "1", "--timeout", "30", "--verbose", "to-service"] + group)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(chmod(listeners, 0o2770) == 0)
+        #expect(await service.waitForStandardError(containing: "listening to"))
+        #expect(try await deployment.run(as: deployment.desktop, ["send", "to-service", "hello"] + group).status == 0)
+        let heard = await service.finish()
+        #expect(heard.status == 0 && heard.lines == ["hello"], "\(heard.stderr)")
+    }
+
     @Test("the Today example as a deployment: the app as a system service's user and the widget as a desktop user, both through Wormhole(applicationGroupIdentifier:), meet in the shared container both ways",
           .timeLimit(.minutes(2)))
     func todayAppAndWidgetAsTwoUsers() async throws {

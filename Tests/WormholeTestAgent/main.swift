@@ -478,14 +478,17 @@ do {
             let handled = Tally()
             let errors = Tally()
             SystemCallFaults.arm(plan)
-            let member: WorkQueueMember
-            do throws(WormholeError) {
-                member = try make({ message in
+            let made = Result { () throws(WormholeError) -> WorkQueueMember in
+                try make({ message in
                     handled.append(message)
                     let line = Array("got \(message)\n".utf8)
                     _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
                 }, { errors.append("\($0.code)") })
-            } catch {
+            }
+            let member: WorkQueueMember
+            switch made {
+            case .success(let made): member = made
+            case .failure(let error):
                 finish("error \(error.code) \(error)")
                 return
             }
@@ -498,16 +501,20 @@ do {
             }
             let calls = SystemCallFaults.disarm()
             FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
-            // The last message is acknowledged (a reply passed first) after its handler.
-            func inFlight() -> Int {
-                ((try? wormhole.workQueues(identifier: identifier)) ?? []).first { queue == nil || $0.name == queue }?.inFlight ?? -1
+            // The last message is acknowledged (a reply passed first) after its handler;
+            // one whose reply could not be passed is handed out again first. Up to 10 s: a
+            // loaded machine.
+            func status() -> WormholeWorkQueueStatus? {
+                ((try? wormhole.workQueues(identifier: identifier)) ?? []).first { queue == nil || $0.name == queue }
             }
-            let settled = Date().addingTimeInterval(2)
-            while inFlight() != 0 && Date() < settled { usleep(2_000) }
-            let held = inFlight()
+            let settled = Date().addingTimeInterval(10)
+            while status()?.inFlight != 0 && Date() < settled { usleep(2_000) }
+            let held = status()
             member.cancel()
             print("calls \(calls)")
-            print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held)")
+            // The queue's figures when it still holds something, to look into.
+            let detail = held?.inFlight == 0 ? "" : " (\(held.map { "\($0)" } ?? "no queue"); handled \(handled.all))"
+            print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held?.inFlight ?? -1)\(detail)")
         }
         switch scenario {
         case "pass", "clear", "batch":

@@ -75,7 +75,7 @@ struct FaultWalkTests {
         var reportedErrors: Int { line.hasPrefix("errors ") ? Int(line.split(separator: " ")[1]) ?? 0 : 0 }
         var died: Bool { exitStatus == 9 }
         /// What the queue held for the agent's member after its last message ("inflight N").
-        var inFlight: Int? { line.range(of: " inflight ").flatMap { Int(line[$0.upperBound...]) } }
+        var inFlight: Int? { line.range(of: " inflight ").flatMap { Int(line[$0.upperBound...].prefix { $0 != " " }) } }
     }
 
     static func runAgent(_ directory: String, _ scenario: String, _ at: Int, _ kind: String,

@@ -166,7 +166,18 @@ final class ContainerDirectory: Sendable {
         let sharing = access
         var notMade: Errno?
         if create, case .failure(let errno) = Syscalls.makeDirectory(name, in: parent, permissions: sharing.directoryMode) { notMade = errno }
-        switch Syscalls.open(name, in: parent, .directory) {
+        var opened = Syscalls.open(name, in: parent, .directory)
+        if case .failure(.permissionDenied) = opened, case .shared = sharing {
+            // Another member (another user) may have just made it, under its umask, and
+            // not yet given it the group's mode, which it does at once: look again, for
+            // up to a second (a member descheduled in between, on a loaded machine).
+            for _ in 0..<200 {
+                usleep(5_000)
+                opened = Syscalls.open(name, in: parent, .directory)
+                guard case .failure(.permissionDenied) = opened else { break }
+            }
+        }
+        switch opened {
         case .success(let fd):
             do throws(WormholeError) {
                 var status = try Syscalls.status(fd).orThrow("inspect", path: path)
