@@ -467,6 +467,12 @@ do {
             print("calls \(calls)")
             print(outcome)
         }
+        /// A "got" line for what was handled, written at once (one `write`, no buffer): a
+        /// process ended by the fault leaves whole lines of what it handled.
+        let writeGot: @Sendable (String) -> Void = { handled in
+            let line = Array("got \(handled)\n".utf8)
+            _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+        }
         /// A work-queue member or a responder made by `make`, armed from its start: it is
         /// handed what to call for each message (a "got" line, written at once) and for
         /// each error. Waits until it has handled 3 messages, or 3 s after its first report
@@ -481,8 +487,7 @@ do {
             let made = Result { () throws(WormholeError) -> WorkQueueMember in
                 try make({ message in
                     handled.append(message)
-                    let line = Array("got \(message)\n".utf8)
-                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+                    writeGot(message)
                 }, { errors.append("\($0.code)") })
             }
             let member: WorkQueueMember
@@ -541,12 +546,9 @@ do {
             let token: ListenerToken
             do throws(WormholeError) {
                 let onError: @Sendable (WormholeError) -> Void = { errors.append("\($0.code)") }
-                // Each message handled is written at once (one write): a process ended by
-                // the fault leaves whole lines of what it handled.
                 let handle: @Sendable (String) -> Void = { message in
                     received.append(message)
-                    let line = Array("got \(message)\n".utf8)
-                    _ = line.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+                    writeGot(message)
                 }
                 if scenario == "durable" {
                     token = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, durableName: "agent",
@@ -582,8 +584,7 @@ do {
                     line = "error:\(error.code)"
                     failures.append("\(error.code) \(error)")
                 }
-                let bytes = Array("got \(line)\n".utf8)
-                _ = bytes.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+                writeGot(line)
             }
             finish("errors \(failures.count) \(failures.joined(separator: "; "))")
         case "respond":
