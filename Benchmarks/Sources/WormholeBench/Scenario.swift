@@ -107,6 +107,8 @@ struct SenderReport: Sendable {
 struct Peers: Sendable {
     /// `floor`: the protocol's system calls in C.
     var floor: String?
+    /// `rr_floor`: the system calls of a request/reply round trip in C.
+    var roundTripFloor: String?
     /// `dbus_peer`: a D-Bus signal sender and listener.
     var dbusPeer: String?
     /// The address of the running bus (a private `dbus-daemon` started by `Benchmarks/run`)

@@ -10,6 +10,7 @@ extension Suite {
     /// The mechanisms of the requests section.
     enum RoundTrip: String, CaseIterable {
         case wormhole = "Wormhole request/reply (respondToRecords, requestRecord)"
+        case floor = "C floor: the same system calls in C, one thread each (rr_floor)"
         case dbus = "D-Bus method call via dbus-daemon"
         case socket = "Unix socket (one write and one read each way)"
     }
@@ -18,7 +19,7 @@ extension Suite {
     /// request from before it is sent to after its reply (checked) is in hand.
     mutating func requests(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
         let count = quick ? 500 : 2000
-        let mechanisms = RoundTrip.allCases.filter { $0 != .dbus || peers.has(.dbus) }
+        let mechanisms = RoundTrip.allCases.filter { ($0 != .dbus || peers.has(.dbus)) && ($0 != .floor || peers.roundTripFloor != nil) }
         printError("  request/reply round trips: \(count) of 16 B back to back, \(rounds) rounds")
         var samples: [RoundTrip: [UInt64]] = [:]
         var failed: [RoundTrip: Int] = [:]
@@ -68,6 +69,11 @@ extension Suite {
             server = try Child(["rr-serve", "--mechanism", "wormhole", "--dir", directory])
             _ = try server.expect("READY", timeout: 60)
             caller = try Child(["rr-call", "--mechanism", "wormhole", "--dir", directory] + counted)
+        case .floor:
+            guard let floor = peers.roundTripFloor else { throw BenchError("the C floor of a round trip is not built (Benchmarks/run builds it)") }
+            server = try Child(path: floor, ["serve", "--dir", directory])
+            _ = try server.expect("READY", timeout: 60)
+            caller = try Child(path: floor, ["call", "--dir", directory] + counted)
         case .dbus:
             guard let peer = peers.dbusPeer, let address = peers.dbusAddress else { throw BenchError("no D-Bus peer") }
             // A name of its own each round: the bus may not have seen the last server go.

@@ -75,8 +75,9 @@ struct Suite {
         // The C peers, from the directory Benchmarks/run builds them into.
         if options.flag("c-bin") {
             let directory = try options.string("c-bin")
-            let what = ["floor": "the C floor", "dbus_peer": "the D-Bus baseline", "redis_peer": "the Redis baseline"]
-            for name in ["floor", "dbus_peer", "redis_peer"] {
+            let what = ["floor": "the C floor", "rr_floor": "the C floor of a round trip", "dbus_peer": "the D-Bus baseline",
+                        "redis_peer": "the Redis baseline"]
+            for name in ["floor", "rr_floor", "dbus_peer", "redis_peer"] {
                 let path = directory + "/" + name
                 guard access(path, X_OK) == 0 else {
                     printError("Note: \(path) is missing: \(what[name]!) is skipped")
@@ -84,6 +85,7 @@ struct Suite {
                 }
                 switch name {
                 case "floor": peers.floor = path
+                case "rr_floor": peers.roundTripFloor = path
                 case "dbus_peer": peers.dbusPeer = path
                 default: peers.redisPeer = path
                 }
