@@ -312,9 +312,12 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// ``readState(_:)``, telling a read that failed (an error to report, the state being
     /// possibly whole) from a state that is damaged (`nil`).
     static func readStateOrError(_ fd: FileDescriptor) -> Result<WorkQueueState?, Errno> {
-        var bytes = [UInt8](repeating: 0, count: WorkQueueState.maximumSize)
-        return bytes.withUnsafeMutableBytes { Syscalls.readOnce(fd, into: $0, at: 0) }.map { count in
-            bytes.withUnsafeBytes { WorkQueueState.decode(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        // On the stack and not filled first: only the bytes read are decoded (a filled
+        // array of this size cost more instructions than the rest of a take).
+        withUnsafeTemporaryAllocation(byteCount: WorkQueueState.maximumSize, alignment: 8) { buffer in
+            Syscalls.readOnce(fd, into: buffer, at: 0).map { count in
+                WorkQueueState.decode(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            }
         }
     }
 

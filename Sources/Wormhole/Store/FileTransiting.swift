@@ -134,7 +134,8 @@ public final class FileTransiting: WormholeTransiting {
                                             userID: Syscalls.effectiveUserID, kind: kind,
                                             expires: attributes.expires?.nanosecondsSince1970 ?? 0,
                                             correlation: attributes.correlation, role: attributes.role)
-        let what = "the message for '\(identifier)' was not passed"
+        // Said only when the pass fails: no string is built on the way of a message.
+        let what = { "the message for '\(identifier)' was not passed" }
         let sequence = try appendUnderLock(identifier, what: what) { (locked: inout LogWriter.LockedLog) -> Result<UInt64, WormholeError> in
             let (log, header, tail) = (locked.log, locked.header, locked.tail)
             let sequence = tail.lastSequence + 1
@@ -152,7 +153,7 @@ public final class FileTransiting: WormholeTransiting {
             if case .failure(let errno) = written {
                 // Whatever part was written is cut: earlier messages stay whole.
                 _ = Syscalls.truncate(log.fd, to: Int64(tail.end))
-                return .failure(Self.appendError(errno, log: log, what: what))
+                return .failure(Self.appendError(errno, log: log, what: what()))
             }
             locked.tail = LogFile.Tail(end: tail.end + LogFormat.recordOverhead + payload.count, lastSequence: sequence, lastRecordOffset: tail.end)
             return .success(sequence)
@@ -194,7 +195,7 @@ public final class FileTransiting: WormholeTransiting {
                 ends.append(offset)
             }
         }
-        let what = "the \(batch.count) messages for '\(identifier)' were not passed"
+        let what = { "the \(batch.count) messages for '\(identifier)' were not passed" }
         let first = try appendUnderLock(identifier, what: what) { (locked: inout LogWriter.LockedLog) -> Result<UInt64, WormholeError> in
             let (log, header, tail) = (locked.log, locked.header, locked.tail)
             let first = tail.lastSequence + 1
@@ -224,7 +225,7 @@ public final class FileTransiting: WormholeTransiting {
                     locked.tail = LogFile.Tail(end: tail.end + kept, lastSequence: first + UInt64(whole - 1),
                                                lastRecordOffset: tail.end + (whole >= 2 ? ends[whole - 2] : 0))
                 }
-                let partly = whole == 0 ? what
+                let partly = whole == 0 ? what()
                     : "\(whole) of the \(batch.count) messages for '\(identifier)' were passed (\(first)...\(first + UInt64(whole - 1))), the other \(batch.count - whole) were not"
                 return .failure(Self.appendError(errno, log: log, what: partly))
             }
@@ -239,7 +240,7 @@ public final class FileTransiting: WormholeTransiting {
     /// what it wrote), opening, creating, repairing or converting the log as needed. A
     /// write that failed is `write`'s result, already worded; a full filesystem met while
     /// the log is created or extended is said here, with `what` (what was not passed).
-    private func appendUnderLock<T: Sendable>(_ identifier: String, what: String,
+    private func appendUnderLock<T: Sendable>(_ identifier: String, what: () -> String,
                                     _ write: (inout LogWriter.LockedLog) -> Result<T, WormholeError>) throws(WormholeError) -> T {
         var outcome: Result<T, WormholeError>?
         do throws(WormholeError) {
@@ -252,7 +253,7 @@ public final class FileTransiting: WormholeTransiting {
         } catch where error.errno == .noSpace || error.errno == .diskQuotaExceeded {
             // Out of blocks, inodes or quota when the log is created or extended.
             throw WormholeError(error.code,
-                "\(error.message): the filesystem is full (no space or no inodes left: see 'df' and 'df -i'); \(what), earlier messages are intact",
+                "\(error.message): the filesystem is full (no space or no inodes left: see 'df' and 'df -i'); \(what()), earlier messages are intact",
                 path: error.path, errno: error.errno)
         }
         guard let outcome else {
