@@ -64,6 +64,23 @@ def eventually(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
     return condition()
 
 
+def remove_tree(path: str) -> None:
+    """Removes ``path`` as ``rm -rf`` does while a listener works in it: a listener
+    that follows its container claims again in the one made at the path, so a file may
+    go (a temporary claim renamed) between the listing and its removal, which is not an
+    error, and a directory may get a new entry, which is removed on the next pass."""
+    def missing_is_fine(function, name, error) -> None:
+        if not isinstance(error[1], FileNotFoundError):
+            raise error[1]
+    for _ in range(50):
+        try:
+            shutil.rmtree(path, onerror=missing_is_fine)
+            return
+        except OSError:
+            time.sleep(0.01)
+    shutil.rmtree(path, onerror=missing_is_fine)
+
+
 class ScratchTestCase(unittest.TestCase):
     """A fresh scratch directory per test, removed afterwards; ``self.directory`` is a
     container path inside it (not yet created)."""

@@ -6,10 +6,9 @@ listeners' 5 s safety wake-up is turned off here: only inotify can deliver."""
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 
-from support import Collector, ScratchTestCase, eventually
+from support import Collector, ScratchTestCase, eventually, remove_tree
 
 from wormhole import ListenerToken, Wormhole
 from wormhole.watching import ContainerWatch
@@ -42,7 +41,7 @@ class ContainerWatchTests(ScratchTestCase):
         listener, received = self.listen(self.directory)
         self.writer(self.directory).pass_message("before", "note")
         self.assertEqual(received.wait_for(1), ["before"])
-        shutil.rmtree(self.directory)                 # the listener holds its descriptor
+        remove_tree(self.directory)                   # the listener holds its descriptor
         self.writer(self.directory).pass_message("after", "note")   # a new container at the path
         self.assertEqual(received.wait_for(2, timeout=10), ["before", "after"])
         claims = self.claims(self.directory)
@@ -71,7 +70,7 @@ class ContainerWatchTests(ScratchTestCase):
         self.assertEqual(received.wait_for(1), ["one"])
         writer.close()
         for turn in range(3):
-            shutil.rmtree(directory)
+            remove_tree(directory)
             self.writer(directory).pass_message(f"again {turn}", "note")
             self.assertEqual(received.wait_for(2 + turn, timeout=10)[-1], f"again {turn}")
 
@@ -108,7 +107,7 @@ class ContainerWatchTests(ScratchTestCase):
         writer.pass_message("second", "note")
         self.assertEqual(Wormhole(directory=self.directory).message("note"), "second")
         self.assertEqual(Wormhole(directory=self.directory + ".old").message("note"), "first")
-        shutil.rmtree(self.directory)
+        remove_tree(self.directory)
         writer.pass_message("third", "note")           # a removed container is made again
         self.assertEqual(Wormhole(directory=self.directory).message("note"), "third")
 
@@ -116,7 +115,7 @@ class ContainerWatchTests(ScratchTestCase):
         observer = self.writer(self.directory)
         posted = Collector()
         observer.notification_center.observe("ping", posted.append)
-        shutil.rmtree(self.directory)
+        remove_tree(self.directory)
         poster = self.writer(self.directory)
         poster.notification_center.post("ping")
         self.assertEqual(posted.wait_for(1, timeout=10)[:1], ["ping"])
