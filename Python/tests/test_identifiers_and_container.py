@@ -12,6 +12,7 @@ import unittest
 from support import ScratchTestCase
 
 from wormhole import Wormhole, WormholeError, directory_for_group
+from wormhole.container import ContainerDirectory
 
 
 class IdentifierTests(ScratchTestCase):
@@ -65,6 +66,30 @@ class ContainerTests(ScratchTestCase):
         wormhole.pass_message("x", "note")
         self.assertEqual(stat.S_IMODE(os.stat(self.directory).st_mode), 0o700)
         self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.directory, "note.wormhole")).st_mode), 0o600)
+
+    def test_a_directory_made_again_is_opened_once_when_two_threads_notice_it_together(self) -> None:
+        """Two refreshes that both saw the old directory gone: the one that opens second
+        finds the first's directory held and keeps the generation, so what is made again
+        in a new directory (a listener's claim) is made there once."""
+        container = ContainerDirectory(self.directory)
+        self.addCleanup(container.close)
+        os.rename(self.directory, self.directory + ".old")
+        os.mkdir(self.directory, 0o700)
+        opening = ContainerDirectory._open
+        nested = []
+
+        def open_while_another_thread_opens(path: str, create: bool = True):
+            if not nested:
+                nested.append(None)
+                nested[0] = container.refresh(create=False)        # the other thread, first to finish
+            return opening(path, create)
+
+        ContainerDirectory._open = staticmethod(open_while_another_thread_opens)    # type: ignore[assignment]
+        self.addCleanup(setattr, ContainerDirectory, "_open", staticmethod(opening))
+        self.assertFalse(container.refresh(create=False), "the directory was already opened")
+        self.assertEqual(nested, [True])
+        self.assertEqual(container.generation, 2)
+        self.assertEqual(container.inode, (os.lstat(self.directory).st_dev, os.lstat(self.directory).st_ino))
 
     def test_a_symbolic_link_as_the_container_is_refused(self) -> None:
         real = os.path.join(self.scratch, "real")

@@ -327,8 +327,13 @@ class ContainerDirectory:
                 return False
         if status is None and not create:
             return False
-        fd, opened, access = self._open(self.path)
+        fd, opened, access = self._open(self.path, create=create)
         with self._lock:
+            if (opened.st_dev, opened.st_ino) == self.inode:
+                # Another thread opened this same directory meanwhile: one generation
+                # per directory, or what was made in it again (a claim) is made twice.
+                os.close(fd)
+                return False
             # Another thread may be in a call with the old descriptor: kept until close().
             self._retired.append(self.fd)
             self.fd, self.inode, self.access = fd, (opened.st_dev, opened.st_ino), access

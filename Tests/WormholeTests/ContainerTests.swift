@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import Wormhole
 
@@ -150,6 +151,35 @@ struct ContainerTests {
         #expect(received.all == ["before", "after", "again"])
         var status = stat()
         #expect(lstat(path, &status) == 0 && status.st_mode & 0o777 == 0o700)
+    }
+
+    @Test("a directory made again at the path is opened once however many threads notice it together: one generation, so a claim is made again once")
+    func aReplacedContainerIsOpenedOnceByConcurrentRefreshes() throws {
+        let parent = TemporaryDirectory()
+        let path = parent.file("container")
+        let container = try ContainerDirectory(path: path)
+        for round in 1...20 {
+            let before = container.current.generation
+            #expect(rename(path, parent.file("old-\(round)")) == 0 && mkdir(path, 0o700) == 0)
+            // Threads of their own (a pool of two would never fill the barrier), released together.
+            let ready = Atomic<Int>(0)
+            let done = DispatchGroup()
+            let threads = 6
+            for _ in 0..<threads {
+                done.enter()
+                Thread.detachNewThread {
+                    ready.add(1, ordering: .relaxed)
+                    while ready.load(ordering: .relaxed) < threads { sched_yield() }
+                    _ = try? container.refresh(create: false)
+                    done.leave()
+                }
+            }
+            done.wait()
+            #expect(container.current.generation == before + 1, "round \(round): one new directory, one new generation")
+            var status = stat()
+            #expect(lstat(path, &status) == 0)
+            #expect(try Syscalls.status(container.current.descriptor).get().inode.rawValue == status.st_ino)
+        }
     }
 
     @Test("a container deleted under a listener alone stays deleted: listeners never recreate it",

@@ -65,8 +65,13 @@ final class ContainerDirectory: Sendable {
         let held = state.withLock { ($0.device, $0.inode) }
         if let status, UInt64(status.deviceID.rawValue) == held.0 && UInt64(status.inode.rawValue) == held.1 { return nil }
         if status == nil && !create { return nil }
-        let (descriptor, opened, access) = try Self.open(location, create: true, createParents: true)
-        return state.withLock { state -> UInt64 in
+        let (descriptor, opened, access) = try Self.open(location, create: create, createParents: create)
+        let generation = state.withLock { state -> UInt64? in
+            // Another thread opened this same directory meanwhile: one generation per
+            // directory, or what is made again in a new one (a claim) is made twice.
+            if UInt64(opened.deviceID.rawValue) == state.device && UInt64(opened.inode.rawValue) == state.inode {
+                return nil
+            }
             // Descriptors of the old directory may be in use by another thread's call:
             // it is kept open until this object goes (at most one per refresh).
             retired.withLock { $0.append(state.descriptor) }
@@ -77,6 +82,8 @@ final class ContainerDirectory: Sendable {
             state.generation += 1
             return state.generation
         }
+        if generation == nil { try? descriptor.close() }
+        return generation
     }
 
     private let retired = Locked<[FileDescriptor]>([])
