@@ -89,6 +89,31 @@ class WorkQueueTests(WormholeTestCase):
         self.assertEqual(os.listdir(os.path.join(self.directory, ".queues", "jobs", "workers", "members")),
                          [format(member.file.token, "x") for member in self.wormhole._tokens])
 
+    def test_an_acknowledgement_not_stored_is_reported_and_the_live_member_hands_the_message_out_again(self) -> None:
+        """§18.3 T1: a member takes with nothing in hand, so a message it still holds (its
+        acknowledgement failed: a full disk, an I/O error) is handed out again, with its
+        count, at its next take, not held for as long as the member lives."""
+        from wormhole.queues import WorkQueueFile
+        acknowledge = WorkQueueFile.acknowledge
+        failures = []
+
+        def failing_once(queue_file, sequence):
+            if not failures:
+                failures.append(sequence)
+                raise WormholeError(WormholeError.SYSTEM_ERROR, "write the work queue state: No space left on device")
+            return acknowledge(queue_file, sequence)
+
+        WorkQueueFile.acknowledge = failing_once                 # type: ignore[method-assign]
+        self.addCleanup(setattr, WorkQueueFile, "acknowledge", acknowledge)
+        handled, errors = Collector(), []
+        self.member(lambda record, deliveries: handled.append((record.sequence, deliveries)), errors=errors)
+        sequence = self.wormhole.pass_message("job", "jobs")
+        self.assertEqual(handled.wait_for(2), [(sequence, 1), (sequence, 2)], "handed out again, with its count")
+        self.assertTrue(eventually(lambda: self.status().acknowledged == 1))
+        status = self.status()
+        self.assertEqual((status.in_flight, status.pending, status.lost), (0, 0, 0))
+        self.assertEqual([error.code for error in errors], [WormholeError.SYSTEM_ERROR], "the failure was reported")
+
     def test_a_failing_callback_is_retried_then_dead_lettered_as_swift_writes_it(self) -> None:
         attempts = Collector()
 

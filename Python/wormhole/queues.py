@@ -279,7 +279,12 @@ class WorkQueueFile:
         def body(state: WorkQueueState) -> Optional[Delivery]:
             now = time.time_ns()
             for entry in state.entries:                                                            # T1
-                if entry.member not in (self.token, 0) and not self._alive(entry.member):
+                if entry.member == self.token:
+                    # This member takes with nothing in hand: an entry it holds is one whose
+                    # handing out or acknowledgement failed. Handed out again, with its
+                    # count, rather than held for as long as the member lives.
+                    entry.member = 0
+                elif entry.member != 0 and not self._alive(entry.member):
                     entry.member = 0
             # Messages whose dead letter could not be passed (a full disk): kept for the
             # next take, skipped in this one.

@@ -90,6 +90,26 @@ struct WorkQueueTests {
         again.cancel()
     }
 
+    @Test("a message whose handing out never reached its live member (the take was stored, its answer lost) is handed out again at that member's next take, with its count, not held for as long as the member lives")
+    func aTakeThatDidNotReachItsMemberIsHandedOutAgain() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try await wormhole.passMessage("job", identifier: "jobs")
+        let transiting = try #require(wormhole.transiting as? FileTransiting)
+        let queue = try transiting.joinWorkQueue(identifier: "jobs", name: "w", startingFrom: .history)
+        defer { queue.close() }
+        let lost = try #require(try queue.take(maximumDeliveries: 5, deadLetters: "jobs.dead-letters", report: { _ in }))
+        #expect(lost.deliveries == 1)
+        #expect(try wormhole.workQueues(identifier: "jobs").first?.inFlight == 1)
+        let again = try #require(try queue.take(maximumDeliveries: 5, deadLetters: "jobs.dead-letters", report: { _ in }),
+                                 "the message held by this member, with nothing in its hands, is handed out again")
+        #expect(again.record.sequence == lost.record.sequence && again.deliveries == 2)
+        try queue.acknowledge(again.record.sequence)
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.inFlight == 0 && status.pending == 0 && status.acknowledged == 1)
+        #expect(try queue.take(maximumDeliveries: 5, deadLetters: "jobs.dead-letters", report: { _ in }) == nil)
+    }
+
     @Test("a live member goes on taking after compaction replaces the log (it was left reading the old file)", .timeLimit(.minutes(1)))
     func memberFollowsCompaction() async throws {
         let directory = TemporaryDirectory()

@@ -153,8 +153,15 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     private func take(from state: inout WorkQueueState, maximumDeliveries: UInt32, deadLetters: String,
                       report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
         let now = Syscalls.wallClockNanoseconds()
-        for index in state.entries.indices where state.entries[index].member != token && state.entries[index].member != 0 {
-            if !isAlive(state.entries[index].member) { state.entries[index].member = 0 }
+        for index in state.entries.indices where state.entries[index].member != 0 {
+            if state.entries[index].member == token {
+                // This member takes with nothing in hand (what it handled is acknowledged
+                // first): an entry it holds is one whose handing out never reached it.
+                // Handed out again, with its count, rather than held for as long as it lives.
+                state.entries[index].member = 0
+            } else if !isAlive(state.entries[index].member) {
+                state.entries[index].member = 0
+            }
         }
         // Messages whose dead letter could not be passed (a full disk): kept for the
         // next take, skipped in this one.
@@ -280,15 +287,24 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
         defer { Syscalls.unlock(stateFD) }
         let before = try readState()
         var state = before
+        let result: T
         do throws(WormholeError) {
-            let result = try body(&state)
-            if state != before { try writeState(state) }
-            return result
+            result = try body(&state)
         } catch {
             // What the body did before it failed (a dead letter passed) is kept.
             if state != before { try? writeState(state) }
             throw error
         }
+        guard state != before else { return result }
+        do throws(WormholeError) {
+            try writeState(state)
+        } catch {
+            // Written whole or not at all from the caller's view: once more, and the
+            // result stands only if it is stored (a take stored but not returned would
+            // hold its message in silence).
+            try writeState(state)
+        }
+        return result
     }
 
     private func readState() throws(WormholeError) -> WorkQueueState {

@@ -18,7 +18,9 @@ public protocol WormholeTransitingWorkQueue: AnyObject {
     /// `maximumDeliveries` times already goes to `deadLetters` instead (a
     /// ``WormholeDeadLetter``); an expired one is counted and skipped; `report` receives
     /// what the queue lost (``WormholeError/Code/messagesLost``) and records it could not
-    /// read. `nil` when there is nothing to take.
+    /// read. `nil` when there is nothing to take. A member calls it with nothing in hand
+    /// (what it handled acknowledged first): the file back end hands out again, first, a
+    /// message this member still holds (a take stored whose answer never reached it).
     func take(maximumDeliveries: UInt32, deadLetters: String, report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery?
 
     /// The message `sequence` (held by this member) was handled: it leaves the queue.
