@@ -483,12 +483,24 @@ do {
                                  _ onError: @escaping @Sendable (WormholeError) -> Void) throws(WormholeError) -> WorkQueueMember) {
             let handled = Tally()
             let errors = Tally()
+            // When each was handled and each error came, for a queue that still holds
+            // something afterwards (seconds since the start).
+            let started = ContinuousClock.now
+            let timeline = Tally()
+            @Sendable func seconds() -> String {
+                let elapsed = (ContinuousClock.now - started).components
+                return String(format: "%.3f", Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+            }
             SystemCallFaults.arm(plan)
             let made = Result { () throws(WormholeError) -> WorkQueueMember in
                 try make({ message in
                     handled.append(message)
+                    timeline.append("\(message)@\(seconds())")
                     writeGot(message)
-                }, { errors.append("\($0.code)") })
+                }, { error in
+                    errors.append("\(error.code)")
+                    timeline.append("error@\(seconds())")
+                })
             }
             let member: WorkQueueMember
             switch made {
@@ -513,10 +525,11 @@ do {
             let settled = Date().addingTimeInterval(10)
             while status()?.inFlight != 0 && Date() < settled { usleep(2_000) }
             let held = status()
+            let heldAt = seconds()
             member.cancel()
             print("calls \(calls)")
             // The queue's figures when it still holds something, to look into.
-            let detail = held?.inFlight == 0 ? "" : " (\(held.map { "\($0)" } ?? "no queue"); handled \(handled.all))"
+            let detail = held?.inFlight == 0 ? "" : " (\(held.map { "\($0)" } ?? "no queue"); handled \(handled.all); timeline \(timeline.all), status at \(heldAt), cancelled at \(seconds()))"
             print("errors \(errors.count) \(errors.all.joined(separator: ",")) inflight \(held?.inFlight ?? -1)\(detail)")
         }
         switch scenario {
