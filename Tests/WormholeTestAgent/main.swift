@@ -522,9 +522,15 @@ do {
             func status() -> WormholeWorkQueueStatus? {
                 ((try? wormhole.workQueues(identifier: identifier)) ?? []).first { queue == nil || $0.name == queue }
             }
+            // One reading decides, and it waits for nothing pending either: a message given
+            // back (its reply could not be passed) is neither in flight nor handled until
+            // the member takes it again, a moment later.
             let settled = Date().addingTimeInterval(10)
-            while status()?.inFlight != 0 && Date() < settled { usleep(2_000) }
-            let held = status()
+            var held = status()
+            while !(held?.inFlight == 0 && held?.pending == 0) && Date() < settled {
+                usleep(2_000)
+                held = status()
+            }
             let heldAt = seconds()
             member.cancel()
             print("calls \(calls)")
