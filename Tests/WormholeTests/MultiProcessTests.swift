@@ -92,6 +92,59 @@ struct MultiProcessTests {
         print("kills (\(backend)): \(cycles) writers killed; \(last) messages committed and received, 0 torn, 0 lost; \(Int(latest.sequence) - Int(last)) committed after the last pass")
     }
 
+    @Test("listeners that start while another process's passes keep compacting the log: each gets every message from its start on, once, in order, with nothing reported",
+          .timeLimit(.minutes(3)))
+    func listenersStartingDuringCompactionMissNothing() async throws {
+        let directory = TemporaryDirectory()
+        let started = directory.file("started")
+        // Passes as fast as it can, keeping 20 messages: the log is replaced every few passes.
+        let writer = try Agent.start(["flood", directory.path, "flood", "w", started])
+        await waitForFile(started, seconds: 10)
+        let wormhole = try Wormhole(directory: directory.path)
+        struct Started {
+            let token: ListenerToken
+            let received: Collector<UInt64>
+            let errors: Collector<WormholeError>
+            /// The log's last sequence number read once the listener had started: every
+            /// message after it was passed after the start.
+            let before: UInt64
+        }
+        var listeners: [Started] = []
+        // The log's files (inodes) seen as the listeners start.
+        var files: Set<UInt64> = []
+        func lookAtTheLog() {
+            var status = stat()
+            if stat(directory.file("flood.wormhole"), &status) == 0 { files.insert(UInt64(status.st_ino)) }
+        }
+        // At least 40 (10 under the sanitizers), and on until the log's file was seen
+        // replaced 4 times (its readers' claims hold compaction back while they lag).
+        let deadline = ContinuousClock.now + .seconds(30)
+        while listeners.count < scaled(40) || files.count < 5 && ContinuousClock.now < deadline {
+            lookAtTheLog()
+            let received = Collector<UInt64>(), errors = Collector<WormholeError>()
+            let token = try wormhole.listenForRecords(withIdentifier: "flood", onError: { errors.append($0) }) { received.append($0.sequence) }
+            let before = try await wormhole.summaries().first { $0.identifier == "flood" }?.lastSequence ?? 0
+            listeners.append(Started(token: token, received: received, errors: errors, before: before))
+            lookAtTheLog()
+            try await Task.sleep(for: .microseconds(Int.random(in: 0...5_000)))
+        }
+        kill(writer.processIdentifier, SIGKILL)
+        _ = await waitForExit(writer, seconds: 10)
+        let last = try await wormhole.passMessage("end", identifier: "flood")
+        for (number, listener) in listeners.enumerated() {
+            _ = await eventually(seconds: 30) { listener.received.all.last == last }
+            listener.token.cancel()
+            let sequences = listener.received.all
+            #expect(listener.errors.all.isEmpty, "listener \(number) reported \(listener.errors.all.prefix(2))")
+            #expect(zip(sequences, sequences.dropFirst()).allSatisfy { $1 == $0 + 1 }, "listener \(number): not every message once, in order")
+            #expect((sequences.first ?? .max) <= listener.before + 1, "listener \(number) started after \(listener.before) and began at \(sequences.first.map(String.init) ?? "nothing")")
+            #expect(sequences.last == last, "listener \(number) ended at \(sequences.last.map(String.init) ?? "nothing") of \(last)")
+        }
+        // The log was replaced (compacted) again and again while the listeners started.
+        #expect(files.count >= 5, "the log's file was replaced \(files.count - 1) times while \(listeners.count) listeners started")
+        print("listeners started during compaction: \(listeners.count), while the log's file was replaced \(files.count - 1) times; \(last) messages passed")
+    }
+
     @Test("1,000 listen/cancel cycles leave descriptors and threads where they started",
           .timeLimit(.minutes(2)))
     func listenCancelCyclesLeakNothing() throws {
