@@ -29,12 +29,16 @@ final class RetryClock: @unchecked Sendable {
 
     /// Runs `work` on the clock's thread once `delay` seconds have passed.
     func schedule(after delay: Double, _ work: @escaping @Sendable () -> Void) {
+        let deadline = MonotonicCondition.deadline(after: delay)
         condition.lock()
-        items.append(Item(deadline: MonotonicCondition.deadline(after: delay), work: work))
+        // The thread waits for the earliest deadline: it is woken only for an earlier one
+        // (a wake-up per schedule was a wake-up per timer of every listener).
+        let earliest = items.allSatisfy { $0.deadline > deadline }
+        items.append(Item(deadline: deadline, work: work))
         if !started, DetachedThread.start({ [self] in run() }) == 0 {
             started = true
         }
-        condition.signal()
+        if earliest { condition.signal() }
         condition.unlock()
     }
 
