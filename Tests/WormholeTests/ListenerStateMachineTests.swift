@@ -204,9 +204,11 @@ struct ListenerStateMachineTests {
         let wormhole = try Wormhole(directory: directory.path)
         let received = Atomic<Int>(0)
         let gate = DispatchSemaphore(value: 0)
-        let token = try wormhole.listenForMessage(withIdentifier: "busy", as: String.self) { text in
+        // On a queue of its own: the process's reader thread, which every test's listeners
+        // share, is not the one held.
+        let token = try wormhole.listenForMessage(withIdentifier: "busy", as: String.self, queue: DispatchQueue(label: "busy")) { text in
             received.add(1, ordering: .releasing)
-            // The last message holds the listener's thread until the test is done.
+            // The last message holds the listener's queue until the test is done.
             if text == "6" { gate.wait() }
         }
         defer { token.cancel() }

@@ -1,7 +1,10 @@
+import Dispatch
+
 /// Writes the caught-up claims of a process's listeners that were written too recently to
-/// write again at once (``ListenerCursor/caughtUp(at:logID:)``): one timer on the
-/// ``RetryClock`` for all of them, at the earliest moment one is due, and a 24-byte write
-/// for each on the clock's thread.
+/// write again at once (``ListenerCursor/caughtUp(at:logID:)``): one sweep for all of
+/// them, on a timer of the ``RetryClock`` at most once per 50 ms, and a 24-byte write for
+/// each on a serial queue of the publisher's (off the clock's thread, so that a file
+/// system slow to write delays no other timer, such as a request's timeout).
 ///
 /// Before it, each such listener scheduled a timer of its own that woke it to read its log
 /// again, so that the read would write the claim: with a hundred identifiers paced a few
@@ -13,44 +16,46 @@ final class ClaimPublisher: Sendable {
 
     private struct Waiting {
         var cursors: [ListenerCursor] = []
-        /// When the timer scheduled will sweep, if one is.
-        var sweepAt: UInt64?
+        var sweepScheduled = false
+        /// When the last sweep began (CLOCK_MONOTONIC, ns): sweeps are at least
+        /// ``ListenerCursor/idleInterval`` apart, so a busy process's listeners are swept
+        /// together, up to 20 times a second, however their deadlines fall.
+        var lastSweep: UInt64 = 0
     }
     private let waiting = Locked(Waiting())
 
-    /// Writes `cursor`'s caught-up claim at `deadline` (CLOCK_MONOTONIC, ns), or later.
+    /// Writes `cursor`'s caught-up claim at `deadline` (CLOCK_MONOTONIC, ns), or at the
+    /// next sweep when one is scheduled: a cursor may be written sooner than its own
+    /// interval asks, never more than once a sweep.
     func publish(_ cursor: ListenerCursor, at deadline: UInt64) {
-        let schedule = waiting.withLock { waiting -> Bool in
+        let sweepAt = waiting.withLock { waiting -> UInt64? in
             waiting.cursors.append(cursor)
-            if let sweepAt = waiting.sweepAt, sweepAt <= deadline { return false }
-            waiting.sweepAt = deadline
-            return true
+            guard !waiting.sweepScheduled else { return nil }
+            waiting.sweepScheduled = true
+            return max(deadline, waiting.lastSweep &+ ListenerCursor.idleInterval)
         }
-        if schedule { scheduleSweep(at: deadline) }
-    }
-
-    private func scheduleSweep(at deadline: UInt64) {
+        guard let sweepAt else { return }
         let now = MonotonicCondition.now()
-        RetryClock.shared.schedule(after: Double(deadline > now ? deadline - now : 0) / 1e9) { [self] in
-            sweep(scheduledAt: deadline)
+        RetryClock.shared.schedule(after: Double(sweepAt > now ? sweepAt - now : 0) / 1e9) { [self] in
+            Self.queue.async { [self] in sweep() }
         }
     }
 
-    /// Writes the claims that are due; those that are not (or whose write failed) wait
-    /// for the next sweep, scheduled for the earliest of them.
-    private func sweep(scheduledAt deadline: UInt64) {
+    /// Where the sweeps write (a serial queue, not a global one: see ``ListenerToken``'s
+    /// start queue).
+    private static let queue = DispatchQueue(label: "Wormhole.claims.publish")
+
+    /// Writes every claim waiting; those whose write failed wait for the next sweep.
+    private func sweep() {
+        let now = MonotonicCondition.now()
         let cursors = waiting.withLock { waiting -> [ListenerCursor] in
-            // Every sweep takes every cursor; only the one scheduled last clears the mark,
-            // so that an earlier timer still pending is not scheduled again.
-            if waiting.sweepAt == deadline { waiting.sweepAt = nil }
+            waiting.sweepScheduled = false
+            waiting.lastSweep = now
             defer { waiting.cursors = [] }
             return waiting.cursors
         }
-        let now = MonotonicCondition.now()
-        var later: [(ListenerCursor, UInt64)] = []
-        for cursor in cursors {
-            if let again = cursor.publish(now: now) { later.append((cursor, again)) }
+        for cursor in cursors where !cursor.publish() {
+            publish(cursor, at: now &+ ListenerCursor.idleInterval)
         }
-        for (cursor, again) in later { publish(cursor, at: again) }
     }
 }

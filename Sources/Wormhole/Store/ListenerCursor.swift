@@ -143,21 +143,18 @@ final class ListenerCursor: @unchecked Sendable {
     }
 
     /// Writes the caught-up position left to the publisher, if the cursor still has one.
-    /// Returns when to be asked again: its interval has not passed yet (another write
-    /// came meanwhile), or the write failed (a full disk: tried again each interval).
-    func publish(now: UInt64) -> UInt64? {
-        claim.withLock { claim -> UInt64? in
+    /// Returns `false` when the write failed (a full disk): the publisher tries again at
+    /// its next sweep.
+    func publish() -> Bool {
+        claim.withLock { claim -> Bool in
             guard !claim.closed, let (sequence, logID) = claim.unpublished else {
                 claim.awaitingPublisher = false
-                return nil
+                return true
             }
-            if now &- claim.writtenAt < Self.idleInterval { return claim.writtenAt &+ Self.idleInterval }
-            if sequence == claim.written && logID == claim.writtenLog || write(sequence, logID: logID, into: &claim) {
-                claim.unpublished = nil
-                claim.awaitingPublisher = false
-                return nil
-            }
-            return now &+ Self.idleInterval
+            guard sequence == claim.written && logID == claim.writtenLog || write(sequence, logID: logID, into: &claim) else { return false }
+            claim.unpublished = nil
+            claim.awaitingPublisher = false
+            return true
         }
     }
 
