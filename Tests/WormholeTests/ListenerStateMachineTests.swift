@@ -21,9 +21,9 @@ struct ListenerStateMachineTests {
         let step2 = machine.wake(replaced: false, thread: otherThread)
         #expect(step2 == .none)
         // ... and the drain, whose read came back short, reads again instead of stopping.
-        let step3 = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false)
+        let step3 = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
         #expect(step3 == .read(invalidate: false))
-        let step4 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false)
+        let step4 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
         #expect(step4 == .end(.init()))
         #expect(machine.drain == .idle)
     }
@@ -37,13 +37,13 @@ struct ListenerStateMachineTests {
         #expect(step6 == .none, "scheduled already")
         let step7 = machine.beginScheduled(thread: queueThread)
         #expect(step7 == true, "the replacement is told before the first read")
-        let step8 = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false)
+        let step8 = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
         #expect(step8 == .read(invalidate: false))
         let step9 = machine.wake(replaced: true, thread: inotifyThread)
         #expect(step9 == .none)
-        let step10 = machine.batchRead(count: 3, maximumCount: 256, mayHaveMore: true)
+        let step10 = machine.batchRead(count: 3, maximumCount: 256, mayHaveMore: true, positionIsUnpublished: false)
         #expect(step10 == .read(invalidate: true))
-        let step11 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false)
+        let step11 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
         #expect(step11 == .end(.init()))
     }
 
@@ -78,7 +78,7 @@ struct ListenerStateMachineTests {
         #expect(step16 == .waitForDrain)
         #expect(machine.drains(elsewhereThan: otherThread))
         #expect(machine.acknowledges(isDurable: true), "a cancel from elsewhere lets the call in progress finish as handled")
-        let next = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false)
+        let next = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: true)
         #expect(next == .end(.init(closeReader: true, report: false, wakeAfter: nil)), "cancelled: no further read, no timer")
     }
 
@@ -135,7 +135,7 @@ struct ListenerStateMachineTests {
         #expect(reports == 1, "once per streak")
         // A read that succeeds ends the streak: the next failure is reported again, and
         // retried after the shortest delay.
-        _ = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false)
+        _ = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
         _ = machine.wake(replaced: false, thread: inotifyThread)
         let next = machine.readFailed(outOfResources: true)
         #expect(next.report && next.wakeAfter == 0.01)
@@ -145,16 +145,21 @@ struct ListenerStateMachineTests {
         #expect(step22.report, "any other failure is reported")
     }
 
-    @Test("a caught-up read ends the drain with no timer (the process's claim publisher writes the position, no read again); acknowledgement failures are reported once per streak")
-    func caughtUpReadsAndAcknowledgements() {
+    @Test("a caught-up position left unpublished arms one timer, and its drain reads again; acknowledgement failures are reported once per streak")
+    func idlePublishingAndAcknowledgements() {
         var machine = Machine(hasQueue: false)
         _ = machine.wake(replaced: false, thread: inotifyThread)
-        let first = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false)
-        #expect(first == .end(.init()))
-        #expect(machine.drain == .idle)
+        let first = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: true)
+        #expect(first == .end(.init(closeReader: false, report: false, wakeAfter: ListenerCursor.idleSeconds)))
         _ = machine.wake(replaced: false, thread: inotifyThread)
-        let second = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false)
-        #expect(second == .end(.init()))
+        let second = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: true)
+        #expect(second == .end(.init()), "one timer at a time")
+        let step23 = machine.scheduleDrain(fromTimer: true)
+        #expect(step23)
+        let step24 = machine.beginScheduled(thread: queueThread)
+        #expect(step24 == false)
+        let step25 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
+        #expect(step25 == .end(.init()))
         let step26 = machine.acknowledged(false)
         #expect(step26)
         let step27 = machine.acknowledged(false)
@@ -195,37 +200,5 @@ struct ListenerStateMachineTests {
             try await Task.sleep(for: .milliseconds(20))
         }
         #expect(positions == [6, 6], "the token's and the iterator's claims at the last message")
-    }
-
-    @Test("a caught-up position is published while the listener is still busy with the last message: the process's claim publisher writes it, nothing has to read the log again",
-          .timeLimit(.minutes(1)))
-    func caughtUpPositionIsPublishedWhileTheListenerIsBusy() async throws {
-        let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
-        let received = Atomic<Int>(0)
-        let gate = DispatchSemaphore(value: 0)
-        // On a queue of its own: the process's reader thread, which every test's listeners
-        // share, is not the one held.
-        let token = try wormhole.listenForMessage(withIdentifier: "busy", as: String.self, queue: DispatchQueue(label: "busy")) { text in
-            received.add(1, ordering: .releasing)
-            // The last message holds the listener's queue until the test is done.
-            if text == "6" { gate.wait() }
-        }
-        defer { token.cancel() }
-        defer { gate.signal() }
-        while try wormhole.listeners(identifier: "busy").isEmpty { try await Task.sleep(for: .milliseconds(5)) }
-        // The first caught-up position is written at once; those read within the idle
-        // interval after it are left to the publisher.
-        for n in 1...6 {
-            try await wormhole.passMessage("\(n)", identifier: "busy")
-            while received.load(ordering: .acquiring) < n { await Task.yield() }
-        }
-        var positions: [UInt64] = []
-        for _ in 0..<100 {
-            positions = try wormhole.listeners(identifier: "busy").map(\.position)
-            if positions == [6] { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        #expect(positions == [6], "the claim names the last message read, although its call has not returned")
     }
 }

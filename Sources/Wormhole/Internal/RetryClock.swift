@@ -29,16 +29,12 @@ final class RetryClock: @unchecked Sendable {
 
     /// Runs `work` on the clock's thread once `delay` seconds have passed.
     func schedule(after delay: Double, _ work: @escaping @Sendable () -> Void) {
-        let deadline = MonotonicCondition.deadline(after: delay)
         condition.lock()
-        // The thread waits for the earliest deadline: it is woken only for an earlier one
-        // (a wake-up per schedule was a wake-up per timer of every listener).
-        let earliest = items.allSatisfy { $0.deadline > deadline }
-        items.append(Item(deadline: deadline, work: work))
+        items.append(Item(deadline: MonotonicCondition.deadline(after: delay), work: work))
         if !started, DetachedThread.start({ [self] in run() }) == 0 {
             started = true
         }
-        if earliest { condition.signal() }
+        condition.signal()
         condition.unlock()
     }
 

@@ -159,6 +159,8 @@ final class FileLogReader: WormholeTransitingReader {
         invalidated = true
     }
 
+    private(set) var positionIsUnpublished = false
+
     /// A read stopped at the end of a replaced file with records already in hand (a
     /// durable reader's batch never spans two logs): the next read moves on.
     var mayHaveMore: Bool {
@@ -182,11 +184,10 @@ final class FileLogReader: WormholeTransitingReader {
             let records = try readRecords(maximumCount: maximumCount, into: &results)
             // Caught up (a short read, nothing more to come without a wake-up): the claim
             // is written now rather than at its next step, so that status shows an idle
-            // listener's exact position; at most once per idle interval (the process's
-            // ClaimPublisher writes it when the interval ends), so that a busy listener
-            // does not write it on every wake-up. No write when it has not moved.
+            // listener's exact position; at most once per idle interval, so that a busy
+            // listener does not write it on every wake-up. No write when it has not moved.
             if records.count < maximumCount && !mayHaveMore {
-                cursor?.caughtUp(at: delivered, logID: logID ?? 0)
+                positionIsUnpublished = cursor?.caughtUp(at: delivered, logID: logID ?? 0) ?? false
             }
             return withoutExpired(records)
         } catch {

@@ -26,31 +26,16 @@ import SystemPackage
 /// namespaces: a claim is created under a temporary name while its creator holds a shared
 /// lock on the claims directory, and a compactor removes an unlocked temporary claim only
 /// when it can take that directory's lock exclusively (nobody is creating one).
-final class ListenerCursor: @unchecked Sendable {
-    // Sendable: the lets never change, and what is written, and when, is behind `claim`'s
-    // lock (the reader's thread and the ClaimPublisher's both write).
+final class ListenerCursor {
     private let fd: FileDescriptor
     private let container: ContainerDirectory
     private let identifier: String
     private let name: String
+    private var written: UInt64 = 0
+    private var writtenLog: UInt64 = 0
+    private var closed = false
     /// The claim is written when it has moved at least this far.
     private let step: UInt64
-
-    /// What the file holds and what is still to be written. The 24-byte write happens
-    /// under this lock: two writers (the reader, the publisher) must not reorder their
-    /// values.
-    private struct Claimed {
-        var written: UInt64 = 0
-        var writtenLog: UInt64 = 0
-        /// When the claim was last written (CLOCK_MONOTONIC, ns).
-        var writtenAt: UInt64 = 0
-        /// A caught-up position the publisher writes once ``idleInterval`` has passed.
-        var unpublished: (sequence: UInt64, logID: UInt64)?
-        /// Whether the cursor is in the publisher's list.
-        var awaitingPublisher = false
-        var closed = false
-    }
-    private let claim = Locked(Claimed())
 
     static let claimsDirectory = ".listeners"
     /// The size of a claim written by this version; claims of 8 bytes (the sequence
@@ -114,73 +99,41 @@ final class ListenerCursor: @unchecked Sendable {
     /// log, or when `force` is set. A claim that cannot be written (a full disk) keeps
     /// its older, lower value: compaction keeps more, never less.
     func update(_ sequence: UInt64, logID: UInt64, force: Bool = false) {
-        claim.withLock { claim in
-            guard !claim.closed, sequence != claim.written || logID != claim.writtenLog else { return }
-            guard force || logID != claim.writtenLog || sequence &- claim.written >= step || sequence < claim.written else { return }
-            write(sequence, logID: logID, into: &claim)
+        guard !closed, sequence != written || logID != writtenLog else { return }
+        guard force || logID != writtenLog || sequence &- written >= step || sequence < written else { return }
+        if (try? Self.write(sequence, logID: logID, to: fd, path: name)) != nil {
+            written = sequence
+            writtenLog = logID
+            writtenAt = MonotonicCondition.now()
         }
     }
 
-    /// Records that a reader caught up at `sequence`: the claim is written at once when it
-    /// was last written at least ``idleInterval`` ago, so that `status` shows an idle
-    /// listener's exact position; otherwise the ``ClaimPublisher`` writes it once the
-    /// interval has passed, so that a busy listener writes it at most once per interval
-    /// and nothing has to read the log again for it.
-    func caughtUp(at sequence: UInt64, logID: UInt64) {
-        let publishAt = claim.withLock { claim -> UInt64? in
-            guard !claim.closed, sequence != claim.written || logID != claim.writtenLog else {
-                claim.unpublished = nil
-                return nil
-            }
-            let now = MonotonicCondition.now()
-            if now &- claim.writtenAt >= Self.idleInterval, write(sequence, logID: logID, into: &claim) { return nil }
-            claim.unpublished = (sequence, logID)
-            guard !claim.awaitingPublisher else { return nil }
-            claim.awaitingPublisher = true
-            return max(claim.writtenAt &+ Self.idleInterval, now)
+    /// Records that a reader caught up at `sequence`: the claim is written at once unless
+    /// it was written less than ``idleInterval`` ago, so that `status` shows an idle
+    /// listener's exact position without a write on every wake-up of a busy one. Returns
+    /// whether the claim still lags (the reader's owner then reads again after the
+    /// interval, see ``WormholeTransitingReader/positionIsUnpublished``).
+    func caughtUp(at sequence: UInt64, logID: UInt64) -> Bool {
+        guard !closed, sequence != written || logID != writtenLog else { return false }
+        if MonotonicCondition.now() &- writtenAt >= Self.idleInterval {
+            update(sequence, logID: logID, force: true)
         }
-        if let publishAt { ClaimPublisher.shared.publish(self, at: publishAt) }
-    }
-
-    /// Writes the caught-up position left to the publisher, if the cursor still has one.
-    /// Returns `false` when the write failed (a full disk): the publisher tries again at
-    /// its next sweep.
-    func publish() -> Bool {
-        claim.withLock { claim -> Bool in
-            guard !claim.closed, let (sequence, logID) = claim.unpublished else {
-                claim.awaitingPublisher = false
-                return true
-            }
-            guard sequence == claim.written && logID == claim.writtenLog || write(sequence, logID: logID, into: &claim) else { return false }
-            claim.unpublished = nil
-            claim.awaitingPublisher = false
-            return true
-        }
-    }
-
-    /// Writes the claim under its lock; a newer value replaces any left to the publisher.
-    @discardableResult
-    private func write(_ sequence: UInt64, logID: UInt64, into claim: inout Claimed) -> Bool {
-        guard (try? Self.write(sequence, logID: logID, to: fd, path: name)) != nil else { return false }
-        claim.written = sequence
-        claim.writtenLog = logID
-        claim.writtenAt = MonotonicCondition.now()
-        claim.unpublished = nil
-        return true
+        return sequence != written || logID != writtenLog
     }
 
     /// At most one write of a caught-up claim per this many nanoseconds (50 ms).
     static let idleInterval: UInt64 = 50_000_000
+    /// In seconds, for the timers of the reader's owners.
+    static let idleSeconds = Double(idleInterval) / 1e9
+    /// When the claim was last written (CLOCK_MONOTONIC, ns).
+    private var writtenAt: UInt64 = 0
 
     /// Withdraws the claim. A claim that cannot be removed (its container was moved, or
     /// the process is out of descriptors) is unlocked all the same, and the next
     /// compaction deletes it as a dead listener's.
     func close() {
-        let wasOpen = claim.withLock { claim in
-            defer { claim.closed = true }
-            return !claim.closed
-        }
-        guard wasOpen else { return }
+        guard !closed else { return }
+        closed = true
         if let directory = try? Self.openDirectory(in: container, identifier: identifier, create: false) {
             Syscalls.remove(name, in: directory)
             try? directory.close()

@@ -213,6 +213,12 @@ public protocol WormholeTransitingReader: AnyObject {
     /// The file (or table) behind the position may have been replaced: the next read,
     /// once it has read what it holds to the end, looks at what is there now.
     func invalidate()
+
+    /// Whether the last read caught up without publishing its position (a listener's
+    /// claim is written at most once per idle interval, 50 ms): the consumer reads again
+    /// once the interval has passed, and that read publishes it, so that `status` shows
+    /// an idle listener's exact position.
+    var positionIsUnpublished: Bool { get }
 }
 
 extension WormholeTransitingReader {
@@ -229,6 +235,7 @@ extension WormholeTransitingReader {
     public func invalidate() {}
     public func acknowledge(_ sequence: UInt64) throws(WormholeError) {}
     public var mayHaveMore: Bool { false }
+    public var positionIsUnpublished: Bool { false }
 }
 
 /// What an observation reports.

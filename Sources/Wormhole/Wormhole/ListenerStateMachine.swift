@@ -5,7 +5,7 @@ import Glibc
 /// Everything that decides what a ``ListenerToken`` (or a ``WorkQueueMember``, whose
 /// drains take from its queue) does next, in one value behind one lock: whether it is
 /// cancelled, whether a drain runs (and on which thread), whether another wake-up came
-/// meanwhile, the retry timer, and what is owed to the listener's `onError`.
+/// meanwhile, the retry and idle timers, and what is owed to the listener's `onError`.
 ///
 /// Each method is one transition: it changes the state and returns what to do, which
 /// the token does after releasing the lock (read the log, call the listener, schedule a
@@ -52,7 +52,8 @@ struct ListenerStateMachine {
         var closeReader = false
         /// Report this read failure to `onError`.
         var report = false
-        /// Schedule a drain after this many seconds (a retry).
+        /// Schedule a drain after this many seconds (a retry, or the idle read that
+        /// publishes a caught-up position).
         var wakeAfter: Double?
     }
 
@@ -76,7 +77,7 @@ struct ListenerStateMachine {
     private var invalidated = false
     /// While reads fail for want of a descriptor or memory: the delay before the next try.
     private var retryDelay: Double?
-    /// A retry timer will schedule a drain.
+    /// A timer (retry or idle) will schedule a drain.
     private var timerScheduled = false
     /// An acknowledgement failed and was reported; the next failures of the streak are not.
     private var acknowledgementFailing = false
@@ -152,8 +153,9 @@ struct ListenerStateMachine {
     }
 
     /// A read returned `count` records of `maximumCount`; `mayHaveMore` when the reader
-    /// stopped at the end of a replaced log.
-    mutating func batchRead(count: Int, maximumCount: Int, mayHaveMore: Bool) -> Next {
+    /// stopped at the end of a replaced log, `positionIsUnpublished` when it caught up
+    /// without writing its position.
+    mutating func batchRead(count: Int, maximumCount: Int, mayHaveMore: Bool, positionIsUnpublished: Bool) -> Next {
         retryDelay = nil
         if !isCancelled, case .running(let holder, let again) = drain,
            // A full batch, or one that stopped at the end of a replaced log (no event
@@ -163,7 +165,12 @@ struct ListenerStateMachine {
             drain = .running(thread: holder, again: false)
             return .read(invalidate: takeInvalidated())
         }
-        return .end(release(Ending()))
+        var ending = Ending()
+        if positionIsUnpublished && !timerScheduled {
+            timerScheduled = true
+            ending.wakeAfter = ListenerCursor.idleSeconds
+        }
+        return .end(release(ending))
     }
 
     /// The holder of the drain stops after handing out part of a batch (the listener was
@@ -191,8 +198,7 @@ struct ListenerStateMachine {
             timerScheduled = true
             ending.wakeAfter = delay
         } else if retryDelay == nil {
-            // A timer armed before a read succeeded retries: the streak has begun all the
-            // same.
+            // The idle timer's drain retries: the streak has begun all the same.
             retryDelay = 0.005
         }
         return release(ending)

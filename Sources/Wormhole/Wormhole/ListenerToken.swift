@@ -231,8 +231,8 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
                 case .failure(let error): onError(error)
                 }
             }
-            let (count, mayHaveMore) = (batch.count, reader.mayHaveMore)
-            switch state.withLock({ $0.batchRead(count: count, maximumCount: maximumCount, mayHaveMore: mayHaveMore) }) {
+            let (count, mayHaveMore, unpublished) = (batch.count, reader.mayHaveMore, reader.positionIsUnpublished)
+            switch state.withLock({ $0.batchRead(count: count, maximumCount: maximumCount, mayHaveMore: mayHaveMore, positionIsUnpublished: unpublished) }) {
             case .read(let again): invalidate = again
             case .end(let ending):
                 end(ending)

@@ -69,6 +69,7 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
                     }
                     continue
                 }
+                source.readAgainToPublishPosition()
                 guard try await source.signal.wait() else {
                     source.close()
                     return nil
@@ -149,6 +150,19 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
             defer { index += 1 }
             return buffer[index]
         }
+
+        /// A reader that caught up without publishing its position (at most one write
+        /// per idle interval) is woken once the interval has passed: that read writes it.
+        func readAgainToPublishPosition() {
+            guard reader?.positionIsUnpublished == true,
+                  !publishScheduled.withLock({ scheduled in defer { scheduled = true }; return scheduled }) else { return }
+            let (signal, publishScheduled) = (self.signal, self.publishScheduled)
+            RetryClock.shared.schedule(after: ListenerCursor.idleSeconds) {
+                publishScheduled.withLock { $0 = false }
+                signal.signal()
+            }
+        }
+        private let publishScheduled = Locked(false)
 
         func close() {
             observation?.cancel()
