@@ -5,7 +5,7 @@
  *   dbus_peer send   --address A [--count C] [--size S] [--interval-ns I] [--handshake] [--hold]
  *   dbus_peer listen --address A [--count C] [--hold]
  *   dbus_peer serve  --address A [--name N]
- *   dbus_peer call   --address A [--name N] [--count C] [--size S]
+ *   dbus_peer call   --address A [--name N] [--count C] [--size S] [--pause-us P] [--work-us W]
  *
  * A is the address of a bus (a private dbus-daemon that Benchmarks/run starts with
  * Benchmarks/C/bench-bus.conf). Both sides use libdbus-1, the reference library, on one
@@ -217,7 +217,8 @@ static int run_call(int argc, char **argv) {
     struct caller c = { connect_to(address), option(argc, argv, "name", BENCH_SERVER), malloc((size_t)size), (int)size };
     if (!c.frame) fail("out of memory");
     memset(c.frame, 0x2e, (size_t)size);
-    call_round_trips(count, call_echo, &c);
+    call_round_trips(count, (uint64_t)option_int(argc, argv, "pause-us", 0) * 1000,
+                     (uint64_t)option_int(argc, argv, "work-us", 0) * 1000, call_echo, &c);
     dbus_connection_close(c.connection);
     dbus_connection_unref(c.connection);
     return 0;
@@ -232,6 +233,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: dbus_peer send --address A [--count C] [--size S] [--interval-ns I] [--handshake] [--hold]\n"
                     "       dbus_peer listen --address A [--count C] [--hold]\n"
                     "       dbus_peer serve  --address A [--name N]\n"
-                    "       dbus_peer call   --address A [--name N] [--count C] [--size S]\n");
+                    "       dbus_peer call   --address A [--name N] [--count C] [--size S] [--pause-us P] [--work-us W]\n");
     return 64;
 }

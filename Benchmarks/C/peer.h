@@ -221,17 +221,20 @@ __attribute__((unused)) static void send_paced(long long count, uint64_t interva
 /* --- round trips (the requests section) ------------------------------------------ */
 
 /* The caller of a request/reply baseline: 20 warm-up round trips, then `count` back to
- * back, each timed from before the request is sent to after its reply is read; then
- * RESULT count=... failed=... cpu_us=... and SAMPLES with each round trip in
+ * back, or each after a sleep of `pause` nanoseconds or `work` nanoseconds of busy work
+ * (neither timed), each timed from before the request is sent to after its reply is
+ * read; then RESULT count=... failed=... cpu_us=... and SAMPLES with each round trip in
  * nanoseconds (as RequestRoles.swift prints them). `call` returns 0 when the reply came
  * and matched the request. */
-__attribute__((unused)) static void call_round_trips(long long count, int (*call)(void *, uint64_t), void *context) {
+__attribute__((unused)) static void call_round_trips(long long count, uint64_t pause, uint64_t work, int (*call)(void *, uint64_t), void *context) {
     uint64_t *times = calloc((size_t)(count > 0 ? count : 1), sizeof *times);
     if (!times) fail("out of memory");
     long long failed = 0, timed = 0;
     for (uint64_t i = 0; i < WARM_UP_COUNT; i++) (void)call(context, WARM_UP_BIT | i);
     uint64_t cpu_before = cpu_us();
     for (long long i = 0; i < count; i++) {
+        if (pause > 0) sleep_until(now_ns() + pause);
+        for (uint64_t end = work > 0 ? now_ns() + work : 0; now_ns() < end;) {}
         uint64_t begin = now_ns();
         if (call(context, (uint64_t)i) != 0) { failed++; continue; }
         times[timed++] = now_ns() - begin;

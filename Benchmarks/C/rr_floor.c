@@ -4,11 +4,14 @@
  * in C, one thread each, and nothing else.
  *
  *   rr_floor serve --dir D
- *   rr_floor call  --dir D [--count C] [--size S]
+ *   rr_floor call  --dir D [--count C] [--size S] [--spin-us U] [--pause-us P] [--work-us W]
  *
  * Requester, per round trip: the request's append to D/rr.requests (flock, fstat,
  * pwritev, flock); then, as the library's ReplyWaiter, poll on an inotify instance of its
  * own watching D/rr.replies and on an eventfd, read, and one pread of the reply log.
+ * With --spin-us, as the library's default (WormholeConfiguration.replySpinTime), the
+ * first wait polls with no timeout, yielding the CPU between polls (sched_yield), until U
+ * microseconds after the request's pass, and only then sleeps in poll.
  *
  * Responder, per request, as the library's reader thread and WorkQueueMember: poll on an
  * inotify instance watching D for IN_MODIFY and on an eventfd, read; the take (flock of
@@ -29,6 +32,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
@@ -186,7 +190,7 @@ static int run_serve(int argc, char **argv) {
 struct requester {
     struct log requests;
     int replies_read, inotify, wake;
-    uint64_t offset, correlation;
+    uint64_t offset, correlation, spin_ns;
     unsigned char *payload, buffer[BUFFER_SIZE];
     size_t size;
 };
@@ -195,11 +199,17 @@ static int round_trip(void *context, uint64_t index) {
     struct requester *q = context;
     frame_write(q->payload, now_ns(), index);
     uint64_t correlation = ++q->correlation;
+    uint64_t spin_end = q->spin_ns ? now_ns() + q->spin_ns : 0;
     append(&q->requests, q->payload, q->size, correlation);
     unsigned char events[4096] __attribute__((aligned(8)));
     for (int waits = 0; waits < 50; waits++) {
         struct pollfd ready[2] = { { q->inotify, POLLIN, 0 }, { q->wake, POLLIN, 0 } };
-        int count = poll(ready, 2, 100);
+        int count = poll(ready, 2, spin_end ? 0 : 100);
+        while (count == 0 && spin_end) {
+            if (now_ns() >= spin_end) { count = poll(ready, 2, 100); break; }
+            sched_yield();
+            count = poll(ready, 2, 0);
+        }
         if (count < 0 && errno != EINTR) die("poll");
         if (count > 0 && read(q->inotify, events, sizeof events) < 0 && errno != EINTR) die("read inotify");
         ssize_t got = pread(q->replies_read, q->buffer, sizeof q->buffer, (off_t)q->offset);
@@ -224,11 +234,13 @@ static int run_call(int argc, char **argv) {
     if (!directory) fail("rr_floor call: missing --dir");
     long long count = option_int(argc, argv, "count", 2000);
     long long size = option_int(argc, argv, "size", 16);
+    long long spin_us = option_int(argc, argv, "spin-us", 0);
     if (size < FRAME_MINIMUM_SIZE) size = FRAME_MINIMUM_SIZE;
     int dirfd = open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dirfd < 0) die(directory);
     static struct requester q;
     q.size = (size_t)size;
+    q.spin_ns = spin_us > 0 ? (uint64_t)spin_us * 1000 : 0;
     q.payload = malloc(q.size);
     if (!q.payload) fail("out of memory");
     memset(q.payload, 0x2e, q.size);
@@ -244,13 +256,14 @@ static int run_call(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", directory, REPLIES);
     if (inotify_add_watch(q.inotify, path, IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0) die("inotify_add_watch");
-    call_round_trips(count, round_trip, &q);
+    call_round_trips(count, (uint64_t)option_int(argc, argv, "pause-us", 0) * 1000,
+                     (uint64_t)option_int(argc, argv, "work-us", 0) * 1000, round_trip, &q);
     return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return run_serve(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "call") == 0) return run_call(argc, argv);
-    fprintf(stderr, "usage: rr_floor serve --dir D\n       rr_floor call --dir D [--count C] [--size S]\n");
+    fprintf(stderr, "usage: rr_floor serve --dir D\n       rr_floor call --dir D [--count C] [--size S] [--spin-us U] [--pause-us P] [--work-us W]\n");
     return 64;
 }

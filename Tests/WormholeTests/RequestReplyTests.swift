@@ -237,4 +237,58 @@ struct RequestReplyTests {
         #expect(concurrent.count == threads * 20 && concurrent.all.allSatisfy { $0 == 1 }, "\(concurrent.all.filter { $0 == 0 }.count) of \(concurrent.count) concurrent blocking requests not answered")
         for responder in responders { responder.cancel() }
     }
+
+    @Test("a blocked requester polls for its reply only when replies come fast and it ran since its last request: not for a slow responder, not after a sleep, never with replySpinTime 0; every reply is its own; a replySpinTime out of range is refused",
+          .timeLimit(.minutes(1)))
+    func requestersPollOnlyWhenItPays() async throws {
+        let store = try Backend.file.makeStore()
+        let responder = try store.wormhole()
+        let fast = try responder.respond(toIdentifier: "fast", as: Int.self) { $0 + 1 }
+        let slow = try responder.respond(toIdentifier: "slow", as: Int.self, queue: DispatchQueue(label: "slow responder")) { number in
+            Thread.sleep(forTimeInterval: 0.005)
+            return number + 1
+        }
+        defer { fast.cancel(); slow.cancel() }
+        /// `count` blocking requests of `identifier` from one thread, `pause` seconds
+        /// apart: whether each reply was its request's, and how many of them polled.
+        func ask(_ identifier: String, count: Int, pause: Double = 0, spinTime: Double) async throws -> (answered: Bool, polled: Int) {
+            var configuration = Wormhole.Configuration()
+            configuration.replySpinTime = spinTime
+            let requester = try store.wormhole(configuration: configuration)
+            let (answers, polled) = await withCheckedContinuation { (done: CheckedContinuation<([Int], Int), Never>) in
+                Thread.detachNewThread {
+                    let answers = (0..<count).map { number in
+                        if pause > 0, number > 0 { Thread.sleep(forTimeInterval: pause) }
+                        return (try? requester.request(number, identifier: identifier, as: Int.self, timeout: 10)) ?? -1
+                    }
+                    let router = try? requester.replyRouters.router(for: identifier, in: requester)
+                    done.resume(returning: (answers, router?.polledRequests ?? -1))
+                }
+            }
+            return (answers == (1...count).map { $0 }, polled)
+        }
+        // 10 ms (the most allowed), so that replies slowed down by a loaded machine still
+        // count as fast.
+        if ReplyRouter.mayRunOnAnotherCPU {
+            let backToBack = try await ask("fast", count: 50, spinTime: 0.01)
+            #expect(backToBack.answered)
+            #expect(backToBack.polled >= 25, "\(backToBack.polled) of 49 back-to-back requests polled")
+        }
+        let asleepBetween = try await ask("fast", count: 6, pause: 0.02, spinTime: 0.01)
+        #expect(asleepBetween.answered)
+        #expect(asleepBetween.polled == 0, "\(asleepBetween.polled) requests polled after 20 ms asleep")
+        let slowReplies = try await ask("slow", count: 6, spinTime: 0.0001)
+        #expect(slowReplies.answered)
+        #expect(slowReplies.polled == 0, "\(slowReplies.polled) requests polled for replies that take 5 ms")
+        let never = try await ask("fast", count: 20, spinTime: 0)
+        #expect(never.answered)
+        #expect(never.polled == 0)
+        for wrong in [-0.001, 0.02, .nan] {
+            var configuration = Wormhole.Configuration()
+            configuration.replySpinTime = wrong
+            let error = #expect(throws: WormholeError.self) { _ = try store.wormhole(configuration: configuration) }
+            #expect(error?.code == .invalidConfiguration)
+            #expect(error?.message.contains("replySpinTime must be between 0 and 0.01 seconds") == true, "\(error?.message ?? "")")
+        }
+    }
 }

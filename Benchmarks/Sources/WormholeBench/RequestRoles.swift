@@ -45,12 +45,17 @@ enum RequestRoles {
         }
     }
 
-    /// `rr-call --mechanism wormhole|socket --count C [--size S] [--dir D]`: 20 warm-up
-    /// round trips, then C back to back, each timed from before the request is passed to
-    /// after its reply (checked: the request's bytes) is in hand.
+    /// `rr-call --mechanism wormhole|socket --count C [--size S] [--dir D]
+    /// [--reply-spin-time SECONDS] [--pause-us P] [--work-us W]`: 20 warm-up round trips,
+    /// then C back to back, or each after a sleep of P or W microseconds of busy work
+    /// (neither timed), each timed from before the request is passed to after its reply
+    /// (checked: the request's bytes) is in hand.
+    /// `--reply-spin-time` sets `WormholeConfiguration.replySpinTime`.
     static func call(_ options: Options) throws -> Int32 {
         let count = try options.int("count", default: 2000)
         let size = max(Frame.minimumSize, try options.int("size", default: 16))
+        let pause = UInt64(max(0, try options.int("pause-us", default: 0))) * 1000
+        let work = UInt64(max(0, try options.int("work-us", default: 0))) * 1000
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 8)
         defer { buffer.deallocate() }
         memset(buffer, 0x2e, size)
@@ -64,27 +69,31 @@ enum RequestRoles {
                 guard try transfer({ write(3, $0, $1) }, buffer, size), try transfer({ read(3, $0, $1) }, reply, size) else { return false }
                 return memcmp(buffer, reply, size) == 0
             }
-            return try timeRoundTrips(count: count, roundTrip)
+            return try timeRoundTrips(count: count, pause: pause, work: work, roundTrip)
         default:
-            let wormhole = try Wormhole(directory: try options.string("dir"))
+            var configuration = Wormhole.Configuration()
+            configuration.replySpinTime = try options.double("reply-spin-time", default: configuration.replySpinTime)
+            let wormhole = try Wormhole(directory: try options.string("dir"), configuration: configuration)
             roundTrip = { index in
                 Frame.write(stamp: Monotonic.now(), index: index, into: buffer)
                 let request = Data(bytes: buffer, count: size)
                 let reply = try wormhole.requestRecord(payload: request, kind: .data, identifier: requestIdentifier, timeout: 5)
                 return reply.payload == request
             }
-            return try timeRoundTrips(count: count, roundTrip)
+            return try timeRoundTrips(count: count, pause: pause, work: work, roundTrip)
         }
     }
 
     /// The measured part of a caller (Benchmarks/C/peer.h's `call_round_trips`).
-    private static func timeRoundTrips(count: Int, _ roundTrip: (UInt64) throws -> Bool) throws -> Int32 {
+    private static func timeRoundTrips(count: Int, pause: UInt64, work: UInt64, _ roundTrip: (UInt64) throws -> Bool) throws -> Int32 {
         for number in 0..<20 { _ = try roundTrip(Frame.warmUpBit | UInt64(number)) }
         var times: [UInt64] = []
         times.reserveCapacity(count)
         var failed = 0
         let before = ResourceUsage.current()
         for index in 0..<count {
+            if pause > 0 { Monotonic.sleep(until: Monotonic.now() + pause) }
+            if work > 0 { let end = Monotonic.now() + work; while Monotonic.now() < end {} }
             let begin = Monotonic.now()
             let matched: Bool
             do { matched = try roundTrip(UInt64(index)) } catch {

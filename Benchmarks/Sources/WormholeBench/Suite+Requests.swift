@@ -8,25 +8,68 @@ import Foundation
 /// same run and interleaved over the rounds.
 extension Suite {
     /// The mechanisms of the requests section.
+    /// The Wormhole rows and the floor's come twice: with the requester polling for its
+    /// reply up to 100 us after the pass (the library's default,
+    /// `WormholeConfiguration.replySpinTime`), and sleeping at once (`replySpinTime` 0).
     enum RoundTrip: String, CaseIterable {
         case wormhole = "Wormhole request/reply (respondToRecords, requestRecord)"
+        case wormholeSleeping = "Wormhole request/reply, the requester sleeping at once (replySpinTime 0)"
         case floor = "C floor: the same system calls in C, one thread each (rr_floor)"
+        case floorSleeping = "C floor, the requester sleeping at once (rr_floor)"
         case dbus = "D-Bus method call via dbus-daemon"
         case socket = "Unix socket (one write and one read each way)"
     }
 
     /// Round trips back to back: a responder process and a caller process that times each
-    /// request from before it is sent to after its reply (checked) is in hand.
+    /// request from before it is sent to after its reply (checked) is in hand. Then the
+    /// same with the caller sleeping 1 ms before each request (section `requests-paced`):
+    /// both sides sleep in between, and their CPUs may halt, as in a program that asks
+    /// now and then; and with the caller busy 100 us before each (`requests-working`),
+    /// as in a program that computes between its requests.
     mutating func requests(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
         let count = quick ? 500 : 2000
-        let mechanisms = RoundTrip.allCases.filter { ($0 != .dbus || peers.has(.dbus)) && ($0 != .floor || peers.roundTripFloor != nil) }
+        let mechanisms = RoundTrip.allCases.filter { ($0 != .dbus || peers.has(.dbus)) && (![.floor, .floorSleeping].contains($0) || peers.roundTripFloor != nil) }
         printError("  request/reply round trips: \(count) of 16 B back to back, \(rounds) rounds")
+        try roundTripRows("requests", mechanisms, count: count, spacing: [], runner, fileSystem)
+        let pacedCount = quick ? 200 : 1000
+        printError("  request/reply round trips: \(pacedCount) of 16 B one every \(Self.requestPauseMicroseconds) us, \(rounds) rounds")
+        let spaced = mechanisms.filter { ![.floor, .floorSleeping].contains($0) }
+        try roundTripRows("requests-paced", spaced, count: pacedCount, spacing: ["--pause-us", String(Self.requestPauseMicroseconds)], runner, fileSystem)
+        printError("  request/reply round trips: \(pacedCount) of 16 B each after \(Self.requestWorkMicroseconds) us of work, \(rounds) rounds")
+        try roundTripRows("requests-working", spaced, count: pacedCount, spacing: ["--work-us", String(Self.requestWorkMicroseconds)], runner, fileSystem)
+        guard fileSystem.hasPrefix("tmpfs"), let ours = rows.last(where: { $0.section == "requests" && $0.mechanism == RoundTrip.wormhole.rawValue }),
+              let p50 = ours.p50 else { return }
+        func p50Of(_ section: String, _ mechanism: RoundTrip) -> Double? {
+            rows.last(where: { $0.section == section && $0.mechanism == mechanism.rawValue })?.p50
+        }
+        if let dbus = p50Of("requests", .dbus) {
+            var figures = String(format: "%.1f us vs D-Bus %.1f us: %.2fx; %d failed", p50, dbus, p50 / dbus, ours.lost ?? 0)
+            if let sleeping = p50Of("requests", .wormholeSleeping) {
+                figures += String(format: " (the requester sleeping at once: %.1f us, %.2fx)", sleeping, sleeping / dbus)
+            }
+            for (section, what) in [("requests-paced", "after 1 ms asleep"), ("requests-working", "after 100 us of work")] {
+                if let spaced = p50Of(section, .wormhole), let spacedDBus = p50Of(section, .dbus) {
+                    figures += String(format: "; %@: %.1f us vs %.1f us, %.2fx", what, spaced, spacedDBus, spaced / spacedDBus)
+                }
+            }
+            verdicts.append(("request/reply p50 <= 0.5x a D-Bus method call's", p50 <= 0.5 * dbus && ours.lost == 0, figures))
+        }
+    }
+
+    /// The sleep before each request of the paced rows, and the work before each of the
+    /// working rows.
+    static let requestPauseMicroseconds = 1000
+    static let requestWorkMicroseconds = 100
+
+    /// `rounds` rounds of `count` round trips of each mechanism, interleaved; a row each.
+    private mutating func roundTripRows(_ section: String, _ mechanisms: [RoundTrip], count: Int, spacing: [String],
+                                        _ runner: Runner, _ fileSystem: String) throws(BenchError) {
         var samples: [RoundTrip: [UInt64]] = [:]
         var failed: [RoundTrip: Int] = [:]
         var cpu: [RoundTrip: [Double]] = [:]
         for round in 1...rounds {
             for mechanism in mechanisms {
-                let result = try roundTrips(mechanism, count: count, round: round, base: runner.base)
+                let result = try roundTrips(mechanism, count: count, spacing: spacing, round: round, base: runner.base)
                 samples[mechanism, default: []] += result.samples
                 failed[mechanism, default: 0] += result.failed
                 cpu[mechanism, default: []].append(result.callerMicroseconds)
@@ -37,7 +80,7 @@ extension Suite {
         }
         for mechanism in mechanisms {
             let sorted = (samples[mechanism] ?? []).sorted()
-            var row = Row(section: "requests", fileSystem: fileSystem, mechanism: mechanism.rawValue, messages: sorted.count)
+            var row = Row(section: section, fileSystem: fileSystem, mechanism: mechanism.rawValue, messages: sorted.count)
             row.p50 = Double(percentile(sorted, 50)) / 1000
             row.p90 = Double(percentile(sorted, 90)) / 1000
             row.p99 = Double(percentile(sorted, 99)) / 1000
@@ -47,33 +90,29 @@ extension Suite {
             row.note = "\(rounds) rounds of \(count); the caller's CPU per round trip is the median round's"
             rows.append(row)
         }
-        guard fileSystem.hasPrefix("tmpfs"), let ours = rows.last(where: { $0.section == "requests" && $0.mechanism == RoundTrip.wormhole.rawValue }),
-              let p50 = ours.p50 else { return }
-        if let dbus = rows.last(where: { $0.section == "requests" && $0.mechanism == RoundTrip.dbus.rawValue })?.p50 {
-            verdicts.append(("request/reply p50 <= 0.5x a D-Bus method call's", p50 <= 0.5 * dbus && ours.lost == 0,
-                             String(format: "%.1f us vs D-Bus %.1f us: %.2fx; %d failed", p50, dbus, p50 / dbus, ours.lost ?? 0)))
-        }
     }
 
     /// One round of one mechanism: the samples (ns), the failed round trips and the
     /// caller's CPU per round trip (us).
-    private func roundTrips(_ mechanism: RoundTrip, count: Int, round: Int, base: String) throws(BenchError) -> (samples: [UInt64], failed: Int, callerMicroseconds: Double) {
+    private func roundTrips(_ mechanism: RoundTrip, count: Int, spacing: [String], round: Int, base: String) throws(BenchError) -> (samples: [UInt64], failed: Int, callerMicroseconds: Double) {
         let directory = base + "/requests"
         removeTree(directory)
         mkdir(directory, 0o700)
         defer { removeTree(directory) }
-        let counted = ["--count", String(count)]
+        let counted = ["--count", String(count)] + spacing
         let server: Child, caller: Child
         switch mechanism {
-        case .wormhole:
+        case .wormhole, .wormholeSleeping:
             server = try Child(["rr-serve", "--mechanism", "wormhole", "--dir", directory])
             _ = try server.expect("READY", timeout: 60)
-            caller = try Child(["rr-call", "--mechanism", "wormhole", "--dir", directory] + counted)
-        case .floor:
+            let spin = mechanism == .wormhole ? [] : ["--reply-spin-time", "0"]
+            caller = try Child(["rr-call", "--mechanism", "wormhole", "--dir", directory] + spin + counted)
+        case .floor, .floorSleeping:
             guard let floor = peers.roundTripFloor else { throw BenchError("the C floor of a round trip is not built (Benchmarks/run builds it)") }
             server = try Child(path: floor, ["serve", "--dir", directory])
             _ = try server.expect("READY", timeout: 60)
-            caller = try Child(path: floor, ["call", "--dir", directory] + counted)
+            let spin = mechanism == .floor ? ["--spin-us", "100"] : []
+            caller = try Child(path: floor, ["call", "--dir", directory] + spin + counted)
         case .dbus:
             guard let peer = peers.dbusPeer, let address = peers.dbusAddress else { throw BenchError("no D-Bus peer") }
             // A name of its own each round: the bus may not have seen the last server go.

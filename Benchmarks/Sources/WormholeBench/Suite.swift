@@ -753,10 +753,13 @@ struct Suite {
                 [$0.mechanism, Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.max),
                  $0.residentKiB.map { Format.grouped(Int($0)) } ?? "", $0.note]
             }
-            section("requests", "Request/reply round trips, 16 bytes, back to back (us)",
-                    ["mechanism", "round trips", "p50", "p90", "p99", "max", "failed", "caller CPU/round trip (us)"]) {
-                [$0.mechanism, Format.grouped($0.messages), Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.p99),
-                 Format.micro($0.max), Format.integer($0.lost), Format.micro($0.senderMicroseconds)]
+            for (key, title) in [("requests", "Request/reply round trips, 16 bytes, back to back (us)"),
+                                 ("requests-paced", "Request/reply round trips, 16 bytes, each after \(Self.requestPauseMicroseconds) us asleep (us)"),
+                                 ("requests-working", "Request/reply round trips, 16 bytes, each after \(Self.requestWorkMicroseconds) us of work (us)")] {
+                section(key, title, ["mechanism", "round trips", "p50", "p90", "p99", "max", "failed", "caller CPU/round trip (us)"]) {
+                    [$0.mechanism, Format.grouped($0.messages), Format.micro($0.p50), Format.micro($0.p90), Format.micro($0.p99),
+                     Format.micro($0.max), Format.integer($0.lost), Format.micro($0.senderMicroseconds)]
+                }
             }
             section("queues", "Work queue: jobs of 16 bytes taken and acknowledged one at a time by worker processes (the queue filled first)",
                     ["mechanism", "workers", "jobs", "jobs/s (median)", "lost", "repeated", "worker CPU/job (us)", "note"]) {
