@@ -329,8 +329,9 @@ final class ReplyRouter: Sendable {
         guard spinTime > 0 else { return 0 }
         let (recent, last) = polling.withLock { ($0.recentWait, $0.lastEnded[thread]) }
         guard let recent, recent <= spinTime, let last else { return 0 }
-        let ran = Self.threadCPUTime() &- last.cpu, passed = reply.began &- last.wall
-        guard ran >= passed / 2 else { return 0 }
+        // (A thread that ended and left its number to a new one has used less CPU.)
+        let cpu = Self.threadCPUTime()
+        guard cpu >= last.cpu, cpu - last.cpu >= (reply.began &- last.wall) / 2 else { return 0 }
         polling.withLock { $0.polled += 1 }
         return reply.began &+ spinTime
     }
