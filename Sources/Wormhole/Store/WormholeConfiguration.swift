@@ -1,5 +1,6 @@
 /// Limits that every process sharing a directory should agree on
-/// (``Wormhole/Configuration``).
+/// (``Wormhole/Configuration``), and two tunings of the process's own that need no
+/// agreement (``maximumOpenLogCount``, ``replySpinTime``).
 ///
 /// It belongs to the store: back ends take it without knowing the ``Wormhole`` type.
 ///
