@@ -49,9 +49,11 @@ public struct WormholeConfiguration: Sendable, Hashable {
     /// slow responder costs its requesters no polling) and the thread ran, rather than
     /// slept, since its last request of the identifier: requests back to back, or with
     /// work between them. There polling halves the round trip on a machine where waking a
-    /// thread on another CPU is dear (a virtual machine that halts idle vCPUs), for no
-    /// more CPU; after a sleep it would not help (Performance.md, "Requests and work
-    /// queues"). Asynchronous requests never poll: they suspend.
+    /// thread on another CPU is dear (a virtual machine that halts idle vCPUs), for at
+    /// most this much CPU a request (when the reply comes quickly, about what the sleep
+    /// and the wake-up it saves would cost); after a sleep it would not help
+    /// (Performance.md, "Requests and work queues"). Asynchronous requests never poll:
+    /// they suspend.
     public var replySpinTime: Double = 0.0001
 
     public init() {}
