@@ -275,6 +275,7 @@ struct RequestReplyTests {
             // Most poll; a few may not, on a loaded machine: a thread preempted between two
             // requests has not run for most of the time since the last.
             #expect(backToBack.polled >= 10, "\(backToBack.polled) of 49 back-to-back requests polled")
+            print("reply polling: \(backToBack.polled) of 49 back-to-back requests polled")
         }
         let asleepBetween = try await ask("fast", count: 6, pause: 0.02, spinTime: 0.01)
         #expect(asleepBetween.answered)
