@@ -318,13 +318,13 @@ final class ReplyRouter: Sendable {
     /// - The recent requests' replies came within that time. A responder that answers
     ///   slowly, or none at all, stops the polling after a request or two; once replies
     ///   come fast again (they are timed when the requester sleeps too), it resumes.
-    /// - The calling thread ran, rather than slept, for most of the time since its last
-    ///   request of the identifier ended (back-to-back requests, or work between them;
-    ///   a thread's first request does not poll).
-    ///   Its CPU is awake then, and polling saves its wake-up. A thread that slept
-    ///   between requests sleeps for the reply too: its responder has likely gone to
-    ///   sleep meanwhile and must be woken anyway, and the scheduler may then run both on
-    ///   one CPU, which a polling requester keeps busy (Performance.md measures both).
+    /// - The calling thread ran, rather than slept, for at least half the time since its
+    ///   last request of the identifier ended (back-to-back requests, or work between
+    ///   them; a thread's first request does not poll). Its CPU is awake then, and
+    ///   polling saves its wake-up. A thread that slept between requests sleeps for the
+    ///   reply too: its responder has likely gone to sleep meanwhile and must be woken
+    ///   anyway, and the scheduler may then run both on one CPU, which a polling
+    ///   requester keeps busy (Performance.md measures both).
     private func spinEnd(of reply: PendingReply, thread: UInt) -> UInt64 {
         guard spinTime > 0 else { return 0 }
         let (recent, last) = polling.withLock { ($0.recentWait, $0.lastEnded[thread]) }
@@ -340,8 +340,9 @@ final class ReplyRouter: Sendable {
     var polledRequests: Int { polling.withLock { $0.polled } }
 
     /// Counts how long `reply` took, from its pass to its outcome (the first request's
-    /// time is the average's start), and when the calling thread's request ended. (A few threads make requests; past 64 the oldest
-    /// entries are forgotten, which costs those threads one request without polling.)
+    /// time is the average's start), and when the calling thread's request ended. (A few
+    /// threads make requests; past 64, all are forgotten, which costs each of them one
+    /// request without polling.)
     private func noteWait(of reply: PendingReply, thread: UInt) {
         let now = MonotonicCondition.now(), cpu = Self.threadCPUTime()
         polling.withLock { polling in
