@@ -15,7 +15,9 @@ struct LifecycleTests {
         let received = Collector<String>()
         _ = try wormhole.listenForMessage(withIdentifier: "id", as: String.self) { received.append($0) }
         try await wormhole.passMessage("one", identifier: "id")
-        #expect(await received.wait(for: 1) == ["one"])
+        let heard = await received.wait(for: 1)
+        #expect(heard == ["one"])
+        if heard.isEmpty { Issue.record("the listener heard nothing in 10 s: \(await silentListenerReport(wormhole, directory: directory.path, identifier: "id"))") }
         wormhole.stopListeningForMessage(withIdentifier: "id")
         try await wormhole.passMessage("two", identifier: "id")
         await settle(200)

@@ -90,6 +90,18 @@ struct NotificationCenterTests {
             attempts += 1
         }
         #expect(received.all.first == "tick")
+        if received.count == 0 {
+            // A rare failure in loaded runs: say whether an observer without a sequence
+            // hears a post now, and how the reader thread and the process are.
+            let probe = Collector<String>()
+            let observation = try center.addObserver(forName: "probe") { probe.append($0) }
+            try center.post("probe")
+            let heard = await probe.wait(for: 1, seconds: 5)
+            observation.cancel()
+            let threads = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8))?
+                .split(separator: "\n").first { $0.hasPrefix("Threads:") }.map(String.init) ?? "Threads: ?"
+            Issue.record("the sequence heard none of \(attempts) posts; an observer of another name heard \(heard); reader wake-ups \(ReaderThreadWakeUps.count); \(threads)")
+        }
         task.cancel()
         let ended: Void? = try? await task.value
         #expect(ended != nil, "cancelling the task ends the loop without an error")

@@ -215,3 +215,28 @@ enum ContainerParent: String, CaseIterable, Sendable, CustomTestStringConvertibl
         return path
     }
 }
+
+/// What the process looks like when a listener of `identifier` in `directory` heard
+/// nothing it should have: for the failure's message, so that a rare failure in a
+/// loaded run says where the message stopped. The log's size; the listener claims
+/// (their positions say whether a drain read the message); the reader thread's wake-ups
+/// so far; the process's threads; and whether a new listener of another identifier in
+/// the same container hears a pass within 5 s (the reader thread and its watch work).
+func silentListenerReport(_ wormhole: Wormhole, directory: String, identifier: String) async -> String {
+    var facts: [String] = []
+    var status = stat()
+    let log = directory + "/" + identifier + ".wormhole"
+    facts.append(lstat(log, &status) == 0 ? "log \(status.st_size) bytes" : "no log")
+    facts.append("claims " + (((try? wormhole.listeners(identifier: identifier)) ?? []).map { "\($0.position)/\($0.behind) behind" }.joined(separator: ", ")))
+    facts.append("reader wake-ups \(ReaderThreadWakeUps.count)")
+    let threads = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8))?
+        .split(separator: "\n").first { $0.hasPrefix("Threads:") }.map(String.init) ?? "Threads: ?"
+    facts.append(threads)
+    let probe = Collector<String>()
+    if let token = try? wormhole.listenForMessage(withIdentifier: "probe-\(identifier)", as: String.self, listener: { probe.append($0) }) {
+        _ = try? await wormhole.passMessage("probe", identifier: "probe-\(identifier)")
+        facts.append("a new listener there heard \(await probe.wait(for: 1, seconds: 5))")
+        token.cancel()
+    }
+    return facts.joined(separator: "; ")
+}
