@@ -56,9 +56,11 @@ struct StalledListener {
 /// returns whether it held.
 @discardableResult
 func eventually(seconds: Double = 10, _ condition: () throws -> Bool) async -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
+    // On the monotonic clock, as the library's own timeouts: a step of the wall clock
+    // would end the wait early or make it longer.
+    let deadline = ContinuousClock.now + .seconds(seconds)
     while !((try? condition()) ?? false) {
-        if Date() > deadline { return false }
+        if ContinuousClock.now > deadline { return false }
         try? await Task.sleep(for: .milliseconds(5))
     }
     return true
