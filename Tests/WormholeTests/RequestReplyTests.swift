@@ -286,6 +286,12 @@ struct RequestReplyTests {
         let never = try await ask("fast", count: 20, spinTime: 0)
         #expect(never.answered)
         #expect(never.polled == 0)
+        // Asynchronous requests suspend; they never poll, back to back or not.
+        var configuration = Wormhole.Configuration()
+        configuration.replySpinTime = 0.01
+        let suspending = try store.wormhole(configuration: configuration)
+        for number in 0..<20 { #expect(try await suspending.request(number, identifier: "fast", as: Int.self, timeout: 10) == number + 1) }
+        #expect(try await suspending.replyRouters.router(for: "fast", in: suspending).polledRequests == 0)
         for wrong in [-0.001, 0.02, .nan] {
             var configuration = Wormhole.Configuration()
             configuration.replySpinTime = wrong
