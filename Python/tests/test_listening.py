@@ -137,8 +137,8 @@ class GapReasonTests(ScratchTestCase):
         self.assertEqual(received.wait_for(4), ["m1", "m2", "m4", "m5"])
         gap = errors.wait_for(1)[0]
         self.assertEqual((gap.code, gap.missed_message_count), (WormholeError.MESSAGES_LOST, 1))
-        self.assertEqual(str(gap), "1 message of 'note' (3...3) are missing from the log: removed by something that "
-                                   "changed the file outside the protocol")
+        self.assertEqual(str(gap), "1 message of 'note' (3...3) are missing from the log: damaged, or removed by "
+                                   "something that changed the file outside the protocol")
 
     def test_a_gap_below_the_log_s_base_names_the_backlog_cap(self) -> None:
         wormhole = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=2))

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import struct
+import time
 import unittest
 
 from support import Collector, ScratchTestCase, eventually, scaled
@@ -264,6 +265,99 @@ class CompactionAndClearingTests(ScratchTestCase):
         self.assertEqual(wormhole.pass_message("c", "one"), 2)
         wormhole.clear_message_contents("never-passed")      # nothing to clear
         self.assertNotIn("never-passed.wormhole", os.listdir(self.directory))
+
+
+PAYLOADS = [f"m{n}".encode() for n in range(1, 11)]
+
+
+def damage_length(path: str, sequence: int, length: int, overhead: int = V3.overhead) -> None:
+    """Writes ``length`` into the length field of record ``sequence`` of a log of PAYLOADS."""
+    offset = HEADER_SIZE + sum(overhead + len(payload) for payload in PAYLOADS[:sequence - 1])
+    with open(path, "r+b") as handle:
+        handle.seek(offset + 4)
+        handle.write(struct.pack("<I", length))
+
+
+class DamagedLengthTests(ScratchTestCase):
+    """§9.3: a record whose length runs past the end of the file is damage, not a record
+    being written, once a whole record follows it: readers, compaction, clearing and the
+    conversion of a version 2 log keep every record after it whose checksum holds."""
+
+    def listen(self, wormhole: Wormhole, count: int, **options) -> tuple:
+        records, errors = Collector(), Collector()
+        token = wormhole.listen_for_message("log", records.append, records=True, on_error=errors.append, **options)
+        records.wait_for(count)
+        time.sleep(0.1)
+        token.cancel()
+        return [r.payload for r in records.items], errors.items
+
+    def passed_with_parked_durable_name(self) -> Wormhole:
+        """m1..m10 passed; the durable name "parked" handled m1 and m2 only; record 3's
+        length then set to 1 MiB."""
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        parked = Collector()
+        token = wormhole.listen_for_message("log", parked.append, durable_name="parked", start="history")
+        for payload in PAYLOADS[:2]:
+            wormhole.pass_message(payload, "log")
+        parked.wait_for(2)
+        token.cancel()
+        for payload in PAYLOADS[2:]:
+            wormhole.pass_message(payload, "log")
+        damage_length(os.path.join(self.directory, "log.wormhole"), 3, 1 << 20)
+        return wormhole
+
+    def test_readers_and_the_next_pass_keep_every_intact_record_after_a_damaged_length(self) -> None:
+        wormhole = self.passed_with_parked_durable_name()
+        expected = PAYLOADS[:2] + PAYLOADS[3:]
+        items = wormhole.retained_records("log")
+        self.assertEqual([r.payload for r in items if isinstance(r, Record)], expected)
+        history, errors = self.listen(wormhole, 9, start="history")
+        self.assertEqual(history, expected)
+        self.assertEqual([e.code for e in errors], [WormholeError.CORRUPT_RECORD])
+        self.assertEqual(errors[0].missed_message_count, 1)
+        self.assertIn("1048576 bytes", str(errors[0]))
+        self.assertIn("message 3 of 'log'", str(errors[0]))
+        resumed, errors = self.listen(wormhole, 7, durable_name="parked")
+        self.assertEqual(resumed, PAYLOADS[3:])
+        self.assertEqual([(e.code, e.missed_message_count) for e in errors], [(WormholeError.CORRUPT_RECORD, 1)])
+        self.assertEqual(wormhole.pass_message("m11", "log"), 11)
+        self.assertEqual([r.payload for r in wormhole.retained_records("log") if isinstance(r, Record)],
+                         expected + [b"m11"])
+
+    def test_clearing_keeps_the_intact_records_a_durable_name_has_not_read(self) -> None:
+        wormhole = self.passed_with_parked_durable_name()
+        wormhole.clear_message_contents("log")
+        resumed, errors = self.listen(wormhole, 7, durable_name="parked")
+        self.assertEqual(resumed, PAYLOADS[3:])
+        self.assertEqual([(e.code, e.missed_message_count) for e in errors], [(WormholeError.MESSAGES_LOST, 1)])
+        self.assertIn("(3...3)", str(errors[0]))
+        self.assertNotIn("backlog cap", str(errors[0]))
+        self.assertEqual(wormhole.pass_message("m11", "log"), 11)
+
+    def test_a_version_2_log_with_a_damaged_length_is_converted_with_every_intact_record(self) -> None:
+        os.mkdir(self.directory, 0o700)
+        path = os.path.join(self.directory, "log.wormhole")
+        write_version_2_log(path, 0x1234, [(1, payload) for payload in PAYLOADS])
+        damage_length(path, 3, 1 << 20, V2.overhead)
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        self.assertEqual(wormhole.pass_message("m11", "log"), 11)
+        records = [r for r in wormhole.retained_records("log") if isinstance(r, Record)]
+        self.assertEqual([r.sequence for r in records], [1, 2, 4, 5, 6, 7, 8, 9, 10, 11])
+
+    def test_a_record_running_past_the_end_with_nothing_after_it_is_waited_on(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        for payload in PAYLOADS[:3]:
+            wormhole.pass_message(payload, "log")
+        damage_length(os.path.join(self.directory, "log.wormhole"), 3, 1 << 20)
+        items = wormhole.retained_records("log")
+        self.assertEqual([r.payload if isinstance(r, Record) else str(r) for r in items], PAYLOADS[:2])
+        # A writer that did not write it takes it for a torn tail (§9.1 W5): it cuts it.
+        other = Wormhole(directory=self.directory)
+        self.addCleanup(other.close)
+        self.assertEqual(other.pass_message("again", "log"), 3)
 
 
 class ChangedOutsideTests(ScratchTestCase):

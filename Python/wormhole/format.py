@@ -293,6 +293,43 @@ class Walk:
         self.layout = header.layout
         self.identifier = identifier
         self.end = start
+        # The last whole record's number: a record proving damage before it must be above.
+        self.last = header.base_sequence
+
+    def whole_record_follows(self, offset: int) -> bool:
+        """§9.3: whether a whole, valid record numbered above ``self.last`` starts after
+        ``offset``: the proof that the record at ``offset``, which runs past the end of the
+        file, has a damaged length (a record being written, or torn, is always last). A
+        candidate marker is checked whole only when its trailer repeats its length."""
+        fd, layout = self.fd, self.layout
+        size = os.fstat(fd).st_size
+        position = offset + 1
+        while position + layout.overhead <= size:
+            chunk = pread(fd, min(CHUNK, size - position), position)
+            if len(chunk) < 4:
+                return False
+            found = chunk.find(layout.marker)
+            while found >= 0:
+                at = position + found
+                found = chunk.find(layout.marker, found + 1)
+                head = pread(fd, 16, at)
+                if len(head) < 16:
+                    continue
+                (length,) = _U32.unpack_from(head, 4)
+                (sequence,) = _U64.unpack_from(head, 8)
+                total = layout.overhead + length
+                if length > MAXIMUM_PAYLOAD or sequence <= self.last or at + total > size:
+                    continue
+                trailer = pread(fd, 4, at + total - 4)
+                if len(trailer) < 4 or _U32.unpack(trailer)[0] != length:
+                    continue
+                if length > self.maximum:
+                    return True
+                record, _, _ = parse_record(layout, pread(fd, total, at), self.log_id)
+                if record is not None and record.sequence > self.last:
+                    return True
+            position += max(1, len(chunk) - 3)
+        return False
 
     def __iter__(self) -> Iterator[Item]:
         fd, layout = self.fd, self.layout
@@ -300,6 +337,21 @@ class Walk:
         position = self.start
         buffer, base, short = b"", position, False
         pending: Optional[WormholeError] = None
+        # A record running past the end at this offset, with a whole record after it: read
+        # once more (it may have been completed, or cut and written again, meanwhile), then
+        # skipped as damage.
+        proven = -1
+
+        def past_the_end() -> Optional[bool]:
+            """For a record at ``position`` running past the end of the file: True when it
+            is damage, False when it is incomplete, None to read it again first."""
+            nonlocal proven, buffer
+            if proven == position:
+                return True
+            if self.whole_record_follows(position):
+                proven, buffer = position, b""
+                return None
+            return False
 
         def ensure(count: int) -> bool:
             nonlocal buffer, base, short
@@ -329,23 +381,43 @@ class Walk:
                     (sequence,) = _U64.unpack_from(buffer, position - base + 8)
                     total = overhead + payload_length
                     trailer = pread(fd, 4, position + total - 4)
-                    if len(trailer) < 4 or _U32.unpack(trailer)[0] != payload_length:
-                        return
-                    if pending is not None:
-                        yield pending
-                        pending = None
-                    yield problem(WormholeError.MESSAGE_TOO_LARGE,
-                                  f"message {sequence} of '{self.identifier}' is {payload_length} bytes, more than "
-                                  f"this reader's limit of {self.maximum} (Wormhole.Configuration.maximumMessageSize); "
-                                  f"skipped, at offset {position} of '{self.path}'",
-                                  offset=position, sequence=sequence, path=self.path)
-                    position += total
-                    self.end = position
-                    continue
+                    if len(trailer) < 4:
+                        verdict = past_the_end()
+                        if verdict is None:
+                            continue
+                        if not verdict:
+                            return
+                        damage = (f"a record declares {payload_length} bytes, which run past the end of the file "
+                                  f"although whole records follow it (its length is damaged)")
+                    elif _U32.unpack(trailer)[0] != payload_length:
+                        damage = f"a record of {payload_length} bytes whose trailer does not repeat its length"
+                    else:
+                        if pending is not None:
+                            yield pending
+                            pending = None
+                        yield problem(WormholeError.MESSAGE_TOO_LARGE,
+                                      f"message {sequence} of '{self.identifier}' is {payload_length} bytes, more "
+                                      f"than this reader's limit of {self.maximum} "
+                                      f"(Wormhole.Configuration.maximumMessageSize); skipped, at offset {position} "
+                                      f"of '{self.path}'",
+                                      offset=position, sequence=sequence, path=self.path)
+                        self.last = max(self.last, sequence)
+                        position += total
+                        self.end = position
+                        continue
                 else:
                     total = overhead + payload_length
                     if not ensure(total):
-                        return
+                        if len(buffer) - (position - base) < 16:
+                            return
+                        verdict = past_the_end()
+                        if verdict is None:
+                            continue
+                        if not verdict:
+                            return
+                        damage = (f"a record declares {payload_length} bytes, which run past the end of the file "
+                                  f"although whole records follow it (its length is damaged)")
+                if damage is None:
                     local = position - base
                     record, reason, skippable = parse_record(layout, memoryview(buffer)[local:local + total],
                                                              self.log_id)
@@ -354,6 +426,7 @@ class Walk:
                             yield pending
                             pending = None
                         record.offset, record.length, record.identifier = position, total, self.identifier
+                        self.last = max(self.last, record.sequence)
                         yield record
                         position += total
                         self.end = position

@@ -269,26 +269,33 @@ class Cursor:
             if self.log_id is None:
                 self.log_id = header.log_id
             found = False
-            after_damage = False
+            # Damage the walk met, reported with the next whole record, which says which
+            # messages it held (the numbers between the last whole record and that one).
+            damage: Optional[WormholeError] = None
+            last_seen = max(header.base_sequence, self.delivered)
             walk = Walk(self.fd, self.offset, header, self.maximum, self.path, self.identifier)      # R1
             for item in walk:
                 sequence = getattr(item, "sequence", None)
                 if isinstance(item, Record) or item.code == WormholeError.MESSAGE_TOO_LARGE:
-                    if sequence is None or sequence <= self.delivered:
+                    if sequence is None:
+                        continue
+                    last_seen = max(last_seen, sequence)
+                    self._report_damage(damage, sequence, header, results)
+                    damage = None
+                    if sequence <= self.delivered:
                         continue
                     found = True
-                    if not after_damage or not isinstance(item, Record):
-                        self._report_gap(sequence, header, results)                         # §11.4
-                    after_damage = False
+                    self._report_gap(sequence, header, results)                             # §11.4
                     self.delivered = sequence
                     if isinstance(item, Record) and self.drops_expired and item.expired(self.started_ns):
                         continue          # expired before this listener started
                     results.append(item)
-                else:
-                    after_damage = True
-                    if item.offset > self.reported_damage:                               # type: ignore
-                        self.reported_damage = item.offset                               # type: ignore
-                        results.append(item)
+                elif item.offset > self.reported_damage:                                   # type: ignore
+                    self.reported_damage = item.offset                                     # type: ignore
+                    damage = item
+            # A damaged record, whole, ends the file: it took the number after the last
+            # whole record (§9.3), which the next message does not.
+            self._report_damage(damage, last_seen + 2, header, results)
             self.offset = walk.end
             if not found and self._rewritten(header, results):                           # R5
                 continue
@@ -385,6 +392,29 @@ class Cursor:
         self.claim.update(self.delivered, self.log_id or 0, force=True)
         self._store_durable()
 
+    def _report_damage(self, damage: Optional[WormholeError], sequence: int, header: Header,
+                       results: List[Item]) -> None:
+        """§11.4: damage the walk skipped, before the whole record numbered ``sequence``
+        that follows it: the numbers between the last delivered message and that record
+        were in the damaged bytes and are lost; they count as delivered, so that the gap
+        is not reported again as messages missing from the log."""
+        if damage is None:
+            return
+        base = self.delivered if self.sees_cleared else max(self.delivered, header.cleared_through)
+        if sequence <= base + 1:
+            results.append(problem(WormholeError.CORRUPT_RECORD,
+                                   f"{damage.message}; skipped (it held no message this listener had not read)",
+                                   offset=damage.offset, path=self.path))                 # type: ignore
+            return
+        lost = sequence - base - 1
+        which = f"message {base + 1}" if lost == 1 else f"messages {base + 1}...{sequence - 1}"
+        results.append(problem(WormholeError.CORRUPT_RECORD,
+                               f"{damage.message}; skipped up to the next whole record: {which} of "
+                               f"'{self.identifier}' {'was' if lost == 1 else 'were'} in the damaged bytes and "
+                               f"{'is' if lost == 1 else 'are'} lost",
+                               offset=damage.offset, sequence=base + 1, lost=lost, path=self.path))  # type: ignore
+        self.delivered = sequence - 1
+
     def _report_gap(self, sequence: int, header: Header, results: List[Item]) -> None:
         """§11.4: the messages between the last delivered one and ``sequence`` that this
         reader never saw, unless cleared; why, as the file tells: at or below its base
@@ -395,7 +425,7 @@ class Cursor:
             why = ("were compacted away before this listener read them: it fell behind by more than the backlog cap "
                    "(Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount), or started before "
                    "the oldest message kept" if sequence - 1 <= header.base_sequence else
-                   "are missing from the log: removed by something that changed the file outside the protocol")
+                   "are missing from the log: damaged, or removed by something that changed the file outside the protocol")
             results.append(problem(WormholeError.MESSAGES_LOST,
                                    f"{lost} message{'s' if lost != 1 else ''} of '{self.identifier}' "
                                    f"({base + 1}...{sequence - 1}) {why}", sequence=sequence, lost=lost))

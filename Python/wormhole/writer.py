@@ -294,9 +294,13 @@ def compact(container: ContainerDirectory, identifier: str, fd: int, header: Hea
     kept_for_queues = queues.lowest_unhandled(container, identifier, header.log_id)       # Q5, §18.4
     if kept_for_queues is not None:
         claim = kept_for_queues if claim is None else min(claim, kept_for_queues)
+    # The lowest number kept for a reader: below the first kept record when the numbers
+    # between are missing (damaged), so that readers are told they are missing, not that
+    # they fell behind (C6).
+    lowest_kept = keep_from
     if claim is not None and claim < claims.UINT64_MAX and claim + 1 < keep_from:
         following = claim + 1
-        count, size, capped = 0, 0, keep_from
+        count, size, capped, over_cap = 0, 0, keep_from, False
         for _, sequence, length in reversed(entries):
             if sequence < following:
                 continue
@@ -304,13 +308,16 @@ def compact(container: ContainerDirectory, identifier: str, fd: int, header: Hea
             size += length - overhead
             if count > max(configuration.maximum_backlog_message_count, configuration.retained_message_count) or \
                     size > max(configuration.maximum_backlog_byte_count, configuration.retained_byte_count):
+                over_cap = True
                 break
             capped = sequence
         keep_from = min(keep_from, max(following, capped))
+        lowest_kept = keep_from if over_cap else min(keep_from, following)
     kept = [entry for entry in entries if entry[1] >= keep_from]                           # C5
     new_overhead = LAYOUTS[WRITTEN_VERSION].overhead
     copied = sum(length - overhead + new_overhead for _, _, length in kept)
-    new.base_sequence = kept[0][1] - 1 if kept else tail.last_sequence                     # C6
+    new.base_sequence = (max(header.base_sequence, min(kept[0][1], lowest_kept) - 1) if kept
+                         else tail.last_sequence)                                          # C6
     new.byte_threshold = HEADER_SIZE + 2 * max(configuration.retention_size(), copied)
     new.record_threshold = 2 * max(configuration.retained_message_count, len(kept))
     temporary = "." + identifier + LOG_SUFFIX + COMPACTING_SUFFIX

@@ -234,9 +234,12 @@ final class FileLogReader: WormholeTransitingReader {
                 }
                 var reachedEnd = true
                 var clearedThrough = header.clearedThrough
-                // A damaged record hides its sequence number: the gap after it is that
-                // record, already reported as damage, not a loss.
-                var afterDamage = false
+                // Damage met by the walk, reported with the next whole record, which says
+                // which messages it held (the numbers between the last whole record and
+                // that one); `nil` once reported, or when it was reported before.
+                var damage: (detail: String, offset: Int)?
+                // The last whole record the walk met, or before it (where this reader stands).
+                var lastSeen = max(header.baseSequence, delivered)
                 // Where this reader stands a record must start: damage there means the file
                 // was cut or rewritten under it.
                 var rewrittenUnderfoot = false
@@ -248,12 +251,15 @@ final class FileLogReader: WormholeTransitingReader {
                     }
                     switch item {
                     case .record(let frame, let bytes, let local, _, _):
+                        lastSeen = max(lastSeen, frame.sequence)
+                        reportDamage(&damage, before: frame.sequence, clearedThrough: clearedThrough, path: log.path, into: &results)
                         guard frame.sequence > delivered else { return true }
-                        if !afterDamage { reportGap(before: frame.sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results) }
-                        afterDamage = false
+                        reportGap(before: frame.sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results)
                         results.append(.success(LogFormat.record(frame, in: bytes, at: local, identifier: identifier)))
                         delivered = frame.sequence
                     case .tooLarge(let sequence, let at, let length):
+                        lastSeen = max(lastSeen, sequence)
+                        reportDamage(&damage, before: sequence, clearedThrough: clearedThrough, path: log.path, into: &results)
                         guard sequence > delivered else { return true }
                         reportGap(before: sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results)
                         results.append(.failure(WormholeError(.messageTooLarge,
@@ -261,10 +267,9 @@ final class FileLogReader: WormholeTransitingReader {
                             path: log.path, sequence: sequence)))
                         delivered = sequence
                     case .corrupt(let detail, let at):
-                        afterDamage = true
                         if at > reportedDamage {
                             reportedDamage = at
-                            results.append(.failure(.corrupt("\(detail), at offset \(at)", path: log.path)))
+                            damage = (detail, at)
                         }
                     }
                     if results.count >= maximumCount {
@@ -272,6 +277,11 @@ final class FileLogReader: WormholeTransitingReader {
                         return false
                     }
                     return true
+                }
+                if damage != nil {
+                    // A damaged record, whole, ends the file: it took the number after the
+                    // last whole record (Protocol.md §9.3), which the next message does not.
+                    reportDamage(&damage, before: lastSeen + 2, clearedThrough: clearedThrough, path: log.path, into: &results)
                 }
                 state = .following(log, offset: newOffset)
                 if buffer.capacity > ReadBuffer.standardCapacity { buffer.shrink() }
@@ -352,6 +362,27 @@ final class FileLogReader: WormholeTransitingReader {
         return results
     }
 
+    /// Reports damage that the walk skipped, before the whole record numbered `sequence`
+    /// that follows it: the numbers between the last delivered message and that record
+    /// were in the damaged bytes, and are lost to this reader. They count as delivered,
+    /// so that the gap is not reported a second time as messages missing from the log.
+    private func reportDamage(_ damage: inout (detail: String, offset: Int)?, before sequence: UInt64, clearedThrough: UInt64,
+                              path: String, into results: inout [Result<WormholeRecord, WormholeError>]) {
+        guard let (detail, offset) = damage else { return }
+        damage = nil
+        let from = seesClearedMessages ? delivered : max(delivered, clearedThrough)
+        guard sequence > from + 1 else {
+            results.append(.failure(.corrupt("\(detail), at offset \(offset); skipped (it held no message this listener had not read)", path: path)))
+            return
+        }
+        let missed = sequence - from - 1
+        let which = missed == 1 ? "message \(from + 1)" : "messages \(from + 1)...\(sequence - 1)"
+        results.append(.failure(WormholeError(.corruptRecord,
+            "corrupt record in '\(path)': \(detail), at offset \(offset); skipped up to the next whole record: \(which) of '\(identifier)' \(missed == 1 ? "was" : "were") in the damaged bytes and \(missed == 1 ? "is" : "are") lost",
+            path: path, missedMessageCount: missed, sequence: from + 1)))
+        delivered = sequence - 1
+    }
+
     /// Reports the messages between the last delivered one and `sequence` that this
     /// reader never saw, unless they were cleared, and why: those at or below the log's
     /// base (`logBase`) were compacted away (the backlog cap, or older than what is
@@ -365,7 +396,7 @@ final class FileLogReader: WormholeTransitingReader {
         let what = "\(missed) message\(missed == 1 ? "" : "s") of '\(identifier)' (\(from + 1)...\(sequence - 1))"
         let why = sequence - 1 <= logBase
             ? "were compacted away before this listener read them: it fell behind by more than the backlog cap (Wormhole.Configuration.maximumBacklogMessageCount, maximumBacklogByteCount), or started before the oldest message kept"
-            : "are missing from the log: removed by something that changed the file outside the protocol"
+            : "are missing from the log: damaged, or removed by something that changed the file outside the protocol"
         results.append(.failure(WormholeError(.messagesLost, "\(what) \(why)", missedMessageCount: missed)))
     }
 

@@ -64,6 +64,10 @@ struct LogCompaction {
             keptCount += 1
             keptBytes += payload
         }
+        // The lowest number kept for a reader: below the first kept record when records
+        // after it are missing (damaged, dropped by an earlier compaction as damage), so
+        // that readers are told those are missing, not that they fell behind (§10.2 C6).
+        var lowestKept = keepFrom
         // Live listeners' unread records, within the backlog cap. A claim is another
         // process's file: any value must be safe here.
         if let claim = try ListenerCursor.lowestLiveClaim(container: container, identifier: identifier, logID: header.logID),
@@ -71,19 +75,24 @@ struct LogCompaction {
             var count = 0
             var bytes = 0
             var capped = keepFrom
+            var overCap = false
             for entry in entries.reversed() where entry.sequence >= next {
                 count += 1
                 bytes += entry.length - layout.overhead
                 if count > max(configuration.maximumBacklogMessageCount, configuration.retainedMessageCount)
-                    || bytes > max(configuration.maximumBacklogByteCount, configuration.retainedByteCount) { break }
+                    || bytes > max(configuration.maximumBacklogByteCount, configuration.retainedByteCount) {
+                    overCap = true
+                    break
+                }
                 capped = entry.sequence
             }
             keepFrom = min(keepFrom, max(next, capped))
+            lowestKept = overCap ? keepFrom : min(keepFrom, next)
         }
         let firstKept = entries.firstIndex { $0.sequence >= keepFrom } ?? entries.count
         let kept = entries[firstKept...]
         let copiedBytes = kept.reduce(0) { $0 + $1.length + LogFormat.recordOverhead - layout.overhead }
-        newHeader.baseSequence = kept.first.map { $0.sequence - 1 } ?? tail.lastSequence
+        newHeader.baseSequence = kept.first.map { max(header.baseSequence, min($0.sequence, lowestKept) - 1) } ?? tail.lastSequence
         (newHeader.compactionByteThreshold, newHeader.compactionRecordThreshold) = policy.thresholds(keptCount: kept.count, keptBytes: copiedBytes)
 
         let temporaryName = "." + identifier + LogFormat.fileSuffix + ".compacting"

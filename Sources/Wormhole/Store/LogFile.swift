@@ -162,12 +162,35 @@ struct LogFile {
     /// at a time, until `visit` returns `false`, the file ends, or a record is incomplete.
     /// Returns the offset just past the last whole record (or skipped damage followed by
     /// one): never past bytes a writer may still cut.
+    ///
+    /// A record that runs past the end of the file is incomplete (being written, or torn
+    /// by a killed writer) only while nothing whole follows it: a writer appends at the
+    /// end and cuts a torn tail before it appends, so a valid record after it proves that
+    /// its length field is damaged (Protocol.md §9.3). It is then skipped as damage, and
+    /// the walk resynchronises on the next whole record, instead of stopping there (which
+    /// would hide every record after it, and let the next writer cut them as a torn tail).
     func walk(from offset: Int, header: LogFormat.Header, maximumPayload: Int, buffer: ReadBuffer,
               _ visit: (Item) -> Bool) throws(WormholeError) -> Int {
         var position = offset
         var committed = offset
         var pendingDamage: (String, Int)?
         let layout = header.layout
+        // The last whole record's sequence: a record that proves damage before it must be
+        // above it (a copy of an earlier record inside a payload proves nothing).
+        var lastSequence = header.baseSequence
+        // A record running past the end at this offset, with a whole record after it:
+        // read once more (it may have been completed, or cut and written again, meanwhile),
+        // then skipped as damage.
+        var provenDamage = -1
+        /// Whether the record at `at`, which runs past the end of the file, is damage: on
+        /// the first look, a whole record after it sends the walk back to read it again.
+        func runsPastTheEnd(at: Int) throws(WormholeError) -> Bool {
+            if provenDamage == at { return true }
+            if try wholeRecordFollows(at, above: lastSequence, header: header, maximumPayload: maximumPayload) {
+                provenDamage = at
+            }
+            return false
+        }
         outer: while true {
             let request = buffer.capacity
             let bytes = try buffer.read(fd, from: position, count: request, path: path)
@@ -175,13 +198,24 @@ struct LogFile {
             let atEnd = bytes.count < request
             var local = 0
             scan: while local < bytes.count {
-                switch LogFormat.parse(bytes, at: local, logID: header.logID, layout: layout, maximumPayload: maximumPayload) {
+                var parsed = LogFormat.parse(bytes, at: local, logID: header.logID, layout: layout, maximumPayload: maximumPayload)
+                if case .incomplete = parsed, atEnd, bytes.count - local >= 16 {
+                    if try runsPastTheEnd(at: position + local) {
+                        let length: UInt32 = LogFormat.get(bytes, local + 4)
+                        parsed = .corrupt("a record declares \(length) bytes, which run past the end of the file although whole records follow it (its length is damaged)", length: nil)
+                    } else if provenDamage == position + local {
+                        position += local
+                        continue outer
+                    }
+                }
+                switch parsed {
                 case .record(let frame, let length):
                     if let (detail, at) = pendingDamage {
                         pendingDamage = nil
                         if !visit(.corrupt(detail, offset: at)) { return committed }
                     }
                     let keepGoing = visit(.record(frame, bytes: bytes, local: local, offset: position + local, length: length))
+                    lastSequence = max(lastSequence, frame.sequence)
                     local += length
                     committed = position + local
                     if !keepGoing { return committed }
@@ -194,7 +228,16 @@ struct LogFile {
                     }
                     break scan
                 case .tooLarge(let sequence, let length):
-                    switch try trailer(at: position + local, length: length, layout: layout) {
+                    var ending = try trailer(at: position + local, length: length, layout: layout)
+                    if ending == .notYetWritten {
+                        if try runsPastTheEnd(at: position + local) {
+                            ending = .mismatch
+                        } else if provenDamage == position + local {
+                            position += local
+                            continue outer
+                        }
+                    }
+                    switch ending {
                     case .notYetWritten:
                         // Not (yet) whole: wait, as for any incomplete record.
                         return committed
@@ -217,6 +260,7 @@ struct LogFile {
                         if !visit(.corrupt(detail, offset: at)) { return committed }
                     }
                     let keepGoing = visit(.tooLarge(sequence: sequence, offset: position + local, length: length))
+                    lastSequence = max(lastSequence, sequence)
                     position += local + length
                     committed = position
                     if !keepGoing { return committed }
@@ -254,7 +298,7 @@ struct LogFile {
     }
 
     /// What ends a record of `length` bytes at `offset`.
-    private enum Trailer {
+    fileprivate enum Trailer {
         /// Its 4 last bytes repeat its payload length: written whole.
         case matches
         /// They are there and do not: damage.
@@ -263,12 +307,56 @@ struct LogFile {
         case notYetWritten
     }
 
-    private func trailer(at offset: Int, length: Int, layout: LogFormat.RecordLayout) throws(WormholeError) -> Trailer {
+    fileprivate func trailer(at offset: Int, length: Int, layout: LogFormat.RecordLayout) throws(WormholeError) -> Trailer {
         guard offset <= Int.max - length else { return .mismatch }
         var trailer: UInt32 = 0
         let got = withUnsafeMutableBytes(of: &trailer) { Syscalls.read(fd, into: $0, at: Int64(offset + length - 4)) }
         guard case .success(4) = got else { return .notYetWritten }
         return Int(UInt32(littleEndian: trailer)) == length - layout.overhead ? .matches : .mismatch
+    }
+}
+
+extension LogFile {
+    /// Whether a whole, valid record with a sequence number above `sequence` starts
+    /// somewhere after `offset`: the proof that the record at `offset`, which runs past
+    /// the end of the file, is not one being written or torn (those are always last) but
+    /// one whose length field is damaged.
+    ///
+    /// Every record marker after `offset` is a candidate; one is checked whole only when
+    /// its trailer repeats its length, so a payload full of markers costs a 4-byte read
+    /// each. Memory: one chunk, and one record of at most `maximumPayload` bytes (a longer
+    /// one is recognised by its header and trailer, unread, as the walk does).
+    func wholeRecordFollows(_ offset: Int, above sequence: UInt64, header: LogFormat.Header,
+                            maximumPayload: Int) throws(WormholeError) -> Bool {
+        let size = Int(try status().size)
+        let layout = header.layout
+        let chunk = ReadBuffer()
+        let record = ReadBuffer()
+        var position = offset + 1
+        while position + layout.overhead <= size {
+            let bytes = try chunk.read(fd, from: position, count: min(chunk.capacity, size - position), path: path)
+            guard bytes.count >= 4 else { return false }
+            var local = -1
+            while let next = LogFormat.nextMarker(in: bytes, after: local, layout: layout) {
+                local = next
+                let at = position + next
+                var head = [UInt8](repeating: 0, count: 16)
+                let got = head.withUnsafeMutableBytes { Syscalls.read(fd, into: $0, at: Int64(at)) }
+                guard case .success(16) = got,
+                      let (candidate, length) = head.withUnsafeBytes({ LogFormat.peek($0, at: 0, layout: layout) }),
+                      candidate > sequence, at + length <= size,
+                      try trailer(at: at, length: length, layout: layout) == .matches else { continue }
+                if length - layout.overhead > maximumPayload { return true }
+                let whole = try record.read(fd, from: at, count: length, path: path)
+                if case .record(let frame, _) = LogFormat.parse(whole, at: 0, logID: header.logID, layout: layout, maximumPayload: maximumPayload),
+                   frame.sequence > sequence {
+                    return true
+                }
+            }
+            // The last 3 bytes of a chunk may start a marker: the next chunk starts there.
+            position += max(1, bytes.count - 3)
+        }
+        return false
     }
 }
 
