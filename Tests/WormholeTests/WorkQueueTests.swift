@@ -110,6 +110,26 @@ struct WorkQueueTests {
         #expect(try queue.take(maximumDeliveries: 5, deadLetters: "jobs.dead-letters", report: { _ in }) == nil)
     }
 
+    @Test("a queue started on a compacted log reports the messages before the first one kept as lost and hands out that first one (T3)")
+    func aQueueOnACompactedLogStartsWithTheFirstRecordKept() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 3
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        for index in 1...20 { try await wormhole.passMessage(index, identifier: "jobs") }
+        let summary = try await #require(try wormhole.summaries().first { $0.identifier == "jobs" })
+        let first = summary.lastSequence - UInt64(summary.messageCount) + 1
+        try #require(first > 1, "the log was compacted: \(summary)")
+        let transiting = try #require(wormhole.transiting as? FileTransiting)
+        let queue = try transiting.joinWorkQueue(identifier: "jobs", name: "w", startingFrom: .history)
+        defer { queue.close() }
+        var reports: [WormholeError] = []
+        let delivery = try #require(try queue.take(maximumDeliveries: 5, deadLetters: "jobs.dead-letters", report: { reports.append($0) }))
+        #expect(delivery.record.sequence == first, "records \(first)...\(summary.lastSequence) kept")
+        #expect(reports.map(\.code) == [.messagesLost] && reports.compactMap(\.missedMessageCount) == [first - 1])
+        #expect(try wormhole.workQueues(identifier: "jobs").first?.lost == first - 1)
+    }
+
     @Test("a live member goes on taking after compaction replaces the log (it was left reading the old file)", .timeLimit(.minutes(1)))
     func memberFollowsCompaction() async throws {
         let directory = TemporaryDirectory()

@@ -37,6 +37,9 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     private var others: [UInt64: FileDescriptor] = [:]
     /// Reads the log after the queue's position; made at the first take.
     private var reader: (any WormholeTransitingReader)?
+    /// What the reader returned and the take has not looked at yet, with the `logID` of
+    /// the log it came from: a read of one record may return a gap report before it.
+    private var unread: [(item: Result<WormholeRecord, WormholeError>, logID: UInt64?)] = []
     private var closed = false
 
     /// What a take found besides a message: gaps, damaged records, dead letters.
@@ -114,6 +117,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
         guard !closed else { return }
         closed = true
         reader?.close()
+        unread = []
         if (try? Syscalls.lock(stateFD).get()) != nil {
             if var state = try? readState() {
                 for index in state.entries.indices where state.entries[index].member == token { state.entries[index].member = 0 }
@@ -202,15 +206,22 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
         guard state.entries.count < WorkQueueState.maximumEntries else { return nil }
         let reader = try currentReader(after: state.taken)
         while true {
-            var batch = try reader.read(maximumCount: 1)
-            if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
-            guard let first = batch.first else { return nil }
+            if unread.isEmpty {
+                var batch = try reader.read(maximumCount: 1)
+                if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
+                // Every item of the read is looked at: a gap report comes before the
+                // record that follows it, in the same read.
+                let logID = (reader as? FileLogReader)?.currentLogID
+                unread = batch.map { ($0, logID) }
+            }
+            guard !unread.isEmpty else { return nil }
+            let (first, readLogID) = unread.removeFirst()
             switch first {
             case .failure(let error):
                 // Gaps are counted below, from the sequence numbers.
                 if error.code != .messagesLost { report(error) }
             case .success(let record):
-                if let logID = (reader as? FileLogReader)?.currentLogID, logID != state.logID {
+                if let logID = readLogID, logID != state.logID {
                     if state.logID != 0 { startOver(&state, logID: logID, report: report) } else { state.logID = logID }
                 }
                 guard record.sequence > state.taken else { continue }
