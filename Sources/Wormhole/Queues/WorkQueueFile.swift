@@ -40,6 +40,14 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// What the reader returned and the take has not looked at yet, with the `logID` of
     /// the log it came from: a read of one record may return a gap report before it.
     private var unread: [(item: Result<WormholeRecord, WormholeError>, logID: UInt64?)] = []
+    /// Messages whose dead letter could not be passed, with the failure reported for
+    /// each: a take tries each again, and reports it again only when the failure changed
+    /// (once per take would flood the queue's owner: 120 reports every
+    /// `redeliveryInterval`).
+    private var deadLetterFailures: [UInt64: String] = [:]
+    /// Whether this member said that the state is full of such messages (once, until it
+    /// is not).
+    private var reportedFull = false
     private var closed = false
 
     /// What a take found besides a message: gaps, damaged records, dead letters.
@@ -167,12 +175,19 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                 state.entries[index].member = 0
             }
         }
-        // Messages whose dead letter could not be passed (a full disk): kept for the
-        // next take, skipped in this one.
+        // Messages whose dead letter could not be passed (a full disk, a damaged or
+        // unwritable dead-letter log): kept for the next take, skipped in this one. Once
+        // one failed for want of a writable dead-letter log, those that failed before are
+        // not tried again in this take: they would fail alike.
         var unmoved: Set<UInt64> = []
+        var deadLettersFailing = false
         while let index = state.entries.indices.filter({ state.entries[$0].member == 0 && !unmoved.contains(state.entries[$0].sequence) })
                 .min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
             let entry = state.entries[index]
+            if deadLettersFailing, entry.deliveries >= maximumDeliveries, deadLetterFailures[entry.sequence] != nil {
+                unmoved.insert(entry.sequence)
+                continue
+            }
             guard let record = try record(entry.sequence) else {
                 // Gone from the log (cleared, or past the backlog cap).
                 state.entries.remove(at: index)
@@ -185,10 +200,17 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                     try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
                                    reason: WormholeDeadLetter.membersEndedReason(deliveries: entry.deliveries))
                 } catch {
-                    report(error)
+                    if deadLetterFailures[entry.sequence] != error.message {
+                        deadLetterFailures[entry.sequence] = error.message
+                        report(error)
+                    }
                     unmoved.insert(entry.sequence)
+                    // Too large for a message is this letter's own; anything else is the
+                    // dead-letter log's (or the disk's).
+                    deadLettersFailing = error.code != .messageTooLarge
                     continue
                 }
+                deadLetterFailures[entry.sequence] = nil
                 state.entries.remove(at: index)
                 state.deadLettered += 1
                 continue
@@ -203,7 +225,21 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             state.entries[index].delivered = now
             return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
         }
-        guard state.entries.count < WorkQueueState.maximumEntries else { return nil }
+        if !deadLetterFailures.isEmpty {
+            // Moved or lost meanwhile (by another member): forgotten.
+            let held = Set(state.entries.map(\.sequence))
+            deadLetterFailures = deadLetterFailures.filter { held.contains($0.key) }
+        }
+        guard state.entries.count < WorkQueueState.maximumEntries else {
+            if !unmoved.isEmpty, !reportedFull {
+                reportedFull = true
+                report(WormholeError(.systemError,
+                    "the work queue '\(name)' of '\(identifier)' holds \(state.entries.count) messages, as many as its state can, \(unmoved.count) of them waiting until they can be moved to its dead letters '\(deadLetters)' (see the errors reported for them): it takes no new message until some are moved",
+                    path: statePath))
+            }
+            return nil
+        }
+        reportedFull = false
         let reader = try currentReader(after: state.taken)
         while true {
             if unread.isEmpty {
@@ -266,6 +302,8 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     /// The message `sequence` was not handled (its handler threw `reason`): another
     /// member (or this one) gets it again, or, after `maximumDeliveries`, the dead letters.
+    /// A dead letter that cannot be passed leaves the message in the queue, held by
+    /// nobody: the next take tries again (Protocol.md §18.3 T2) and reports the failure.
     func giveBack(_ sequence: UInt64, reason: String, maximumDeliveries: UInt32, deadLetters: String) throws(WormholeError) {
         try withLockedState { state throws(WormholeError) in
             guard let index = state.entries.firstIndex(where: { $0.sequence == sequence && $0.member == token }) else { return }
@@ -278,9 +316,11 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                 do throws(WormholeError) {
                     try deadLetter(record, deliveries: entry.deliveries, to: deadLetters, reason: reason)
                 } catch {
-                    // Kept, for nobody: the next take tries its dead letter again.
+                    // Kept, for nobody: the next take tries its dead letter again and
+                    // reports it if it fails again (once, not at each take). This member
+                    // goes on taking meanwhile.
                     state.entries[index].member = 0
-                    throw error
+                    return
                 }
                 state.deadLettered += 1
             } else {
