@@ -270,6 +270,23 @@ class WorkQueueTests(WormholeTestCase):
         self.assertTrue(eventually(lambda: self.status().dead_lettered == WorkQueueState.MAXIMUM_ENTRIES))
         self.assertEqual((self.status().pending, self.status().lost), (0, 0))
 
+    def test_the_dead_letter_of_a_message_too_large_to_carry_is_passed_without_its_payload(self) -> None:
+        size = 7_000_000            # within the 8 MiB limit; its base64 is not
+        sequence = self.wormhole.pass_message(bytes(size), "jobs")
+        errors, attempts = [], Collector()
+
+        def handler(record: Record, deliveries: int) -> None:
+            attempts.append(deliveries)
+            raise ValueError("too big")
+
+        self.member(handler, maximum_deliveries=1, errors=errors)
+        self.assertEqual(attempts.wait_for(1), [1])
+        self.assertTrue(eventually(lambda: self.status().dead_lettered == 1), errors)
+        self.assertEqual((self.status().pending, errors), (0, []))
+        letter = json.loads(self.wormhole.record("jobs.dead-letters").payload)
+        self.assertEqual((letter["sequence"], letter["reason"], letter["kind"], letter["payload"],
+                          letter["omittedPayloadSize"]), (sequence, "the handler threw: too big", "data", "", size))
+
     def test_members_read_without_a_listener_claim_and_are_listed_once_under_their_queue(self) -> None:
         handled = Collector()
         self.member(lambda record, _: handled.append(record.sequence))

@@ -120,13 +120,21 @@ class Delivery:
         self.record, self.deliveries = record, deliveries
 
 
-def dead_letter(identifier: str, queue: str, record: Record, deliveries: int, reason: str) -> bytes:
+def dead_letter(identifier: str, queue: str, record: Record, deliveries: int, reason: str,
+                maximum_size: Optional[int] = None) -> bytes:
     """§18.5: the JSON of a message the queue gave up on, as the Swift library's
     ``WormholeDeadLetter`` writes it (keys sorted, date ISO 8601 to the millisecond,
-    payload base64, '/' not escaped)."""
+    payload base64, '/' not escaped). When that is larger than ``maximum_size`` (the
+    payload in base64 is a third larger than the message), the payload is left out and
+    ``omittedPayloadSize`` says its size: a letter that cannot be passed would stay in
+    the queue for ever."""
     letter = {"identifier": identifier, "queue": queue, "sequence": record.sequence, "deliveries": deliveries,
               "reason": reason, "kind": record.kind_name,
               "payload": base64.b64encode(record.payload).decode("ascii"), "date": iso8601_ns(record.date_ns)}
+    encoded = json.dumps(letter, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if maximum_size is None or len(encoded) <= maximum_size:
+        return encoded
+    letter["payload"], letter["omittedPayloadSize"] = "", len(record.payload)
     return json.dumps(letter, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -515,10 +523,11 @@ class WorkQueueFile:
         state.entries, state.taken, state.log_id = [], 0, log_id
 
     def _dead_letter(self, record: Record, deliveries: int, dead_letters: str, reason: str) -> None:
-        """§18.5; a dead letter that cannot be passed (a full disk) raises, and its message
-        stays in the queue."""
+        """§18.5; a dead letter that cannot be passed (a full disk, an unusable dead-letter
+        log) raises, and its message stays in the queue."""
         try:
-            self.pass_json(dead_letters, dead_letter(self.identifier, self.name, record, deliveries, reason))
+            self.pass_json(dead_letters, dead_letter(self.identifier, self.name, record, deliveries, reason,
+                                                     self.configuration.maximum_message_size))
         except WormholeError as error:
             raise WormholeError(error.code,
                                 f"the work queue '{self.name}' of '{self.identifier}' cannot move message "

@@ -184,6 +184,29 @@ struct WorkQueueTests {
         #expect(status.deadLettered == UInt64(WorkQueueState.maximumEntries) && status.pending == 0 && status.lost == 0, "\(status)")
     }
 
+    @Test("the dead letter of a message too large to carry in base64 is passed without its payload, saying its size, instead of staying in the queue for ever")
+    func aDeadLetterTooLargeForItsPayloadIsPassedWithoutIt() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let size = 7_000_000   // within the 8 MiB limit; its base64 is not
+        let sequence = try await wormhole.passPayload(Data(count: size), kind: .data, identifier: "jobs")
+        let transiting = try #require(wormhole.transiting as? FileTransiting)
+        let queue = try transiting.joinWorkQueue(identifier: "jobs", name: "w", startingFrom: .history)
+        defer { queue.close() }
+        var reports: [WormholeError] = []
+        let delivery = try #require(try queue.take(maximumDeliveries: 1, deadLetters: "jobs.dead-letters", report: { reports.append($0) }))
+        #expect(delivery.record.sequence == sequence)
+        do { try queue.giveBack(sequence, reason: "the handler threw: too big", maximumDeliveries: 1, deadLetters: "jobs.dead-letters") }
+        catch { reports.append(error) }
+        #expect(try queue.take(maximumDeliveries: 1, deadLetters: "jobs.dead-letters", report: { reports.append($0) }) == nil)
+        #expect(reports.isEmpty, "\(reports.map(\.message))")
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.deadLettered == 1 && status.pending == 0, "\(status)")
+        let letter = try #require(try await wormhole.message(withIdentifier: "jobs.dead-letters", as: WormholeDeadLetter.self))
+        #expect(letter.sequence == sequence && letter.reason == "the handler threw: too big" && letter.kind == "data")
+        #expect(letter.payload.isEmpty && letter.omittedPayloadSize == size)
+    }
+
     @Test("a live member goes on taking after compaction replaces the log (it was left reading the old file)", .timeLimit(.minutes(1)))
     func memberFollowsCompaction() async throws {
         let directory = TemporaryDirectory()
