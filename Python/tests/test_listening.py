@@ -69,6 +69,21 @@ class StartingPointTests(ScratchTestCase):
         self.assertEqual(received.wait_for(2), ["kept", "end"])
 
 
+    def test_an_expired_latest_message_is_none_and_a_one_pass_read_skips_expired_messages(self) -> None:
+        self.wormhole.pass_message("kept", "ttl")
+        old = self.wormhole.pass_message("stale", "ttl", time_to_live=0.05)
+        self.assertEqual(self.wormhole.record("ttl").sequence, old, "not expired yet")
+        import time
+        time.sleep(0.2)       # the wall clock is what expiry follows: nothing to wait on but it
+        # §11.1: an expired latest message is none; an older one is not the latest.
+        self.assertIsNone(self.wormhole.record("ttl"))
+        self.assertIsNone(self.wormhole.message("ttl"))
+        # §11.2 read later than the expiry, as §8.1 says: the expired message is not there.
+        self.assertEqual([record.value() for record in self.wormhole.retained_records("ttl")], ["kept"])
+        self.wormhole.pass_message("new", "ttl")
+        self.assertEqual(self.wormhole.message("ttl"), "new")
+
+
 class OrderTests(ScratchTestCase):
     def test_bursts_from_several_processes_reach_every_listener_in_one_order(self) -> None:
         wormhole = Wormhole(directory=self.directory)

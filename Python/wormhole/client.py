@@ -158,12 +158,14 @@ class Wormhole:
         return None if record is None else coding.decode(record)
 
     def record(self, identifier: str) -> Optional[Record]:
-        """The latest message with its sequence number, sender and date, or None."""
+        """The latest message with its sequence number, sender and date, or None (none
+        passed, cleared, or the latest has expired: an older one is not the latest)."""
         identifiers.validate(identifier)
         return read_latest(self.container, identifier, self.configuration)
 
     def retained_records(self, identifier: str) -> List[Union[Record, WormholeError]]:
-        """Every retained message, oldest first, and an error for each that cannot be read."""
+        """Every retained message, oldest first, and an error for each that cannot be read.
+        Messages whose time to live has passed are left out (Protocol.md §8.1)."""
         identifiers.validate(identifier)
         return read_all(self.container, identifier, self.configuration)
 

@@ -120,13 +120,21 @@ class Delivery:
         self.record, self.deliveries = record, deliveries
 
 
-def dead_letter(identifier: str, queue: str, record: Record, deliveries: int, reason: str) -> bytes:
+def dead_letter(identifier: str, queue: str, record: Record, deliveries: int, reason: str,
+                maximum_size: Optional[int] = None) -> bytes:
     """§18.5: the JSON of a message the queue gave up on, as the Swift library's
     ``WormholeDeadLetter`` writes it (keys sorted, date ISO 8601 to the millisecond,
-    payload base64, '/' not escaped)."""
+    payload base64, '/' not escaped). When that is larger than ``maximum_size`` (the
+    payload in base64 is a third larger than the message), the payload is left out and
+    ``omittedPayloadSize`` says its size: a letter that cannot be passed would stay in
+    the queue for ever."""
     letter = {"identifier": identifier, "queue": queue, "sequence": record.sequence, "deliveries": deliveries,
               "reason": reason, "kind": record.kind_name,
               "payload": base64.b64encode(record.payload).decode("ascii"), "date": iso8601_ns(record.date_ns)}
+    encoded = json.dumps(letter, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if maximum_size is None or len(encoded) <= maximum_size:
+        return encoded
+    letter["payload"], letter["omittedPayloadSize"] = "", len(record.payload)
     return json.dumps(letter, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -156,6 +164,13 @@ class WorkQueueFile:
         self.others: Dict[int, int] = {}
         self.reader: Optional[Cursor] = None
         self.buffered: List[Tuple[Optional[Item], Optional[int]]] = []
+        # Messages whose dead letter could not be passed, with the failure reported for
+        # each: a take tries each again, and reports it again only when the failure
+        # changed (not once per take: the queue's owner would be flooded).
+        self.dead_letter_failures: Dict[int, str] = {}
+        # Whether this member reported that the state is full of such messages (once,
+        # until it is not).
+        self.reported_full = False
         self.closed = False
         opened: List[int] = []
         try:
@@ -286,14 +301,21 @@ class WorkQueueFile:
                     entry.member = 0
                 elif entry.member != 0 and not self._alive(entry.member):
                     entry.member = 0
-            # Messages whose dead letter could not be passed (a full disk): kept for the
-            # next take, skipped in this one.
+            # Messages whose dead letter could not be passed (a full disk, a damaged or
+            # unwritable dead-letter log): kept for the next take, skipped in this one.
+            # Once one failed for want of a writable dead-letter log, those that failed
+            # before are not tried again in this take: they would fail alike.
             unmoved = set()
+            dead_letters_failing = False
             while True:                                                                            # T2
                 waiting = [entry for entry in state.entries if entry.member == 0 and entry.sequence not in unmoved]
                 if not waiting:
                     break
                 entry = min(waiting, key=lambda each: each.sequence)
+                if (dead_letters_failing and entry.deliveries >= maximum_deliveries
+                        and entry.sequence in self.dead_letter_failures):
+                    unmoved.add(entry.sequence)
+                    continue
                 record = read_record(self.container, self.identifier, entry.sequence, self.configuration)
                 if record is None:
                     state.entries.remove(entry)
@@ -306,9 +328,13 @@ class WorkQueueFile:
                                           f"handed out {entry.deliveries} times; each time its member ended (killed "
                                           f"or stopped) before acknowledging it")
                     except WormholeError as error:
-                        report(error)
+                        self._dead_letter_failed(entry.sequence, error, report)
                         unmoved.add(entry.sequence)
+                        # Too large for a message is this letter's own; anything else
+                        # is the dead-letter log's (or the disk's).
+                        dead_letters_failing = error.code != WormholeError.MESSAGE_TOO_LARGE
                         continue
+                    self.dead_letter_failures.pop(entry.sequence, None)
                     state.entries.remove(entry)
                     state.dead_lettered += 1
                     continue
@@ -318,8 +344,18 @@ class WorkQueueFile:
                     continue
                 entry.member, entry.deliveries, entry.delivered = self.token, entry.deliveries + 1, now
                 return Delivery(record, entry.deliveries)
+            self._forget_failures(state)
             if len(state.entries) >= WorkQueueState.MAXIMUM_ENTRIES:
+                if unmoved and not self.reported_full:
+                    self.reported_full = True
+                    report(WormholeError(
+                        WormholeError.SYSTEM_ERROR,
+                        f"the work queue '{self.name}' of '{self.identifier}' holds {len(state.entries)} messages, "
+                        f"as many as its state can, {len(unmoved)} of them waiting until they can be moved to its "
+                        f"dead letters '{dead_letters}' (see the errors reported for them): it takes no new message "
+                        f"until some are moved", path=self.state_path))
                 return None
+            self.reported_full = False
             while True:                                                                            # T3
                 item, log_id = self._next(state.taken)
                 if item is None:
@@ -362,7 +398,9 @@ class WorkQueueFile:
 
     def give_back(self, sequence: int, reason: str, maximum_deliveries: int, dead_letters: str) -> None:
         """Its handler failed with ``reason``: handed out again, or after
-        ``maximum_deliveries`` passed to the dead letters."""
+        ``maximum_deliveries`` passed to the dead letters. A dead letter that cannot be
+        passed leaves the message in the queue, for nobody: the next take tries again
+        (T2) and reports the failure."""
         def body(state: WorkQueueState) -> None:
             for entry in state.entries:
                 if entry.sequence == sequence and entry.member == self.token:
@@ -374,8 +412,11 @@ class WorkQueueFile:
                         try:
                             self._dead_letter(record, entry.deliveries, dead_letters, reason)
                         except WormholeError:
-                            entry.member = 0        # kept, for nobody: the next take tries again
-                            raise
+                            # Kept, for nobody: the next take tries again, and reports it
+                            # if it fails again (once: not at each take). This member
+                            # goes on taking meanwhile.
+                            entry.member = 0
+                            return
                         state.dead_lettered += 1
                     else:
                         state.lost += 1
@@ -482,15 +523,31 @@ class WorkQueueFile:
         state.entries, state.taken, state.log_id = [], 0, log_id
 
     def _dead_letter(self, record: Record, deliveries: int, dead_letters: str, reason: str) -> None:
-        """§18.5; a dead letter that cannot be passed (a full disk) raises, and its message
-        stays in the queue."""
+        """§18.5; a dead letter that cannot be passed (a full disk, an unusable dead-letter
+        log) raises, and its message stays in the queue."""
         try:
-            self.pass_json(dead_letters, dead_letter(self.identifier, self.name, record, deliveries, reason))
+            self.pass_json(dead_letters, dead_letter(self.identifier, self.name, record, deliveries, reason,
+                                                     self.configuration.maximum_message_size))
         except WormholeError as error:
             raise WormholeError(error.code,
                                 f"the work queue '{self.name}' of '{self.identifier}' cannot move message "
                                 f"{record.sequence} to its dead letters '{dead_letters}': {error.message}; it stays in "
                                 f"the queue, and is moved when it can be", path=error.path, errno=error.errno) from None
+
+    def _dead_letter_failed(self, sequence: int, error: WormholeError, report: Report) -> None:
+        """Reports that the dead letter of ``sequence`` could not be passed, unless that
+        failure was reported already (a take tries each such message again)."""
+        if self.dead_letter_failures.get(sequence) != error.message:
+            self.dead_letter_failures[sequence] = error.message
+            report(error)
+
+    def _forget_failures(self, state: WorkQueueState) -> None:
+        """Forgets the reported failures of messages that left the queue (moved by
+        another member, lost)."""
+        if self.dead_letter_failures:
+            held = {entry.sequence for entry in state.entries}
+            for sequence in [each for each in self.dead_letter_failures if each not in held]:
+                del self.dead_letter_failures[sequence]
 
     def _lost(self, count: int, reason: str) -> WormholeError:
         return WormholeError(WormholeError.MESSAGES_LOST,

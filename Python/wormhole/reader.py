@@ -72,20 +72,24 @@ def log_summary(container: ContainerDirectory, identifier: str) -> Optional[Tupl
 def read_record(container: ContainerDirectory, identifier: str, sequence: int,
                 configuration: Configuration = DEFAULT) -> Optional[Record]:
     """The record ``sequence`` of the log, when it is still there (not cleared, not
-    compacted away, not damaged)."""
-    for item in read_all(container, identifier, configuration):
+    compacted away, not damaged), expired or not (a work queue counts expired ones)."""
+    for item in read_all(container, identifier, configuration, expired=True):
         if isinstance(item, Record) and item.sequence >= sequence:
             return item if item.sequence == sequence else None
     return None
 
 
-def read_all(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT) -> List[Item]:
+def read_all(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT,
+             expired: bool = False) -> List[Item]:
     """§11.2: every record above clearedThrough, oldest first, and a problem for each
-    that cannot be read."""
+    that cannot be read. Records whose expiry has passed are left out (§8.1), unless
+    ``expired``."""
+    now = time.time_ns()
     return _with_log(container, identifier, lambda fd, status, header: [
         item for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
                               container.file_path(identifier + LOG_SUFFIX), identifier)
-        if not (isinstance(item, Record) and item.sequence <= header.cleared_through)]) or []
+        if not (isinstance(item, Record) and (item.sequence <= header.cleared_through
+                                              or (not expired and item.expired(now))))]) or []
 
 
 class StartingPoint:

@@ -196,7 +196,8 @@ struct Listen: ParsableCommand {
                         } else {
                             Output.error(error.description)
                             // With --no-follow, a message reported instead of printed (too
-                            // large for this reader) is passed all the same.
+                            // large for this reader, or expired: the report names the
+                            // newest of those it stands for) is passed all the same.
                             if noFollow, let sequence = error.sequence, Self.passed(identifier, sequence, in: remaining) {
                                 session.finish(.reachedCount)
                             }
@@ -226,6 +227,12 @@ struct Listen: ParsableCommand {
             announce(Self.names(identifiers), in: wormhole)
             try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.withLock { $0 }.forEach { $0.cancel() }
+            }
+            // Reached the end with nothing printed: every message there had expired (or
+            // could not be read), each reported above.
+            if noFollow && session.received == 0 {
+                throw CommandFailure("no message to print under \(Self.names(identifiers)): those there have expired or could not be read",
+                                     exitCode: WormholeExitCode.noMessage)
             }
         }
     }

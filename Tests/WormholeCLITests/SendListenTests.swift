@@ -284,6 +284,29 @@ struct SendListenTests {
         #expect(history.stderr.contains("message 3 of 'chat' is 8388609 bytes, more than this reader's limit"), "\(history.stderr)")
     }
 
+    @Test("--no-follow ends when the newest message has expired (it is reported, not printed), and says so when nothing is left to print; read does not print an expired latest message (Protocol.md 8.1)",
+          .timeLimit(.minutes(1)))
+    func noFollowAndReadPassAnExpiredNewestMessage() async throws {
+        let sandbox = Sandbox()
+        for text in ["one", "two"] { #expect(try await sandbox.run(["send", "chat", text]).status == 0) }
+        #expect(try await sandbox.run(["send", "--ttl", "0.05", "chat", "stale"]).status == 0)
+        // The wall clock is what expiry follows: nothing to wait on but it.
+        try await Task.sleep(for: .milliseconds(200))
+        for _ in 0..<2 {
+            let history = try await sandbox.run(["listen", "--history", "--no-follow", "chat"], seconds: 5)
+            #expect(!history.signaled && history.status == 0, "ended by itself: \(history.stderr)")
+            #expect(history.lines == ["one", "two"])
+            #expect(history.stderr.contains("1 message of 'chat' expired"), "\(history.stderr)")
+            let latest = try await sandbox.run(["listen", "--latest", "--no-follow", "chat"], seconds: 5)
+            #expect(!latest.signaled && latest.status == 2, "ended by itself: \(latest.stderr)")
+            #expect(latest.stdout.isEmpty)
+            #expect(latest.stderr.contains("no message to print under 'chat'"), "\(latest.stderr)")
+        }
+        let read = try await sandbox.run(["read", "chat"])
+        #expect(read.status == 2 && read.stdout.isEmpty, "\(read.output)")
+        #expect(read.stderr.contains("no message under 'chat'"), "\(read.stderr)")
+    }
+
     @Test func aDurableNameWithNoFollowIsABatchJob() async throws {
         let sandbox = Sandbox()
         for text in ["one", "two"] { #expect(try await sandbox.run(["send", "chat", text]).status == 0) }

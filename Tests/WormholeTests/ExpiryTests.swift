@@ -41,4 +41,31 @@ struct ExpiryTests {
         member.cancel()
         #expect(throws: WormholeError.self) { try wormhole.passMessage("x", identifier: "news", timeToLive: 0) }
     }
+    @Test("the latest message is none when it has expired (an older one is not the latest), and a listener's expiry report names the newest message it stands for",
+          arguments: Backend.all)
+    func anExpiredLatestMessageIsNotRead(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
+        try await wormhole.passMessage("kept", identifier: "news")
+        let first = try await wormhole.passMessage("old 1", identifier: "news", timeToLive: 0.05)
+        let second = try await wormhole.passMessage("old 2", identifier: "news", timeToLive: 0.05)
+        let before = try await wormhole.record(withIdentifier: "news")
+        #expect(before?.sequence == second, "not expired yet")
+        // The wall clock is what expiry follows: nothing to wait on but it.
+        try await Task.sleep(for: .milliseconds(200))
+        let after = try await wormhole.record(withIdentifier: "news")
+        #expect(after == nil, "\(after.map { String(decoding: $0.payload, as: UTF8.self) } ?? "")")
+        try await wormhole.passMessage("new", identifier: "news")
+        let latest = try await wormhole.message(withIdentifier: "news", as: String.self)
+        #expect(latest == "new")
+        let reports = Collector<WormholeError>()
+        let received = Collector<String>()
+        let token = try wormhole.listenForMessage(withIdentifier: "news", as: String.self, startingFrom: .history,
+                                                  onError: { reports.append($0) }) { received.append($0) }
+        defer { token.cancel() }
+        #expect(await received.wait(for: 2).count == 2)
+        #expect(received.all == ["kept", "new"])
+        let expired = reports.all.filter { $0.code == .messagesExpired }
+        #expect(expired.map(\.missedMessageCount) == [2] && expired.map(\.sequence) == [second], "\(expired), \(first)")
+    }
 }

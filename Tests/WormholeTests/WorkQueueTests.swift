@@ -110,6 +110,103 @@ struct WorkQueueTests {
         #expect(try queue.take(maximumDeliveries: 5, deadLetters: "jobs.dead-letters", report: { _ in }) == nil)
     }
 
+    @Test("a queue started on a compacted log reports the messages before the first one kept as lost and hands out that first one (T3)")
+    func aQueueOnACompactedLogStartsWithTheFirstRecordKept() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.retainedMessageCount = 3
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        for index in 1...20 { try await wormhole.passMessage(index, identifier: "jobs") }
+        let summary = try await #require(try wormhole.summaries().first { $0.identifier == "jobs" })
+        let first = summary.lastSequence - UInt64(summary.messageCount) + 1
+        try #require(first > 1, "the log was compacted: \(summary)")
+        let transiting = try #require(wormhole.transiting as? FileTransiting)
+        let queue = try transiting.joinWorkQueue(identifier: "jobs", name: "w", startingFrom: .history)
+        defer { queue.close() }
+        var reports: [WormholeError] = []
+        let delivery = try #require(try queue.take(maximumDeliveries: 5, deadLetters: "jobs.dead-letters", report: { reports.append($0) }))
+        #expect(delivery.record.sequence == first, "records \(first)...\(summary.lastSequence) kept")
+        #expect(reports.map(\.code) == [.messagesLost] && reports.compactMap(\.missedMessageCount) == [first - 1])
+        #expect(try wormhole.workQueues(identifier: "jobs").first?.lost == first - 1)
+    }
+
+    @Test("dead letters that cannot be passed (the dead-letter log is not a log) are reported once each, not at every take, and the take goes on with the next message; a state full of them is said once; repaired, they are moved")
+    func deadLettersThatCannotBePassedAreReportedOnceEach() throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let letters = try #require(wormhole.directory) + "/jobs.dead-letters.wormhole"
+        try Data(repeating: 0x2A, count: 300).write(to: URL(fileURLWithPath: letters))
+        let transiting = try #require(wormhole.transiting as? FileTransiting)
+        let queue = try transiting.joinWorkQueue(identifier: "jobs", name: "w", startingFrom: .history)
+        defer { queue.close() }
+        var reports: [WormholeError] = []
+        /// Takes until the queue has nothing: the bad jobs fail (given back at their only
+        /// delivery), the others are handled. Returns the good ones.
+        func drain() -> [UInt64] {
+            var handled: [UInt64] = []
+            while let delivery = try? queue.take(maximumDeliveries: 1, deadLetters: "jobs.dead-letters", report: { reports.append($0) }) {
+                let sequence = delivery.record.sequence
+                if String(decoding: delivery.record.payload, as: UTF8.self) == "bad" {
+                    do { try queue.giveBack(sequence, reason: "bad", maximumDeliveries: 1, deadLetters: "jobs.dead-letters") }
+                    catch { reports.append(error) }
+                } else {
+                    handled.append(sequence)
+                    try? queue.acknowledge(sequence)
+                }
+            }
+            return handled
+        }
+        func moves() -> [UInt64] {
+            reports.compactMap { report in
+                guard let range = report.message.range(of: "cannot move message ") else { return nil }
+                return UInt64(report.message[range.upperBound...].prefix { $0.isNumber })
+            }.sorted()
+        }
+        let bad = try (0..<3).map { _ in try wormhole.passMessage("bad", identifier: "jobs") }
+        let good = try wormhole.passMessage("good", identifier: "jobs")
+        #expect(drain() == [good], "the take goes on past the messages it cannot move")
+        for _ in 0..<3 { #expect(drain() == []) }
+        #expect(moves() == bad, "each reported once, not at each take: \(reports.map(\.message))")
+        #expect(reports.first?.message.contains("not a Wormhole message log") == true, "\(reports.first?.message ?? "")")
+
+        let more = try (0..<(WorkQueueState.maximumEntries - 3)).map { _ in try wormhole.passMessage("bad", identifier: "jobs") }
+        #expect(drain() == [])
+        let waiting = try wormhole.passMessage("good", identifier: "jobs")
+        for _ in 0..<3 { #expect(drain() == [], "120 entries: nothing new is taken") }
+        #expect(moves() == bad + more)
+        let full = reports.filter { $0.message.contains("as many as its state can") }
+        #expect(full.count == 1, "said once: \(full.map(\.message))")
+        #expect(full.first?.message.contains("holds 120 messages") == true && full.first?.message.contains("it takes no new message until some are moved") == true)
+
+        try FileManager.default.removeItem(atPath: letters)
+        #expect(drain() == [waiting])
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.deadLettered == UInt64(WorkQueueState.maximumEntries) && status.pending == 0 && status.lost == 0, "\(status)")
+    }
+
+    @Test("the dead letter of a message too large to carry in base64 is passed without its payload, saying its size, instead of staying in the queue for ever")
+    func aDeadLetterTooLargeForItsPayloadIsPassedWithoutIt() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let size = 7_000_000   // within the 8 MiB limit; its base64 is not
+        let sequence = try await wormhole.passPayload(Data(count: size), kind: .data, identifier: "jobs")
+        let transiting = try #require(wormhole.transiting as? FileTransiting)
+        let queue = try transiting.joinWorkQueue(identifier: "jobs", name: "w", startingFrom: .history)
+        defer { queue.close() }
+        var reports: [WormholeError] = []
+        let delivery = try #require(try queue.take(maximumDeliveries: 1, deadLetters: "jobs.dead-letters", report: { reports.append($0) }))
+        #expect(delivery.record.sequence == sequence)
+        do { try queue.giveBack(sequence, reason: "the handler threw: too big", maximumDeliveries: 1, deadLetters: "jobs.dead-letters") }
+        catch { reports.append(error) }
+        #expect(try queue.take(maximumDeliveries: 1, deadLetters: "jobs.dead-letters", report: { reports.append($0) }) == nil)
+        #expect(reports.isEmpty, "\(reports.map(\.message))")
+        let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
+        #expect(status.deadLettered == 1 && status.pending == 0, "\(status)")
+        let letter = try #require(try await wormhole.message(withIdentifier: "jobs.dead-letters", as: WormholeDeadLetter.self))
+        #expect(letter.sequence == sequence && letter.reason == "the handler threw: too big" && letter.kind == "data")
+        #expect(letter.payload.isEmpty && letter.omittedPayloadSize == size)
+    }
+
     @Test("a live member goes on taking after compaction replaces the log (it was left reading the old file)", .timeLimit(.minutes(1)))
     func memberFollowsCompaction() async throws {
         let directory = TemporaryDirectory()

@@ -90,6 +90,7 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
     public let missedMessageCount: UInt64?
     /// For an error about one message that could not be delivered (``Code/messageTooLarge``
     /// for this reader): its sequence number, so that a listener knows it has passed it.
+    /// For ``Code/messagesExpired``: the newest of the messages it stands for.
     public let sequence: UInt64?
 
     /// An error with `code` and a sentence a person can act on: how back ends of your own

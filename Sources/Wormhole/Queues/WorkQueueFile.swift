@@ -37,6 +37,17 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     private var others: [UInt64: FileDescriptor] = [:]
     /// Reads the log after the queue's position; made at the first take.
     private var reader: (any WormholeTransitingReader)?
+    /// What the reader returned and the take has not looked at yet, with the `logID` of
+    /// the log it came from: a read of one record may return a gap report before it.
+    private var unread: [(item: Result<WormholeRecord, WormholeError>, logID: UInt64?)] = []
+    /// Messages whose dead letter could not be passed, with the failure reported for
+    /// each: a take tries each again, and reports it again only when the failure changed
+    /// (once per take would flood the queue's owner: 120 reports every
+    /// `redeliveryInterval`).
+    private var deadLetterFailures: [UInt64: String] = [:]
+    /// Whether this member said that the state is full of such messages (once, until it
+    /// is not).
+    private var reportedFull = false
     private var closed = false
 
     /// What a take found besides a message: gaps, damaged records, dead letters.
@@ -114,6 +125,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
         guard !closed else { return }
         closed = true
         reader?.close()
+        unread = []
         if (try? Syscalls.lock(stateFD).get()) != nil {
             if var state = try? readState() {
                 for index in state.entries.indices where state.entries[index].member == token { state.entries[index].member = 0 }
@@ -163,12 +175,19 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                 state.entries[index].member = 0
             }
         }
-        // Messages whose dead letter could not be passed (a full disk): kept for the
-        // next take, skipped in this one.
+        // Messages whose dead letter could not be passed (a full disk, a damaged or
+        // unwritable dead-letter log): kept for the next take, skipped in this one. Once
+        // one failed for want of a writable dead-letter log, those that failed before are
+        // not tried again in this take: they would fail alike.
         var unmoved: Set<UInt64> = []
+        var deadLettersFailing = false
         while let index = state.entries.indices.filter({ state.entries[$0].member == 0 && !unmoved.contains(state.entries[$0].sequence) })
                 .min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
             let entry = state.entries[index]
+            if deadLettersFailing, entry.deliveries >= maximumDeliveries, deadLetterFailures[entry.sequence] != nil {
+                unmoved.insert(entry.sequence)
+                continue
+            }
             guard let record = try record(entry.sequence) else {
                 // Gone from the log (cleared, or past the backlog cap).
                 state.entries.remove(at: index)
@@ -181,10 +200,17 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                     try deadLetter(record, deliveries: entry.deliveries, to: deadLetters,
                                    reason: WormholeDeadLetter.membersEndedReason(deliveries: entry.deliveries))
                 } catch {
-                    report(error)
+                    if deadLetterFailures[entry.sequence] != error.message {
+                        deadLetterFailures[entry.sequence] = error.message
+                        report(error)
+                    }
                     unmoved.insert(entry.sequence)
+                    // Too large for a message is this letter's own; anything else is the
+                    // dead-letter log's (or the disk's).
+                    deadLettersFailing = error.code != .messageTooLarge
                     continue
                 }
+                deadLetterFailures[entry.sequence] = nil
                 state.entries.remove(at: index)
                 state.deadLettered += 1
                 continue
@@ -199,18 +225,39 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             state.entries[index].delivered = now
             return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
         }
-        guard state.entries.count < WorkQueueState.maximumEntries else { return nil }
+        if !deadLetterFailures.isEmpty {
+            // Moved or lost meanwhile (by another member): forgotten.
+            let held = Set(state.entries.map(\.sequence))
+            deadLetterFailures = deadLetterFailures.filter { held.contains($0.key) }
+        }
+        guard state.entries.count < WorkQueueState.maximumEntries else {
+            if !unmoved.isEmpty, !reportedFull {
+                reportedFull = true
+                report(WormholeError(.systemError,
+                    "the work queue '\(name)' of '\(identifier)' holds \(state.entries.count) messages, as many as its state can, \(unmoved.count) of them waiting until they can be moved to its dead letters '\(deadLetters)' (see the errors reported for them): it takes no new message until some are moved",
+                    path: statePath))
+            }
+            return nil
+        }
+        reportedFull = false
         let reader = try currentReader(after: state.taken)
         while true {
-            var batch = try reader.read(maximumCount: 1)
-            if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
-            guard let first = batch.first else { return nil }
+            if unread.isEmpty {
+                var batch = try reader.read(maximumCount: 1)
+                if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
+                // Every item of the read is looked at: a gap report comes before the
+                // record that follows it, in the same read.
+                let logID = (reader as? FileLogReader)?.currentLogID
+                unread = batch.map { ($0, logID) }
+            }
+            guard !unread.isEmpty else { return nil }
+            let (first, readLogID) = unread.removeFirst()
             switch first {
             case .failure(let error):
                 // Gaps are counted below, from the sequence numbers.
                 if error.code != .messagesLost { report(error) }
             case .success(let record):
-                if let logID = (reader as? FileLogReader)?.currentLogID, logID != state.logID {
+                if let logID = readLogID, logID != state.logID {
                     if state.logID != 0 { startOver(&state, logID: logID, report: report) } else { state.logID = logID }
                 }
                 guard record.sequence > state.taken else { continue }
@@ -255,6 +302,8 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     /// The message `sequence` was not handled (its handler threw `reason`): another
     /// member (or this one) gets it again, or, after `maximumDeliveries`, the dead letters.
+    /// A dead letter that cannot be passed leaves the message in the queue, held by
+    /// nobody: the next take tries again (Protocol.md §18.3 T2) and reports the failure.
     func giveBack(_ sequence: UInt64, reason: String, maximumDeliveries: UInt32, deadLetters: String) throws(WormholeError) {
         try withLockedState { state throws(WormholeError) in
             guard let index = state.entries.firstIndex(where: { $0.sequence == sequence && $0.member == token }) else { return }
@@ -267,9 +316,11 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                 do throws(WormholeError) {
                     try deadLetter(record, deliveries: entry.deliveries, to: deadLetters, reason: reason)
                 } catch {
-                    // Kept, for nobody: the next take tries its dead letter again.
+                    // Kept, for nobody: the next take tries its dead letter again and
+                    // reports it if it fails again (once, not at each take). This member
+                    // goes on taking meanwhile.
                     state.entries[index].member = 0
-                    throw error
+                    return
                 }
                 state.deadLettered += 1
             } else {
@@ -397,7 +448,13 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     private func deadLetter(_ record: WormholeRecord, deliveries: UInt32, to deadLetters: String, reason: String) throws(WormholeError) {
         let letter = WormholeDeadLetter(record: record, queue: name, deliveries: deliveries, reason: reason)
         do throws(WormholeError) {
-            _ = try transiting.append(try letter.encoded(), kind: .json, identifier: deadLetters)
+            var encoded = try letter.encoded()
+            if encoded.count > transiting.configuration.maximumMessageSize {
+                // Too large with the payload in base64: passed without it, rather than
+                // kept in the queue for ever.
+                encoded = try letter.withoutPayload().encoded()
+            }
+            _ = try transiting.append(encoded, kind: .json, identifier: deadLetters)
         } catch {
             throw WormholeError(error.code,
                 "the work queue '\(name)' of '\(identifier)' cannot move message \(record.sequence) to its dead letters '\(deadLetters)': \(error.message); it stays in the queue, and is moved when it can be",

@@ -28,13 +28,20 @@ public struct WormholeDeadLetter: Codable, Sendable, Hashable {
     /// How its bytes are meant to be read (``WormholePayloadKind/description``: `data`,
     /// `text` or `json`).
     public let kind: String
-    /// The message's bytes, as passed (base64 in the JSON).
+    /// The message's bytes, as passed (base64 in the JSON); empty when they were left out
+    /// (``omittedPayloadSize``).
     public let payload: Data
     /// When it was passed.
     public let date: Date
+    /// The size in bytes of the message's payload when the letter leaves it out: with it,
+    /// the letter would be larger than the writer's maximum message size (base64 is a third
+    /// larger than the bytes), and a letter that cannot be passed stays in the queue for
+    /// ever. The message is still in ``identifier`` at ``sequence`` while its log keeps
+    /// it. `nil` (no key in the JSON) when ``payload`` is the message's.
+    public let omittedPayloadSize: Int?
 
     public init(identifier: String, queue: String, sequence: UInt64, deliveries: UInt32, reason: String,
-                kind: String, payload: Data, date: Date) {
+                kind: String, payload: Data, date: Date, omittedPayloadSize: Int? = nil) {
         self.identifier = identifier
         self.queue = queue
         self.sequence = sequence
@@ -43,5 +50,12 @@ public struct WormholeDeadLetter: Codable, Sendable, Hashable {
         self.kind = kind
         self.payload = payload
         self.date = date
+        self.omittedPayloadSize = omittedPayloadSize
+    }
+
+    /// This letter without its payload, saying its size (``omittedPayloadSize``).
+    public func withoutPayload() -> WormholeDeadLetter {
+        WormholeDeadLetter(identifier: identifier, queue: queue, sequence: sequence, deliveries: deliveries, reason: reason,
+                           kind: kind, payload: Data(), date: date, omittedPayloadSize: omittedPayloadSize ?? payload.count)
     }
 }

@@ -326,7 +326,9 @@ public final class FileTransiting: WormholeTransiting {
             }
             throw WormholeError.corrupt("the last record changed while it was read", path: log.path)
         }
-        return LogFormat.record(frame, in: bytes, at: 0, identifier: identifier)
+        let record = LogFormat.record(frame, in: bytes, at: 0, identifier: identifier)
+        // §11.1 L4: an expired latest message is none (an older one is not the latest).
+        return record.isExpired(at: Syscalls.wallClockNanoseconds()) ? nil : record
     }
 
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {

@@ -221,7 +221,7 @@ public final class Wormhole: Sendable {
     }
 
     /// The latest message passed under `identifier`, or `nil` when there is none (or it
-    /// was cleared).
+    /// was cleared, or it has expired: an older message is not the latest).
     ///
     /// - Throws: ``WormholeError/Code/decodingFailed`` when it is not a `Message`, or
     ///   ``WormholeError/Code/corruptRecord`` when it cannot be read.
@@ -229,10 +229,20 @@ public final class Wormhole: Sendable {
         try record(withIdentifier: identifier)?.decode(as: type, using: jsonCoding)
     }
 
-    /// The latest record of `identifier`, with its sequence number, date and sender.
+    /// The latest record of `identifier`, with its sequence number, date and sender;
+    /// `nil` when there is none, it was cleared, or its time to live has passed (Protocol.md
+    /// §11.1: a reader that comes after its expiry does not get it, and an older message
+    /// is not the latest).
     public func record(withIdentifier identifier: String) throws(WormholeError) -> WormholeRecord? {
         try Identifier.validate(identifier)
-        return try transiting.latestRecord(identifier: identifier)
+        return Self.unexpired(try transiting.latestRecord(identifier: identifier))
+    }
+
+    /// `record`, unless its expiry has passed. Applied here for every back end, whatever
+    /// its ``WormholeTransiting/latestRecord(identifier:)-63adk`` does.
+    static func unexpired(_ record: WormholeRecord?) -> WormholeRecord? {
+        guard let record, !record.isExpired(at: Syscalls.wallClockNanoseconds()) else { return nil }
+        return record
     }
 
     /// Removes the messages of `identifier`: ``message(withIdentifier:as:)-5o1yf`` returns
@@ -285,7 +295,7 @@ public final class Wormhole: Sendable {
     /// ``record(withIdentifier:)`` from an asynchronous context.
     public func record(withIdentifier identifier: String) async throws(WormholeError) -> WormholeRecord? {
         try Identifier.validate(identifier)
-        return try await transiting.latestRecord(identifier: identifier)
+        return Self.unexpired(try await transiting.latestRecord(identifier: identifier))
     }
 
     /// ``clearMessageContents(forIdentifier:)`` from an asynchronous context.
