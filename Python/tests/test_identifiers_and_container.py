@@ -9,9 +9,10 @@ import stat
 import threading
 import unittest
 
-from support import ScratchTestCase
+from support import PACKAGE_ROOT, ScratchTestCase
 
 from wormhole import Wormhole, WormholeError, directory_for_group
+from wormhole import identifiers
 from wormhole.container import ContainerDirectory
 
 
@@ -57,6 +58,55 @@ class IdentifierTests(ScratchTestCase):
         for identifier in ("kitchen lights", "caf\u00e9", "\u65e5\u672c"):
             self.assertEqual(wormhole.pass_message("on", identifier), 1)
             self.assertEqual(wormhole.message(identifier), "on")
+
+
+class SharedIdentifierTableTests(unittest.TestCase):
+    """The identifier rules judged from one table with the Swift library's tests
+    (Tests/Interop/identifiers.tsv), whatever the Unicode version of this Python."""
+
+    REPOSITORY = os.path.dirname(PACKAGE_ROOT)
+
+    @classmethod
+    def cases(cls):
+        with open(os.path.join(cls.REPOSITORY, "Tests", "Interop", "identifiers.tsv"), encoding="utf-8") as table:
+            for line in table:
+                if not line.strip() or line.startswith("#"):
+                    continue
+                expectation, code_points, reason, note = line.rstrip("\n").split("\t")
+                yield expectation, "".join(chr(int(point, 16)) for point in code_points.split()), reason, note
+
+    def test_every_identifier_of_the_shared_table_is_accepted_or_refused_as_it_says(self) -> None:
+        cases = list(self.cases())
+        self.assertGreater(len(cases), 20)
+        for expectation, name, reason, note in cases:
+            with self.subTest(name=name.encode("unicode_escape").decode(), note=note):
+                if expectation == "accept":
+                    self.assertEqual(identifiers.validate(name), name.encode("utf-8"))
+                else:
+                    self.assertEqual(expectation, "refuse")
+                    with self.assertRaises(WormholeError) as caught:
+                        identifiers.validate(name)
+                    self.assertEqual(caught.exception.code, WormholeError.INVALID_IDENTIFIER)
+                    self.assertIn(reason, str(caught.exception))
+
+    def test_the_table_of_assigned_code_points_is_the_swift_librarys(self) -> None:
+        from wormhole import _unicode_table
+        path = os.path.join(self.REPOSITORY, "Sources", "Wormhole", "Internal", "Identifier+UnicodeTable.swift")
+        with open(path, encoding="utf-8") as source:
+            text = source.read()
+        body = text[text.index("assignedRangeBounds"):]
+        swift = tuple(int(value, 16) for value in re.findall(r"0x[0-9A-F]+", body))
+        self.assertEqual(swift, _unicode_table.ASSIGNED_RANGE_BOUNDS)
+        self.assertIn('unicodeVersion = "%s"' % _unicode_table.UNICODE_VERSION, text)
+
+    def test_every_code_point_of_the_table_is_assigned_in_this_pythons_unicode(self) -> None:
+        """Python 3.9's Unicode is 13.0, the table's version: a later one assigns more."""
+        import unicodedata
+        from wormhole import _unicode_table
+        bounds = _unicode_table.ASSIGNED_RANGE_BOUNDS
+        unassigned = [point for first, last in zip(bounds[0::2], bounds[1::2]) for point in range(first, last + 1)
+                      if unicodedata.category(chr(point)) in ("Cn", "Cs")]
+        self.assertEqual(unassigned, [])
 
 
 class ContainerTests(ScratchTestCase):

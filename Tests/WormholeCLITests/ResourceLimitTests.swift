@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import Wormhole
 
 /// `wormhole listen` at the edges of the process's limits: descriptors (`ulimit -n`) and
 /// inotify watches (a user namespace's own `max_inotify_watches`, so that the rest of the
@@ -41,6 +42,54 @@ struct ResourceLimitTests {
         #expect(result.signaled && result.status == signal, "status \(result.status), \(result.stderr)")
         #expect(Set(result.lines) == Set(identifiers.map { "to \($0)" }))
         #expect(!result.stderr.contains("Too many open files"), "\(result.stderr)")
+    }
+
+    @Test("under 'ulimit -n 256', listen --all hears every message of a container of 1,500 identifiers and top counts every identifier, each holding a few descriptors, not one per identifier",
+          .timeLimit(.minutes(4)))
+    func listenAllAndTopFollowEveryIdentifierUnderALowDescriptorLimit() async throws {
+        let sandbox = Sandbox()
+        let identifiers = (1...1500).map { "id\($0)" }
+        do {
+            let wormhole = try Wormhole(directory: sandbox.defaultContainer)
+            for identifier in identifiers { try await wormhole.passMessage("before", identifier: identifier) }
+        }
+        let tap = try sandbox.start(underDescriptorLimit(256, ["listen", "--all", "--count", "7", "--timeout", "60", "--verbose"]), product: "/bin/sh")
+        let top = try sandbox.start(underDescriptorLimit(256, ["top", "--json", "--interval", "0.5"]), product: "/bin/sh")
+        #expect(await tap.waitForStandardError(containing: "listening to every identifier"), "\(tap.stderr)")
+        #expect(await top.waitForStandardOutput(containing: "\"identifiers\""), "\(top.stderr)")
+        // Held while both follow 1,500 identifiers (`sh` has exec'd them: the same pid).
+        let open = { (pid: Int32) in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1 }
+        #expect((0..<64).contains(open(tap.pid)), "listen --all holds \(open(tap.pid)) descriptors")
+        #expect((0..<64).contains(open(top.pid)), "top holds \(open(top.pid)) descriptors")
+
+        let chosen = [0, 249, 499, 749, 999, 1249, 1499].map { identifiers[$0] }
+        let wormhole = try Wormhole(directory: sandbox.defaultContainer)
+        for (index, identifier) in chosen.enumerated() { try await wormhole.passMessage("m\(index)", identifier: identifier) }
+        let heard = await tap.finish(seconds: 90)
+        #expect(heard.status == 0, "\(heard.stderr.prefix(2000))")
+        #expect(Set(heard.lines) == Set(chosen.enumerated().map { "\($0.element): m\($0.offset)" }), "\(heard.lines)")
+        #expect(!heard.stderr.contains("Too many open files"), "\(heard.stderr.prefix(2000))")
+
+        // top: every identifier in its reports, and traffic under each chosen one.
+        var listed = 0
+        var busy = Set<String>()
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline && (listed < identifiers.count || !busy.isSuperset(of: chosen)) {
+            let lines = String(decoding: top.stdout, as: UTF8.self).split(separator: "\n")
+            for line in lines {
+                guard let report = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                      let rows = report["identifiers"] as? [[String: Any]] else { continue }
+                listed = max(listed, rows.count)
+                for row in rows where (row["messagesPerSecond"] as? Double ?? 0) > 0 { busy.insert(row["identifier"] as? String ?? "") }
+            }
+            if !top.process.isRunning { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        top.send(SIGINT)
+        let counted = await top.finish(seconds: 30)
+        #expect(listed == identifiers.count, "top listed at most \(listed) identifiers: \(counted.stderr.prefix(2000))")
+        #expect(busy.isSuperset(of: chosen), "top saw traffic under \(busy.sorted())")
+        #expect(!counted.stderr.contains("Too many open files"), "\(counted.stderr.prefix(2000))")
     }
 
     /// Whether this machine lets an unprivileged user namespace set its own inotify limits.

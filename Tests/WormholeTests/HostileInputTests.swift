@@ -21,6 +21,72 @@ struct HostileInputTests {
         ("line\nbreak", "control characters"),
     ]
 
+    /// One case of `Tests/Interop/identifiers.tsv`, the table the Python package's tests read too.
+    struct SharedCase: CustomTestStringConvertible, Sendable {
+        var accepted: Bool
+        var identifier: String
+        var reason: String
+        var note: String
+        var testDescription: String { "\(accepted ? "accept" : "refuse") \(identifier.unicodeScalars.map { String($0.value, radix: 16, uppercase: true) }.joined(separator: " ")): \(note)" }
+    }
+
+    static let sharedCases: [SharedCase] = {
+        let path = ProtocolInteropTests.repositoryRoot.appendingPathComponent("Tests/Interop/identifiers.tsv").path
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            guard !line.hasPrefix("#") else { return nil }
+            let fields = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            guard fields.count == 4 else { return SharedCase(accepted: false, identifier: "", reason: "a line of 4 fields", note: String(line)) }
+            var identifier = ""
+            for point in fields[1].split(separator: " ") {
+                guard let value = UInt32(point, radix: 16), let scalar = Unicode.Scalar(value) else {
+                    return SharedCase(accepted: false, identifier: "", reason: "a code point, not '\(point)'", note: String(line))
+                }
+                identifier.unicodeScalars.append(scalar)
+            }
+            return SharedCase(accepted: fields[0] == "accept", identifier: identifier, reason: fields[2], note: fields[3])
+        }
+    }()
+
+    @Test("the shared table of identifiers holds the cases the Python package's tests check too")
+    func theSharedTableIsRead() {
+        #expect(Self.sharedCases.count > 20)
+        #expect(Self.sharedCases.allSatisfy { !$0.identifier.isEmpty })
+    }
+
+    @Test("each identifier of the shared table is accepted or refused as it says, whatever this runtime's Unicode",
+          arguments: sharedCases)
+    func everyIdentifierOfTheSharedTableIsJudgedAsItSays(_ shared: SharedCase) {
+        do throws(WormholeError) {
+            try Wormhole.validate(identifier: shared.identifier)
+            #expect(shared.accepted, "accepted, but the table says it is refused for '\(shared.reason)'")
+        } catch {
+            #expect(!shared.accepted, "refused: \(error.message)")
+            #expect(error.code == .invalidIdentifier)
+            #expect(error.message.contains(shared.reason), "\(error.message) does not say '\(shared.reason)'")
+        }
+    }
+
+    @Test("the committed table of Unicode 13.0's code points is what this standard library's Unicode data says")
+    func theUnicodeTableMatchesTheStandardLibrary() {
+        var bounds: [UInt32] = []
+        var first: UInt32?
+        for value in UInt32(0)...0x110000 {
+            let scalar = value <= 0x10FFFF ? Unicode.Scalar(value) : nil
+            let assigned = scalar.map { scalar in
+                guard let age = scalar.properties.age, scalar.properties.generalCategory != .unassigned else { return false }
+                return (age.major, age.minor) <= (13, 0)
+            } ?? false
+            if assigned, first == nil { first = value }
+            if !assigned, let start = first {
+                bounds += [start, value - 1]
+                first = nil
+            }
+        }
+        #expect(Identifier.unicodeVersion == "13.0")
+        #expect(bounds == Identifier.assignedRangeBounds, "run Scripts/unicode-table/update")
+    }
+
     @Test("each hostile identifier is refused with a reason, and nothing is written anywhere",
           arguments: Array(0..<hostile.count))
     func hostileIdentifiersAreRefused(index: Int) throws {

@@ -55,10 +55,34 @@ enum Identifier {
         String(decoding: value._nfcCodeUnits, as: UTF8.self)
     }
 
+    /// Whether `scalar` was assigned in Unicode ``unicodeVersion`` (General_Category other
+    /// than Cn), by the committed table (`Identifier+UnicodeTable.swift`), not by this
+    /// runtime's Unicode data.
+    ///
+    /// Unicode's normalization stability policy makes the NFC form of a string of such
+    /// characters the same under every later version; a character assigned later may
+    /// compose or reorder under one runtime and not under an older one (Swift 6.3 carries
+    /// Unicode 17, Python 3.11 Unicode 14: U+16D67 U+16D67 is NFC to the one and composes
+    /// to U+16D68 under the other). So an identifier holds only characters of that
+    /// version, and every program, whatever its runtime's Unicode, judges it alike.
+    static func isAssigned(_ scalar: Unicode.Scalar) -> Bool {
+        let value = scalar.value
+        let bounds = assignedRangeBounds
+        // The number of ranges whose first code point is at most `value`.
+        var low = 0
+        var high = bounds.count / 2
+        while low < high {
+            let middle = (low + high) / 2
+            if bounds[2 * middle] <= value { low = middle + 1 } else { high = middle }
+        }
+        return low > 0 && value <= bounds[2 * (low - 1) + 1]
+    }
+
     /// Whether `value` is in NFC (compared scalar by scalar: `==` on `String` would call
-    /// canonically equivalent forms equal) and free of C1 and bidirectional characters.
+    /// canonically equivalent forms equal), free of C1 and bidirectional characters, and
+    /// of characters that Unicode ``unicodeVersion`` did not assign.
     private static func unicodeAcceptable(_ value: String) -> Bool {
-        !value.unicodeScalars.contains { isC1Control($0) || isBidiFormatting($0) }
+        !value.unicodeScalars.contains { isC1Control($0) || isBidiFormatting($0) || !isAssigned($0) }
             && composed(value).unicodeScalars.elementsEqual(value.unicodeScalars)
     }
 
@@ -81,10 +105,19 @@ enum Identifier {
         if value.unicodeScalars.contains(where: isBidiFormatting) {
             throw reject("may not contain bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069)")
         }
+        if let unassigned = value.unicodeScalars.first(where: { !isAssigned($0) }) {
+            throw reject("contains U+\(codePoint(unassigned)), which Unicode \(unicodeVersion) does not assign: an identifier holds only characters of Unicode \(unicodeVersion), which every runtime normalizes alike (Protocol.md §6)")
+        }
         let nfc = composed(value)
         if !nfc.unicodeScalars.elementsEqual(value.unicodeScalars) {
             throw WormholeError(.invalidIdentifier, "\(kind) '\(printable(value, escapingMarks: true))' is not in Unicode Normalization Form C (NFC); write it as '\(printable(nfc))'")
         }
+    }
+
+    /// `scalar`'s code point in hexadecimal, at least four digits, as in "U+00E9".
+    static func codePoint(_ scalar: Unicode.Scalar) -> String {
+        let digits = String(scalar.value, radix: 16, uppercase: true)
+        return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
     }
 
     /// The value with control characters escaped, safe to print in an error message.

@@ -7,6 +7,14 @@ import SystemPackage
 /// - ``State/following(_:)``: reading one file from an offset. A wake-up costs one
 ///   `pread`; whole records above the last delivered one are delivered, an incomplete one
 ///   (being written, or torn by a killed writer) waits for the next wake-up.
+/// - ``State/parked(device:inode:header:offset:)``: a reader made not to hold its log
+///   between reads (``holdsLog`` false: a tap on every identifier of a container, which
+///   would otherwise hold one descriptor per identifier) closes it after each read and
+///   keeps where it stood; the next read opens the file at the name again and goes on
+///   from there if it is the same file, or reads the one there now as after an
+///   invalidation. Records appended to a file after the read before its replacement are
+///   read from the new file when a compaction kept them (it keeps the retained ones);
+///   a file deleted outright takes them with it.
 /// - ``State/closed``.
 ///
 /// When inotify says the file at the log's name changed (a compaction renamed a new one
@@ -19,6 +27,7 @@ final class FileLogReader: WormholeTransitingReader {
     enum State {
         case waiting
         case following(LogFile, offset: Int)
+        case parked(device: UInt64, inode: UInt64, header: LogFormat.Header?, offset: Int)
         case closed
     }
 
@@ -52,6 +61,9 @@ final class FileLogReader: WormholeTransitingReader {
     /// A durable listener's stored position, written as each message is handled.
     private var durable: DurablePosition?
     private let buffer = ReadBuffer()
+    /// Whether the log stays open between reads; without, the reader holds no descriptor
+    /// while it waits (``State/parked(device:inode:header:offset:)``).
+    private let holdsLog: Bool
 
     /// - Parameters:
     ///   - durableName: For a durable listener, its name: the start is where its position
@@ -59,8 +71,12 @@ final class FileLogReader: WormholeTransitingReader {
     ///   - claims: Whether the reader keeps a listener claim (§12). A work queue's member
     ///     reads without one: its queue's state keeps what the queue has not handled
     ///     (§18.4), and `status` lists the member once, under its queue.
-    init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint, durableName: String? = nil, claims: Bool = true) throws(WormholeError) {
+    ///   - holdsLog: Whether the log stays open between reads. A reader that does not
+    ///     hold it costs an `open` and a `close` per read, and no descriptor while it waits.
+    init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint, durableName: String? = nil, claims: Bool = true,
+         holdsLog: Bool = true) throws(WormholeError) {
         self.identifier = identifier
+        self.holdsLog = holdsLog
         self.container = transiting.container
         self.maximumPayload = transiting.configuration.maximumMessageSize
         // Claim first (0: keep everything), then look: nothing can be compacted away
@@ -76,6 +92,43 @@ final class FileLogReader: WormholeTransitingReader {
             close()
             throw error
         }
+        if !holdsLog { park() }
+    }
+
+    /// Closes the log and keeps where the reader stands in it, for a reader that does not
+    /// hold its log between reads.
+    private func park() {
+        guard case .following(let log, let offset) = state else { return }
+        state = .parked(device: log.device, inode: log.inode, header: log.header, offset: offset)
+        log.close()
+    }
+
+    /// Opens the file at the log's name for a parked reader: the file it read goes on at
+    /// its offset, with the header it had (a change under it is found as for a held log);
+    /// another file, or none, is looked at as after an invalidation. Out of descriptors,
+    /// the reader stays parked, and the next read tries again.
+    private func unpark(device: UInt64, inode: UInt64, header: LogFormat.Header?, offset: Int) throws(WormholeError) {
+        if invalidated {
+            // What ``openCurrent()`` does first: the directory at the path now, and the
+            // claim made again in it.
+            _ = try? container.refresh(create: false)
+            try claimAgainIfReplaced()
+        }
+        let opened: LogFile?
+        do throws(WormholeError) {
+            opened = try LogFile.open(identifier, in: container, access: .readOnly, create: false)
+        } catch where error.code == .unsupportedFormat {
+            state = .waiting
+            throw error
+        }
+        guard var opened, opened.device == device, opened.inode == inode else {
+            opened?.close()
+            state = .waiting
+            return
+        }
+        if let header { opened.header = header }
+        invalidated = false
+        state = .following(opened, offset: offset)
     }
 
     private func begin(start: WormholeStartingPoint, durableName: String?, retained: UInt64) throws(WormholeError) {
@@ -165,8 +218,10 @@ final class FileLogReader: WormholeTransitingReader {
     /// durable reader's batch never spans two logs): the next read moves on.
     var mayHaveMore: Bool {
         if pendingError != nil { return true }
-        if case .following = state { return invalidated }
-        return false
+        switch state {
+        case .following, .parked: return invalidated
+        case .waiting, .closed: return false
+        }
     }
 
     /// A failure met after records were already taken in the same read: those records are
@@ -179,6 +234,7 @@ final class FileLogReader: WormholeTransitingReader {
             self.pendingError = nil
             throw pendingError
         }
+        defer { if !holdsLog { park() } }
         var results: [Result<WormholeRecord, WormholeError>] = []
         do throws(WormholeError) {
             let records = try readRecords(maximumCount: maximumCount, into: &results)
@@ -211,6 +267,8 @@ final class FileLogReader: WormholeTransitingReader {
             switch state {
             case .closed:
                 return results
+            case .parked(let device, let inode, let header, let offset):
+                try unpark(device: device, inode: inode, header: header, offset: offset)
             case .waiting:
                 // Any wake-up may mean the file exists now: its creation can go unseen when
                 // the directory itself was being watched again at that moment.

@@ -50,6 +50,7 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         start: Wormhole.StartingPoint,
         durableName: String? = nil,
         observeOnDemand: Bool = false,
+        makeReader: (() throws(WormholeError) -> any WormholeTransitingReader)? = nil,
         queue: DispatchQueue?,
         onError: @escaping @Sendable (WormholeError) -> Void,
         listener: @escaping @Sendable (WormholeRecord) -> Void,
@@ -66,9 +67,13 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         } else {
             observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
         }
+        // `makeReader`, when given, makes the reader instead of the back end: the tap's,
+        // which keeps no claim and opens its log only to read (``WormholeTap``).
         let reader: any WormholeTransitingReader
         do throws(WormholeError) {
-            if let durableName {
+            if let makeReader {
+                reader = try makeReader()
+            } else if let durableName {
                 reader = try transiting.makeReader(identifier: identifier, startingFrom: start, durableName: durableName)
             } else {
                 reader = try transiting.makeReader(identifier: identifier, startingFrom: start)

@@ -384,6 +384,7 @@ public final class Wormhole: Sendable {
     }
 
     func makeListener(identifier: String, start: StartingPoint, durableName: String?, observeOnDemand: Bool = false,
+                      makeReader: (() throws(WormholeError) -> any WormholeTransitingReader)? = nil,
                       queue: DispatchQueue?,
                       onError: @escaping @Sendable (WormholeError) -> Void,
                       listener: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) -> ListenerToken {
@@ -391,7 +392,7 @@ public final class Wormhole: Sendable {
         let id = makeRegistrationID()
         let token = try ListenerToken(
             transiting: transiting, identifier: identifier, start: start, durableName: durableName,
-            observeOnDemand: observeOnDemand, queue: queue,
+            observeOnDemand: observeOnDemand, makeReader: makeReader, queue: queue,
             onError: onError, listener: listener,
             onCancel: { [weak self] in self?.unregister(id) })
         // The wormhole keeps the token: a listener lives until it is cancelled, stopped,
@@ -401,7 +402,7 @@ public final class Wormhole: Sendable {
         return token
     }
 
-    /// ``makeListener(identifier:start:durableName:observeOnDemand:queue:onError:listener:)`` for
+    /// ``makeListener(identifier:start:durableName:observeOnDemand:makeReader:queue:onError:listener:)`` for
     /// asynchronous callers (a listener from now on or a starting point, not durable).
     func makeListener(identifier: String, start: StartingPoint, queue: DispatchQueue?,
                       onError: @escaping @Sendable (WormholeError) -> Void,

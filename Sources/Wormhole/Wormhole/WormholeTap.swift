@@ -8,8 +8,18 @@ import Synchronization
 /// It hears every message passed after it started, exactly once per identifier, as a
 /// listener of that identifier would: the identifiers there when it starts from their
 /// last message then, and each one that appears later from its first.
+///
+/// However many identifiers the container has, the tap holds no file descriptor for
+/// any of them while it waits: the one inotify watch of the process on the container's
+/// directory says which log was written, and the tap opens that log, reads what is new
+/// and closes it. So it follows thousands of identifiers under a low `ulimit -n`. Unlike
+/// a listener, it keeps no claim (Protocol.md §12): `status` does not list it, and a
+/// compaction does not wait for it, so a tap that falls behind by more than the
+/// retained messages (``WormholeConfiguration/retainedMessageCount``) is told of the
+/// messages it missed, as a listener past the backlog cap is.
 public final class WormholeTap: Sendable {
     private let wormhole: Wormhole
+    private let transiting: FileTransiting
     private let queue: DispatchQueue?
     private let onError: @Sendable (WormholeError) -> Void
     private let listener: @Sendable (WormholeRecord) -> Void
@@ -25,6 +35,7 @@ public final class WormholeTap: Sendable {
          onError: @escaping @Sendable (WormholeError) -> Void,
          listener: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) {
         self.wormhole = wormhole
+        self.transiting = transiting
         self.queue = queue
         self.onError = onError
         self.listener = listener
@@ -70,8 +81,16 @@ public final class WormholeTap: Sendable {
         let known = state.withLock { $0.cancelled || $0.tokens[identifier] != nil }
         guard !known else { return }
         do {
-            let token = try wormhole.listenForRecords(withIdentifier: identifier, startingFrom: .after(sequence: sequence),
-                                                      queue: queue, onError: onError, listener: listener)
+            // A reader that opens the log for each read and keeps no claim: nothing of
+            // the identifier's stays open while the tap waits.
+            let transiting = self.transiting
+            let token = try wormhole.makeListener(
+                identifier: identifier, start: .after(sequence: sequence), durableName: nil,
+                makeReader: { () throws(WormholeError) in
+                    try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence),
+                                      claims: false, holdsLog: false)
+                },
+                queue: queue, onError: onError, listener: listener)
             let duplicate = state.withLock { state -> Bool in
                 if state.cancelled || state.tokens[identifier] != nil { return true }
                 state.tokens[identifier] = token
