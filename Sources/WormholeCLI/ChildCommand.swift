@@ -11,6 +11,12 @@ import Foundation
 /// Runs a command with bytes on its standard input and collects its standard output and
 /// error: what `wormhole respond` does for each request. No shell is involved: the
 /// command and its arguments are passed as they are (`posix_spawnp`, the `PATH` search).
+///
+/// The command starts as a command started by a shell would: every signal at its default
+/// action and none blocked. This process ignores SIGPIPE (a reader that went away must
+/// not kill it) and runs the command from a Dispatch thread, which blocks signals; both
+/// would otherwise pass to the command through `exec`, and a pipeline such as
+/// `while :; do echo y; done | head -n1` would never end.
 enum ChildCommand {
     struct Outcome {
         var status: Int32
@@ -34,10 +40,14 @@ enum ChildCommand {
         posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
         posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
         posix_spawn_file_actions_adddup2(&actions, errorsOf[1], 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        Self.startClean(&attributes)
         var pid: pid_t = 0
         let argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
-        let spawned = posix_spawnp(&pid, arguments[0], &actions, nil, argv, environ)
+        let spawned = posix_spawnp(&pid, arguments[0], &actions, &attributes, argv, environ)
         for fd in [toChild[0], fromChild[1], errorsOf[1]] { close(fd) }
         guard spawned == 0 else {
             for fd in [toChild[1], fromChild[0], errorsOf[0]] { close(fd) }
@@ -82,5 +92,22 @@ enum ChildCommand {
         let code = exited ? (status >> 8) & 0xff : status & 0x7f
         return .success(Outcome(status: exited ? code : 128 + code, output: output, error: error,
                                 ending: exited ? "exited with status \(code)" : "was killed by signal \(code)"))
+    }
+
+    /// Sets `attributes` so that the child starts with every signal at its default action
+    /// (`POSIX_SPAWN_SETSIGDEF` with all signals: an ignored one, such as this process's
+    /// SIGPIPE, would stay ignored across `exec`) and an empty signal mask
+    /// (`POSIX_SPAWN_SETSIGMASK`: the spawning thread's mask is inherited otherwise).
+    ///
+    /// Every bit of the default set is set, glibc's own signals (32 and 33) included:
+    /// `sigfillset` leaves them out, and glibc's `posix_spawn` then starts the child with
+    /// them ignored.
+    static func startClean(_ attributes: inout posix_spawnattr_t) {
+        var all = sigset_t(), none = sigset_t()
+        withUnsafeMutableBytes(of: &all) { $0.initializeMemory(as: UInt8.self, repeating: 0xff) }
+        sigemptyset(&none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
     }
 }

@@ -75,6 +75,9 @@ struct Respond: ParsableCommand {
             any processes: each request goes to one of them, and to another if its \
             responder dies before answering. Runs until interrupted.
 
+            The command starts with every signal at its default action and none \
+            blocked, as a shell starts it.
+
             Examples:
               wormhole respond app.state -- cat /run/app/state.json
               wormhole respond math.add -- python3 -c 'import json,sys; print(sum(json.load(sys.stdin)))'

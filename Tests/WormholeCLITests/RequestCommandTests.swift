@@ -70,4 +70,31 @@ struct RequestCommandTests {
         member.send(SIGINT)
         _ = await member.finish()
     }
+
+    @Test("respond's command starts as a shell would start it: every signal at its default action and none blocked, so that a pipeline into 'head -n1' ends",
+          .timeLimit(.minutes(1)))
+    func respondersCommandStartsWithDefaultSignals() async throws {
+        let sandbox = Sandbox()
+        let signals = try sandbox.start(["respond", "-v", "signals", "--", "grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"])
+        #expect(await signals.waitForStandardError(containing: "answering requests"))
+        // Twice: the responder ignored SIGPIPE from its first command on (the Dispatch
+        // thread that runs them blocks signals from the start).
+        for _ in 1...2 {
+            let status = try await sandbox.run(["request", "--timeout", "10", "signals", "?"])
+            #expect(status.status == 0 && status.lines == ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"],
+                    "\(status.output) \(status.stderr)")
+        }
+        // With SIGPIPE ignored, 'yes' went on after 'head' had gone, and said so (a shell
+        // loop of 'echo' went on for ever).
+        let pipeline = try sandbox.start(["respond", "-v", "pipeline", "--", "sh", "-c", "(yes | head -n1) 2>&1"])
+        #expect(await pipeline.waitForStandardError(containing: "answering requests"))
+        for _ in 1...2 {
+            let reply = try await sandbox.run(["request", "--timeout", "10", "pipeline", "?"])
+            #expect(reply.status == 0 && reply.lines == ["y"], "\(reply.output) \(reply.stderr)")
+        }
+        for responder in [signals, pipeline] {
+            responder.send(SIGINT)
+            _ = await responder.finish()
+        }
+    }
 }
