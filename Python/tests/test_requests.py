@@ -93,6 +93,17 @@ print("wrong", len(bad))
         self.assertEqual(caught.exception.code, WormholeError.REQUEST_FAILED)
         self.assertEqual(str(caught.exception), "the responder of 'svc' failed: no answer to q")
 
+    def test_the_work_queue_name_responders_is_reserved_for_responders(self) -> None:
+        with self.assertRaises(WormholeError) as caught:
+            self.wormhole.listen_for_message("svc", print, work_queue="responders")
+        self.assertEqual(caught.exception.code, WormholeError.INVALID_IDENTIFIER)
+        self.assertIn("work queue name 'responders' is reserved", str(caught.exception))
+        self.respond(lambda request: request.upper())
+        member = self.wormhole.listen_for_message("svc", print, work_queue="workers")
+        self.addCleanup(member.cancel)
+        for index in range(5):
+            self.assertEqual(self.wormhole.request(f"r{index}", "svc", timeout=10), f"R{index}")
+
     def test_a_timeout_says_whether_anyone_serves_on_the_monotonic_clock(self) -> None:
         started = time.monotonic()
         with self.assertRaises(WormholeError) as caught:

@@ -213,16 +213,14 @@ class Wormhole:
                 raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                     f"a member of the work queue '{work_queue}' has no durable name: the queue keeps "
                                     f"its position")
+            if work_queue == requesting.RESPONDERS_QUEUE:
+                raise WormholeError(WormholeError.INVALID_IDENTIFIER, requesting.reserved_queue_message(identifier))
             if records:
                 handler = callback
             else:
                 def handler(record: Record, deliveries: int) -> None:
                     callback(coding.decode(record))
-            member = WorkQueueMember(self, identifier, work_queue, options or WorkQueueOptions(), handler,
-                                     on_error or _log_error)
-            with self._lock:
-                self._tokens.append(member)
-            return member
+            return self._join_work_queue(identifier, work_queue, options or WorkQueueOptions(), handler, on_error)
         if options is not None:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION, "options are those of a work queue: give work_queue")
         token = ListenerToken(self, identifier, callback, StartingPoint.parse(start), durable_name,
@@ -230,6 +228,15 @@ class Wormhole:
         with self._lock:
             self._tokens.append(token)
         return token
+
+    def _join_work_queue(self, identifier: str, name: str, options: WorkQueueOptions, handler: Callable[[Record, int], None],
+                         on_error: Optional[ErrorHandler]) -> WorkQueueMember:
+        """A member of the work queue ``name`` of ``identifier``, the responders' queue
+        included (``listen_for_message`` refuses that name to others)."""
+        member = WorkQueueMember(self, identifier, name, options, handler, on_error or _log_error)
+        with self._lock:
+            self._tokens.append(member)
+        return member
 
     def _forget(self, token: LogSubscription) -> None:
         with self._lock:
@@ -351,8 +358,7 @@ class Wormhole:
             self._pass_record(replies, kind, payload, role, record.correlation, record.expires_ns)
 
         options = WorkQueueOptions(maximum_deliveries=3, start="history")
-        return self.listen_for_message(identifier, handler, records=True, work_queue=requesting.RESPONDERS_QUEUE,
-                                       options=options, on_error=on_error)
+        return self._join_work_queue(identifier, requesting.RESPONDERS_QUEUE, options, handler, on_error)
 
     def stop_listening_for_message(self, identifier: str) -> None:
         """Cancels this wormhole's listeners of ``identifier``."""

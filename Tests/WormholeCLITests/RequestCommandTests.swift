@@ -97,4 +97,12 @@ struct RequestCommandTests {
             _ = await responder.finish()
         }
     }
+
+    @Test("listen --queue responders is refused, saying the name is the responders' (it took half the requests of a 'respond' beside it)",
+          .timeLimit(.minutes(1)))
+    func respondersQueueNameIsRefused() async throws {
+        let sandbox = Sandbox()
+        let refused = try await sandbox.run(["listen", "--queue", "responders", "--timeout", "1", "service"])
+        #expect(refused.status == 64 && refused.stderr.contains("work queue name 'responders' is reserved"), "\(refused.status) \(refused.stderr)")
+    }
 }

@@ -300,4 +300,25 @@ struct RequestReplyTests {
             #expect(error?.message.contains("replySpinTime must be between 0 and 0.01 seconds") == true, "\(error?.message ?? "")")
         }
     }
+
+    @Test("the work queue name 'responders' is the library's: a work queue of that name is refused with an error that says why, and requests go to the responders alone",
+          .timeLimit(.minutes(1)))
+    func respondersQueueNameIsReserved() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let error = #expect(throws: WormholeError.self) {
+            try wormhole.listenForRecords(withIdentifier: "service", workQueue: "responders") { _, _ in }
+        }
+        #expect(error?.code == .invalidIdentifier, "\(error?.description ?? "")")
+        #expect(error?.message.contains("work queue name 'responders' is reserved") == true, "\(error?.message ?? "")")
+        // Other names stay free, beside a responder.
+        let responder = try wormhole.respond(toIdentifier: "service", as: String.self) { $0.uppercased() }
+        let member = try wormhole.listenForRecords(withIdentifier: "service", workQueue: "workers") { _, _ in }
+        for index in 1...5 {
+            let reply = try await wormhole.request("r\(index)", identifier: "service", as: String.self, timeout: 10)
+            #expect(reply == "R\(index)")
+        }
+        member.cancel()
+        responder.cancel()
+    }
 }

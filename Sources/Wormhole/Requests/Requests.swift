@@ -9,7 +9,15 @@ import Foundation
 /// (Protocol.md §19).
 enum Requests {
     /// The work queue of the request identifier whose members are its responders.
+    /// Reserved: a work queue of another kind may not take the name (Protocol.md §19), or
+    /// its members would take requests as the responders do, and answer none.
     static let respondersQueue = "responders"
+
+    /// The error for a work queue named ``respondersQueue`` that is not the responders'.
+    static func reservedQueue(_ identifier: String) -> WormholeError {
+        WormholeError(.invalidIdentifier,
+                      "the work queue name '\(respondersQueue)' is reserved for the responders of requests to '\(identifier)' (respond(toIdentifier:)); its members would take requests and answer none: choose another name")
+    }
 
     /// Where the replies to requests of `identifier` are passed.
     static func repliesIdentifier(of identifier: String) -> String {
