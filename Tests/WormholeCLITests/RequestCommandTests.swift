@@ -105,4 +105,24 @@ struct RequestCommandTests {
         let refused = try await sandbox.run(["listen", "--queue", "responders", "--timeout", "1", "service"])
         #expect(refused.status == 64 && refused.stderr.contains("work queue name 'responders' is reserved"), "\(refused.status) \(refused.stderr)")
     }
+
+    @Test("a requester that cannot watch for its reply (no inotify instance left) fails before it passes the request: the responder never runs it",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare")), .timeLimit(.minutes(1)))
+    func requestThatCannotWaitIsNotPassed() async throws {
+        let sandbox = Sandbox()
+        let ran = sandbox.root.file("ran")
+        let responder = try sandbox.start(["respond", "-v", "counted", "--", "sh", "-c", "echo x >> '\(ran)'; wc -l < '\(ran)'"])
+        #expect(await responder.waitForStandardError(containing: "answering requests"))
+        // In a user namespace of its own, whose inotify instance limit is 0.
+        let starved = try await sandbox.run(["--user", "--map-root-user", "/bin/sh", "-c",
+                                             "echo 0 > /proc/sys/user/max_inotify_instances && exec \"$0\" request --timeout 5 counted first",
+                                             Products.path("wormhole")], product: "/usr/bin/unshare")
+        #expect(starved.status == 1 && starved.stderr.contains("inotify instances"), "\(starved.status) \(starved.stderr)")
+        #expect(starved.stderr.contains("was not sent"), "\(starved.stderr)")
+        // Had the first request been passed, the responder would have run it first.
+        let next = try await sandbox.run(["request", "--timeout", "10", "counted", "second"])
+        #expect(next.status == 0 && next.lines == ["1"], "\(next.output) \(next.stderr)")
+        responder.send(SIGINT)
+        _ = await responder.finish()
+    }
 }

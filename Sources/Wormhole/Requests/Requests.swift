@@ -55,6 +55,13 @@ enum Requests {
         return WormholeError(.timedOut, "no reply to the request to '\(identifier)' within \(seconds) s: \(why)")
     }
 
+    /// The error for a request that was not passed because its requester could not
+    /// listen for the reply (no inotify instance or watch left, say): `error`, saying so.
+    static func notSent(_ identifier: String, because error: WormholeError) -> WormholeError {
+        WormholeError(error.code, "the request to '\(identifier)' was not sent, since its reply could not be awaited: \(error.message)",
+                      path: error.path, errno: error.errno)
+    }
+
     /// The error a requester receives for an error reply: what the responder said.
     static func failed(_ identifier: String, reply: WormholeRecord) -> WormholeError {
         WormholeError(.requestFailed, "the responder of '\(identifier)' failed: \(String(decoding: reply.payload, as: UTF8.self))")
