@@ -11,7 +11,7 @@ import time
 
 from support import Collector, WormholeTestCase, eventually
 
-from wormhole import ROLE_REPLY, ROLE_REQUEST, WormholeError
+from wormhole import ROLE_REPLY, ROLE_REQUEST, Configuration, Wormhole, WormholeError
 
 RESPONDER = r"""
 import os, sys, time
@@ -92,6 +92,26 @@ print("wrong", len(bad))
             self.wormhole.request("q", "svc", timeout=5)
         self.assertEqual(caught.exception.code, WormholeError.REQUEST_FAILED)
         self.assertEqual(str(caught.exception), "the responder of 'svc' failed: no answer to q")
+
+    def test_a_reply_over_the_size_limit_is_an_error_reply_and_its_request_runs_once(self) -> None:
+        wormhole = Wormhole(directory=self.directory, configuration=Configuration(maximum_message_size=1024))
+        self.addCleanup(wormhole.close)
+        runs = Collector()
+
+        def answer(record):
+            runs.append(record.payload)
+            return b"\x00" * 2048, "data"
+
+        member = wormhole.respond("big", answer, records=True)
+        self.addCleanup(member.cancel)
+        with self.assertRaises(WormholeError) as caught:
+            wormhole.request_record(b"once", "text", "big", timeout=10)
+        self.assertEqual(caught.exception.code, WormholeError.REQUEST_FAILED)
+        self.assertIn("is 2048 bytes; the limit is 1024 bytes", str(caught.exception))
+        # A request run again would come before this one: the queue hands out in order.
+        with self.assertRaises(WormholeError):
+            wormhole.request_record(b"next", "text", "big", timeout=10)
+        self.assertEqual(runs.items, [b"once", b"next"])
 
     def test_the_work_queue_name_responders_is_reserved_for_responders(self) -> None:
         with self.assertRaises(WormholeError) as caught:

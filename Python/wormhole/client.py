@@ -334,8 +334,10 @@ class Wormhole:
         A responder is a member of the identifier's work queue ``responders``: a request
         whose responder dies before replying goes to another (or, after 3 tries, to
         ``<identifier>.dead-letters``); a request whose requester gave up is not answered.
-        Messages of the identifier that are not requests are skipped. ``cancel()`` on the
-        returned member stops it."""
+        Messages of the identifier that are not requests are skipped. A reply that cannot
+        be passed (larger than ``maximum_message_size``, say) reaches the requester as an
+        error reply saying why; the request is not run again. ``cancel()`` on the returned
+        member stops it."""
         identifiers.validate(identifier)
         replies = requesting.replies_identifier(identifier)
         identifiers.validate(replies, "reply identifier")
@@ -355,7 +357,20 @@ class Wormhole:
                 role = ROLE_REPLY
             except Exception as error:
                 kind, payload, role = KIND_TEXT, (str(error) or type(error).__name__).encode("utf-8"), ROLE_ERROR_REPLY
-            self._pass_record(replies, kind, payload, role, record.correlation, record.expires_ns)
+            # A reply that cannot be passed (over maximum_message_size, a full disk) becomes
+            # an error reply saying why; the request counts as handled all the same: running
+            # it again would not make its reply pass, and would repeat what it did.
+            try:
+                self._pass_record(replies, kind, payload, role, record.correlation, record.expires_ns)
+            except WormholeError as error:
+                reason = requesting.unpassable_reply_message(error)
+                try:
+                    self._pass_record(replies, KIND_TEXT, reason.encode("utf-8"), ROLE_ERROR_REPLY, record.correlation,
+                                      record.expires_ns)
+                except WormholeError as second:
+                    (on_error or _log_error)(WormholeError(
+                        second.code, f"the reply to request {record.sequence} of '{identifier}' could not be passed "
+                                     f"({error}), nor an error reply ({second}); the request is not run again"))
 
         options = WorkQueueOptions(maximum_deliveries=3, start="history")
         return self._join_work_queue(identifier, requesting.RESPONDERS_QUEUE, options, handler, on_error)

@@ -30,6 +30,12 @@ def reserved_queue_message(identifier: str) -> str:
             f"(respond); its members would take requests and answer none: choose another name")
 
 
+def unpassable_reply_message(error: WormholeError) -> str:
+    """The error reply's text for a reply that could not be passed (the Swift library's
+    words)."""
+    return f"its reply could not be passed: {error}"
+
+
 def replies_identifier(identifier: str) -> str:
     """Where the replies to requests of ``identifier`` are passed."""
     return identifier + ".replies"

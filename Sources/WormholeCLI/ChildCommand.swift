@@ -20,14 +20,26 @@ import Foundation
 enum ChildCommand {
     struct Outcome {
         var status: Int32
+        /// Standard output, up to the limit given to ``run(_:input:outputLimit:)``.
         var output: [UInt8]
+        /// Whether the command wrote more than that limit: it was not read further (the
+        /// command then gets EPIPE, or SIGPIPE, for what it writes after).
+        var outputExceeded: Bool
+        /// Standard error, its first ``errorLimit`` bytes.
         var error: [UInt8]
         /// "exited with status N" or "was killed by signal N".
         var ending: String
         var succeeded: Bool { status == 0 }
     }
 
-    static func run(_ arguments: [String], input: [UInt8]) -> Result<Outcome, CommandFailure> {
+    /// How much of a command's standard error is kept (for the error reply); the rest is
+    /// read and dropped.
+    static let errorLimit = 65_536
+
+    /// Runs `arguments` with `input` on its standard input. Its standard output is read
+    /// up to `outputLimit` bytes (what a reply may hold): a command that writes more is
+    /// not read further, so that its output costs no more memory than a reply.
+    static func run(_ arguments: [String], input: [UInt8], outputLimit: Int) -> Result<Outcome, CommandFailure> {
         var toChild: [Int32] = [0, 0], fromChild: [Int32] = [0, 0], errorsOf: [Int32] = [0, 0]
         guard pipe(&toChild) == 0, pipe(&fromChild) == 0, pipe(&errorsOf) == 0 else {
             return .failure(CommandFailure("cannot make pipes for '\(arguments[0])': \(String(cString: strerror(errno)))"))
@@ -69,7 +81,7 @@ enum ChildCommand {
             }
             close(writer)
         }
-        var output: [UInt8] = [], error: [UInt8] = []
+        var output: [UInt8] = [], error: [UInt8] = [], outputExceeded = false
         var open = [fromChild[0], errorsOf[0]]
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while !open.isEmpty {
@@ -78,11 +90,21 @@ enum ChildCommand {
             for entry in fds where entry.revents != 0 {
                 let count = buffer.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
                 if count > 0 {
-                    if entry.fd == fromChild[0] { output += buffer[0..<count] } else { error += buffer[0..<count] }
-                } else if count == 0 || errno != EINTR {
-                    close(entry.fd)
-                    open.removeAll { $0 == entry.fd }
+                    if entry.fd == fromChild[0] {
+                        output += buffer[0..<min(count, outputLimit + 1 - output.count)]
+                        // One byte past the limit tells that it was exceeded; no more is read.
+                        guard output.count > outputLimit else { continue }
+                        output.removeLast(output.count - outputLimit)
+                        outputExceeded = true
+                    } else {
+                        error += buffer[0..<min(count, max(0, errorLimit - error.count))]
+                        continue
+                    }
+                } else if count < 0 && errno == EINTR {
+                    continue
                 }
+                close(entry.fd)
+                open.removeAll { $0 == entry.fd }
             }
         }
         fed.wait()
@@ -90,7 +112,7 @@ enum ChildCommand {
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         let exited = status & 0x7f == 0
         let code = exited ? (status >> 8) & 0xff : status & 0x7f
-        return .success(Outcome(status: exited ? code : 128 + code, output: output, error: error,
+        return .success(Outcome(status: exited ? code : 128 + code, output: output, outputExceeded: outputExceeded, error: error,
                                 ending: exited ? "exited with status \(code)" : "was killed by signal \(code)"))
     }
 

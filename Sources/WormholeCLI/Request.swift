@@ -75,8 +75,10 @@ struct Respond: ParsableCommand {
             any processes: each request goes to one of them, and to another if its \
             responder dies before answering. Runs until interrupted.
 
-            The command starts with every signal at its default action and none \
-            blocked, as a shell starts it.
+            A reply holds at most the container's message size limit (8 MiB by \
+            default): a command that writes more is not read further, and an error \
+            reply says so. The command starts with every signal at its default action \
+            and none blocked, as a shell starts it.
 
             Examples:
               wormhole respond app.state -- cat /run/app/state.json
@@ -109,15 +111,21 @@ struct Respond: ParsableCommand {
             let session = try ListeningSession(limit: count)
             let wormhole = try container.makeWormhole()
             let command = self.command, verbose = self.verbose
+            let replyLimit = wormhole.transiting.configuration.maximumMessageSize
             struct Failed: Error, CustomStringConvertible { let description: String }
             let responder = try wormhole.respondToRecords(toIdentifier: identifier, queue: session.queue,
                                                           onError: { Output.error($0.description) }) { request in
                 var outcome: Result<ChildCommand.Outcome, CommandFailure>?
-                guard session.admit({ outcome = ChildCommand.run(command, input: Array(request.payload)) }), let outcome else {
+                guard session.admit({ outcome = ChildCommand.run(command, input: Array(request.payload), outputLimit: replyLimit) }),
+                      let outcome else {
                     throw Failed(description: "the responder was stopping")
                 }
                 let result = try outcome.get()
                 if verbose { Output.error("request \(request.sequence) from process \(request.processID): '\(command[0])' \(result.ending)") }
+                // Checked first: a command cut off there may then die of SIGPIPE.
+                guard !result.outputExceeded else {
+                    throw Failed(description: "'\(command.joined(separator: " "))' wrote more than \(replyLimit) bytes, the most a reply may hold; its output was not read further")
+                }
                 guard result.succeeded else {
                     let message = String(decoding: result.error, as: UTF8.self).split(whereSeparator: \.isNewline).joined(separator: " / ")
                     throw Failed(description: "'\(command.joined(separator: " "))' \(result.ending)" + (message.isEmpty ? "" : ": \(message)"))

@@ -125,4 +125,21 @@ struct RequestCommandTests {
         responder.send(SIGINT)
         _ = await responder.finish()
     }
+
+    @Test("a command that writes more than a reply may hold sends an error reply saying so, at once; its request is run once",
+          .timeLimit(.minutes(1)))
+    func oversizedOutputIsAnErrorReply() async throws {
+        let sandbox = Sandbox()
+        let ran = sandbox.root.file("ran")
+        let script = "echo x >> '\(ran)'; if [ \"$(cat)\" = big ]; then head -c 9000000 /dev/zero; else wc -l < '\(ran)'; fi"
+        let responder = try sandbox.start(["respond", "-v", "dump", "--", "sh", "-c", script])
+        #expect(await responder.waitForStandardError(containing: "answering requests"))
+        let big = try await sandbox.run(["request", "--timeout", "20", "dump", "big"])
+        #expect(big.status == 1 && big.stderr.contains("wrote more than 8388608 bytes"), "\(big.status) \(big.stderr)")
+        // A request run again would come before this one: the queue hands out in order.
+        let next = try await sandbox.run(["request", "--timeout", "20", "dump", "small"])
+        #expect(next.status == 0 && next.lines == ["2"], "\(next.output) \(next.stderr)")
+        responder.send(SIGINT)
+        _ = await responder.finish()
+    }
 }

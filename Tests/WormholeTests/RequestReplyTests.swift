@@ -301,6 +301,31 @@ struct RequestReplyTests {
         }
     }
 
+    @Test("a reply over the message size limit reaches the requester as an error reply that says so, and its request is run once, not again for each failed reply",
+          .timeLimit(.minutes(1)))
+    func replyTooLargeIsAnErrorReplyAndRunsOnce() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.maximumMessageSize = 1024
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let runs = Collector<String>()
+        let responder = try wormhole.respondToRecords(toIdentifier: "big") { request in
+            runs.append(String(decoding: request.payload, as: UTF8.self))
+            return (Data(count: 2048), .data)
+        }
+        let error = await #expect(throws: WormholeError.self) {
+            _ = try await wormhole.requestRecord(payload: Data("once".utf8), kind: .text, identifier: "big", timeout: 10)
+        }
+        #expect(error?.code == .requestFailed, "\(error?.description ?? "")")
+        #expect(error?.message.contains("is 2048 bytes; the limit is 1024 bytes") == true, "\(error?.message ?? "")")
+        // A request run again would come before this one: the queue hands out in order.
+        await #expect(throws: WormholeError.self) {
+            _ = try await wormhole.requestRecord(payload: Data("next".utf8), kind: .text, identifier: "big", timeout: 10)
+        }
+        #expect(runs.all == ["once", "next"], "\(runs.all)")
+        responder.cancel()
+    }
+
     @Test("the work queue name 'responders' is the library's: a work queue of that name is refused with an error that says why, and requests go to the responders alone",
           .timeLimit(.minutes(1)))
     func respondersQueueNameIsReserved() async throws {

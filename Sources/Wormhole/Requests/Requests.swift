@@ -62,6 +62,11 @@ enum Requests {
                       path: error.path, errno: error.errno)
     }
 
+    /// The text of the error reply sent for a reply that could not be passed.
+    static func unpassableReply(_ error: WormholeError) -> String {
+        "its reply could not be passed: \(error.description)"
+    }
+
     /// The error a requester receives for an error reply: what the responder said.
     static func failed(_ identifier: String, reply: WormholeRecord) -> WormholeError {
         WormholeError(.requestFailed, "the responder of '\(identifier)' failed: \(String(decoding: reply.payload, as: UTF8.self))")

@@ -101,7 +101,10 @@ extension Wormhole {
     /// whose responder dies before replying goes to another (or, after three tries, to
     /// `<identifier>.dead-letters`); a request whose requester gave up (its timeout
     /// passed) is not answered. Messages of the identifier that are not requests are
-    /// skipped.
+    /// skipped. A reply that cannot be passed (larger than
+    /// ``WormholeConfiguration/maximumMessageSize``, or a full disk) reaches the requester
+    /// as a ``WormholeError/Code/requestFailed`` error saying why; the request is not run
+    /// again.
     ///
     /// ```swift
     /// let responder = try wormhole.respond(toIdentifier: "app.state", as: StateQuery.self) { _ in
@@ -162,8 +165,22 @@ extension Wormhole {
             } catch {
                 reply = (Data(String(describing: error).utf8), .text, .errorReply)
             }
-            try passRecord(reply.payload, kind: reply.kind, identifier: replies, role: reply.role,
-                           correlation: record.correlation, expires: record.expires)
+            // A reply that cannot be passed (over maximumMessageSize, a full disk) becomes an
+            // error reply saying why, and the request counts as handled all the same:
+            // running it again would not make its reply pass, and would repeat what it did.
+            do throws(WormholeError) {
+                try passRecord(reply.payload, kind: reply.kind, identifier: replies, role: reply.role,
+                               correlation: record.correlation, expires: record.expires)
+            } catch {
+                do throws(WormholeError) {
+                    try passRecord(Data(Requests.unpassableReply(error).utf8), kind: .text, identifier: replies, role: .errorReply,
+                                   correlation: record.correlation, expires: record.expires)
+                } catch let second {
+                    (onError ?? Self.logError)(WormholeError(second.code,
+                        "the reply to request \(record.sequence) of '\(identifier)' could not be passed (\(error.description)), nor an error reply (\(second.description)); the request is not run again",
+                        path: second.path, errno: second.errno))
+                }
+            }
         }
     }
 
