@@ -254,11 +254,17 @@ _wormhole_request() {
     repeating_flags=()
     non_repeating_flags=(--json --version -h --help)
     repeating_options=()
-    non_repeating_options=(--timeout -t --group --directory --optional-directory)
+    non_repeating_options=(--file --identifier-file --timeout -t --group --directory --optional-directory)
     __wormhole_offer_flags_options 2
 
     # Offer option value completions
     case "${prev}" in
+    '--file')
+        return
+        ;;
+    '--identifier-file')
+        return
+        ;;
     '--timeout'|'-t')
         return
         ;;
@@ -278,11 +284,14 @@ _wormhole_respond() {
     repeating_flags=()
     non_repeating_flags=(--verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --group --directory --optional-directory)
+    non_repeating_options=(--identifier-file --count -c --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
     case "${prev}" in
+    '--identifier-file')
+        return
+        ;;
     '--count'|'-c')
         return
         ;;

@@ -142,4 +142,33 @@ struct RequestCommandTests {
         responder.send(SIGINT)
         _ = await responder.finish()
     }
+
+    @Test("request and respond take the identifier and the request from files or standard input: neither is in the command line that every user of the machine can read",
+          .timeLimit(.minutes(1)))
+    func identifierAndRequestOffTheCommandLine() async throws {
+        let sandbox = Sandbox()
+        let identifierFile = sandbox.root.file("identifier"), requestFile = sandbox.root.file("request")
+        try "payroll.query\n".write(toFile: identifierFile, atomically: true, encoding: .utf8)
+        try "salary of bob: 12345".write(toFile: requestFile, atomically: true, encoding: .utf8)
+        let responder = try sandbox.start(["respond", "-v", "--identifier-file", identifierFile, "--", "tr", "a-z", "A-Z"])
+        #expect(await responder.waitForStandardError(containing: "answering requests to 'payroll.query'"), "\(responder.stderr)")
+        let asFile = try sandbox.start(["request", "--timeout", "10", "--identifier-file", identifierFile, "--file", requestFile])
+        let fromInput = try sandbox.start(["request", "--timeout", "10", "--identifier-file", identifierFile],
+                                          input: Data("bonus of alice".utf8))
+        for running in [responder, asFile, fromInput] {
+            let shown = String(decoding: FileManager.default.contents(atPath: "/proc/\(running.pid)/cmdline") ?? Data(), as: UTF8.self)
+            #expect(!shown.contains("payroll") && !shown.contains("bob") && !shown.contains("alice"), "\(shown)")
+        }
+        let first = await asFile.finish(), second = await fromInput.finish()
+        #expect(first.status == 0 && first.lines == ["SALARY OF BOB: 12345"], "\(first.output) \(first.stderr)")
+        #expect(second.status == 0 && second.lines == ["BONUS OF ALICE"], "\(second.output) \(second.stderr)")
+        // One identifier, from one place; a file that holds none is named.
+        let both = try await sandbox.run(["request", "--identifier-file", identifierFile, "payroll.query", "x"])
+        #expect(both.status == 64, "\(both.stderr)")
+        try "".write(toFile: identifierFile, atomically: true, encoding: .utf8)
+        let empty = try await sandbox.run(["request", "--identifier-file", identifierFile, "--file", requestFile])
+        #expect(empty.status != 0 && empty.stderr.contains(identifierFile), "\(empty.stderr)")
+        responder.send(SIGINT)
+        _ = await responder.finish()
+    }
 }
