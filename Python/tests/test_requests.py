@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
+import unittest
 
 from support import Collector, WormholeTestCase, eventually
 
+import wormhole
 from wormhole import ROLE_REPLY, ROLE_REQUEST, Configuration, Wormhole, WormholeError
 
 RESPONDER = r"""
@@ -123,6 +126,22 @@ print("wrong", len(bad))
         self.addCleanup(member.cancel)
         for index in range(5):
             self.assertEqual(self.wormhole.request(f"r{index}", "svc", timeout=10), f"R{index}")
+
+    @unittest.skipUnless(os.path.exists("/usr/bin/unshare"), "needs unshare")
+    def test_a_requester_that_cannot_listen_for_its_reply_passes_nothing(self) -> None:
+        # In a user namespace of its own whose inotify instance limit is 0 (Q1).
+        script = ("import sys\nfrom wormhole import Wormhole, WormholeError\n"
+                  "try:\n    Wormhole(directory=sys.argv[1]).request('q', 'svc', timeout=1)\n"
+                  "except WormholeError as error:\n    print(error.code, error)\n")
+        package = os.path.dirname(os.path.dirname(os.path.abspath(wormhole.__file__)))
+        result = subprocess.run(["/usr/bin/unshare", "--user", "--map-root-user", "/bin/sh", "-c",
+                                 'echo 0 > /proc/sys/user/max_inotify_instances && exec python3 -c "$0" "$1"',
+                                 script, self.directory], capture_output=True, text=True, timeout=60,
+                                env=dict(os.environ, PYTHONPATH=package))
+        self.assertIn("the request to 'svc' was not sent, since its reply could not be awaited: cannot create an "
+                      "inotify instance", result.stdout, result.stderr)
+        # Nothing was passed: no log of the identifier was made.
+        self.assertEqual([name for name in os.listdir(self.directory) if name.startswith("svc")], [])
 
     def test_a_timeout_says_whether_anyone_serves_on_the_monotonic_clock(self) -> None:
         started = time.monotonic()

@@ -262,7 +262,9 @@ class Wormhole:
 
         Raises WormholeError: ``TIMED_OUT`` (the message says whether any responder
         serves the identifier), ``REQUEST_FAILED`` with what the responder said when its
-        handler raised, ``DECODING_FAILED``, or what passing the request raised."""
+        handler raised, ``DECODING_FAILED``, what passing the request raised, or, for a
+        requester that cannot listen for its reply (no inotify instance left), that error,
+        "the request to 'ID' was not sent, …", before anything is passed."""
         kind, payload = coding.encode(message, identifier)
         return coding.decode(self.request_record(payload, kind, identifier, timeout))
 
@@ -281,7 +283,11 @@ class Wormhole:
         kind = _kind_number(kind)
         payload = bytes(payload)
         coding.check_payload(kind, payload, identifier)
-        router = self._router(identifier)                                                    # Q1
+        try:
+            router = self._router(identifier)                                                # Q1
+        except WormholeError as error:
+            # Before the pass: a request is never passed that its requester cannot await.
+            raise requesting.not_sent(identifier, error) from error
         correlation = requesting.new_correlation()
         pending = requesting.PendingReply(correlation)
         router.add(pending)

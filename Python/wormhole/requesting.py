@@ -30,6 +30,13 @@ def reserved_queue_message(identifier: str) -> str:
             f"(respond); its members would take requests and answer none: choose another name")
 
 
+def not_sent(identifier: str, error: WormholeError) -> WormholeError:
+    """The error for a request that was not passed because its requester could not listen
+    for the reply (no inotify instance or watch left, say): ``error``, saying so (Q1)."""
+    return WormholeError(error.code, f"the request to '{identifier}' was not sent, since its reply could not be "
+                                     f"awaited: {error.message}", path=error.path, errno=error.errno)
+
+
 def unpassable_reply_message(error: WormholeError) -> str:
     """The error reply's text for a reply that could not be passed (the Swift library's
     words)."""

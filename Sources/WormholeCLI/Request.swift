@@ -20,7 +20,8 @@ struct Request: ParsableCommand {
 
             Exit status: 0 with a reply; 2 when no reply came within --timeout (the \
             message says whether any responder serves the identifier); 1 when the \
-            responder failed (its error is printed) or the request could not be sent.
+            responder failed (its error is printed) or the request was not sent (the \
+            message says why; no responder runs it).
 
             Every user of the machine can read a command's arguments (ps, \
             /proc/PID/cmdline): give an identifier or a request that others must not \
