@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
+import unittest
 
 from support import Collector, WormholeTestCase, eventually
 
-from wormhole import ROLE_REPLY, ROLE_REQUEST, WormholeError
+import wormhole
+from wormhole import ROLE_REPLY, ROLE_REQUEST, Configuration, Wormhole, WormholeError
 
 RESPONDER = r"""
 import os, sys, time
@@ -92,6 +95,53 @@ print("wrong", len(bad))
             self.wormhole.request("q", "svc", timeout=5)
         self.assertEqual(caught.exception.code, WormholeError.REQUEST_FAILED)
         self.assertEqual(str(caught.exception), "the responder of 'svc' failed: no answer to q")
+
+    def test_a_reply_over_the_size_limit_is_an_error_reply_and_its_request_runs_once(self) -> None:
+        wormhole = Wormhole(directory=self.directory, configuration=Configuration(maximum_message_size=1024))
+        self.addCleanup(wormhole.close)
+        runs = Collector()
+
+        def answer(record):
+            runs.append(record.payload)
+            return b"\x00" * 2048, "data"
+
+        member = wormhole.respond("big", answer, records=True)
+        self.addCleanup(member.cancel)
+        with self.assertRaises(WormholeError) as caught:
+            wormhole.request_record(b"once", "text", "big", timeout=10)
+        self.assertEqual(caught.exception.code, WormholeError.REQUEST_FAILED)
+        self.assertIn("is 2048 bytes; the limit is 1024 bytes", str(caught.exception))
+        # A request run again would come before this one: the queue hands out in order.
+        with self.assertRaises(WormholeError):
+            wormhole.request_record(b"next", "text", "big", timeout=10)
+        self.assertEqual(runs.items, [b"once", b"next"])
+
+    def test_the_work_queue_name_responders_is_reserved_for_responders(self) -> None:
+        with self.assertRaises(WormholeError) as caught:
+            self.wormhole.listen_for_message("svc", print, work_queue="responders")
+        self.assertEqual(caught.exception.code, WormholeError.INVALID_IDENTIFIER)
+        self.assertIn("work queue name 'responders' is reserved", str(caught.exception))
+        self.respond(lambda request: request.upper())
+        member = self.wormhole.listen_for_message("svc", print, work_queue="workers")
+        self.addCleanup(member.cancel)
+        for index in range(5):
+            self.assertEqual(self.wormhole.request(f"r{index}", "svc", timeout=10), f"R{index}")
+
+    @unittest.skipUnless(os.path.exists("/usr/bin/unshare"), "needs unshare")
+    def test_a_requester_that_cannot_listen_for_its_reply_passes_nothing(self) -> None:
+        # In a user namespace of its own whose inotify instance limit is 0 (Q1).
+        script = ("import sys\nfrom wormhole import Wormhole, WormholeError\n"
+                  "try:\n    Wormhole(directory=sys.argv[1]).request('q', 'svc', timeout=1)\n"
+                  "except WormholeError as error:\n    print(error.code, error)\n")
+        package = os.path.dirname(os.path.dirname(os.path.abspath(wormhole.__file__)))
+        result = subprocess.run(["/usr/bin/unshare", "--user", "--map-root-user", "/bin/sh", "-c",
+                                 'echo 0 > /proc/sys/user/max_inotify_instances && exec python3 -c "$0" "$1"',
+                                 script, self.directory], capture_output=True, text=True, timeout=60,
+                                env=dict(os.environ, PYTHONPATH=package))
+        self.assertIn("the request to 'svc' was not sent, since its reply could not be awaited: cannot create an "
+                      "inotify instance", result.stdout, result.stderr)
+        # Nothing was passed: no log of the identifier was made.
+        self.assertEqual([name for name in os.listdir(self.directory) if name.startswith("svc")], [])
 
     def test_a_timeout_says_whether_anyone_serves_on_the_monotonic_clock(self) -> None:
         started = time.monotonic()

@@ -215,16 +215,14 @@ class Wormhole:
                 raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                     f"a member of the work queue '{work_queue}' has no durable name: the queue keeps "
                                     f"its position")
+            if work_queue == requesting.RESPONDERS_QUEUE:
+                raise WormholeError(WormholeError.INVALID_IDENTIFIER, requesting.reserved_queue_message(identifier))
             if records:
                 handler = callback
             else:
                 def handler(record: Record, deliveries: int) -> None:
                     callback(coding.decode(record))
-            member = WorkQueueMember(self, identifier, work_queue, options or WorkQueueOptions(), handler,
-                                     on_error or _log_error)
-            with self._lock:
-                self._tokens.append(member)
-            return member
+            return self._join_work_queue(identifier, work_queue, options or WorkQueueOptions(), handler, on_error)
         if options is not None:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION, "options are those of a work queue: give work_queue")
         token = ListenerToken(self, identifier, callback, StartingPoint.parse(start), durable_name,
@@ -232,6 +230,15 @@ class Wormhole:
         with self._lock:
             self._tokens.append(token)
         return token
+
+    def _join_work_queue(self, identifier: str, name: str, options: WorkQueueOptions, handler: Callable[[Record, int], None],
+                         on_error: Optional[ErrorHandler]) -> WorkQueueMember:
+        """A member of the work queue ``name`` of ``identifier``, the responders' queue
+        included (``listen_for_message`` refuses that name to others)."""
+        member = WorkQueueMember(self, identifier, name, options, handler, on_error or _log_error)
+        with self._lock:
+            self._tokens.append(member)
+        return member
 
     def _forget(self, token: LogSubscription) -> None:
         with self._lock:
@@ -257,7 +264,9 @@ class Wormhole:
 
         Raises WormholeError: ``TIMED_OUT`` (the message says whether any responder
         serves the identifier), ``REQUEST_FAILED`` with what the responder said when its
-        handler raised, ``DECODING_FAILED``, or what passing the request raised."""
+        handler raised, ``DECODING_FAILED``, what passing the request raised, or, for a
+        requester that cannot listen for its reply (no inotify instance left), that error,
+        "the request to 'ID' was not sent, …", before anything is passed."""
         kind, payload = coding.encode(message, identifier)
         return coding.decode(self.request_record(payload, kind, identifier, timeout))
 
@@ -276,7 +285,11 @@ class Wormhole:
         kind = _kind_number(kind)
         payload = bytes(payload)
         coding.check_payload(kind, payload, identifier)
-        router = self._router(identifier)                                                    # Q1
+        try:
+            router = self._router(identifier)                                                # Q1
+        except WormholeError as error:
+            # Before the pass: a request is never passed that its requester cannot await.
+            raise requesting.not_sent(identifier, error) from error
         correlation = requesting.new_correlation()
         pending = requesting.PendingReply(correlation)
         router.add(pending)
@@ -329,8 +342,10 @@ class Wormhole:
         A responder is a member of the identifier's work queue ``responders``: a request
         whose responder dies before replying goes to another (or, after 3 tries, to
         ``<identifier>.dead-letters``); a request whose requester gave up is not answered.
-        Messages of the identifier that are not requests are skipped. ``cancel()`` on the
-        returned member stops it."""
+        Messages of the identifier that are not requests are skipped. A reply that cannot
+        be passed (larger than ``maximum_message_size``, say) reaches the requester as an
+        error reply saying why; the request is not run again. ``cancel()`` on the returned
+        member stops it."""
         identifiers.validate(identifier)
         replies = requesting.replies_identifier(identifier)
         identifiers.validate(replies, "reply identifier")
@@ -350,11 +365,23 @@ class Wormhole:
                 role = ROLE_REPLY
             except Exception as error:
                 kind, payload, role = KIND_TEXT, (str(error) or type(error).__name__).encode("utf-8"), ROLE_ERROR_REPLY
-            self._pass_record(replies, kind, payload, role, record.correlation, record.expires_ns)
+            # A reply that cannot be passed (over maximum_message_size, a full disk) becomes
+            # an error reply saying why; the request counts as handled all the same: running
+            # it again would not make its reply pass, and would repeat what it did.
+            try:
+                self._pass_record(replies, kind, payload, role, record.correlation, record.expires_ns)
+            except WormholeError as error:
+                reason = requesting.unpassable_reply_message(error)
+                try:
+                    self._pass_record(replies, KIND_TEXT, reason.encode("utf-8"), ROLE_ERROR_REPLY, record.correlation,
+                                      record.expires_ns)
+                except WormholeError as second:
+                    (on_error or _log_error)(WormholeError(
+                        second.code, f"the reply to request {record.sequence} of '{identifier}' could not be passed "
+                                     f"({error}), nor an error reply ({second}); the request is not run again"))
 
         options = WorkQueueOptions(maximum_deliveries=3, start="history")
-        return self.listen_for_message(identifier, handler, records=True, work_queue=requesting.RESPONDERS_QUEUE,
-                                       options=options, on_error=on_error)
+        return self._join_work_queue(identifier, requesting.RESPONDERS_QUEUE, options, handler, on_error)
 
     def stop_listening_for_message(self, identifier: str) -> None:
         """Cancels this wormhole's listeners of ``identifier``."""

@@ -19,7 +19,28 @@ if TYPE_CHECKING:
 __all__ = ["RESPONDERS_QUEUE", "replies_identifier", "timed_out", "failed", "PendingReply", "ReplyRouter"]
 
 RESPONDERS_QUEUE = "responders"
-"""The work queue of a request identifier whose members are its responders."""
+"""The work queue of a request identifier whose members are its responders. Reserved:
+a work queue of another kind may not take that name (Protocol.md §19), or its members
+would take requests as the responders do, and answer none."""
+
+
+def reserved_queue_message(identifier: str) -> str:
+    """Why a work queue named ``responders`` is refused (the Swift library's words)."""
+    return (f"the work queue name '{RESPONDERS_QUEUE}' is reserved for the responders of requests to '{identifier}' "
+            f"(respond); its members would take requests and answer none: choose another name")
+
+
+def not_sent(identifier: str, error: WormholeError) -> WormholeError:
+    """The error for a request that was not passed because its requester could not listen
+    for the reply (no inotify instance or watch left, say): ``error``, saying so (Q1)."""
+    return WormholeError(error.code, f"the request to '{identifier}' was not sent, since its reply could not be "
+                                     f"awaited: {error.message}", path=error.path, errno=error.errno)
+
+
+def unpassable_reply_message(error: WormholeError) -> str:
+    """The error reply's text for a reply that could not be passed (the Swift library's
+    words)."""
+    return f"its reply could not be passed: {error}"
 
 
 def replies_identifier(identifier: str) -> str:

@@ -188,12 +188,15 @@ _wormhole_send() {
     repeating_flags=()
     non_repeating_flags=(--json --lines --print-sequence --version -h --help)
     repeating_options=()
-    non_repeating_options=(--file --ttl --group --directory --optional-directory)
+    non_repeating_options=(--file --identifier-file --ttl --group --directory --optional-directory)
     __wormhole_offer_flags_options 2
 
     # Offer option value completions
     case "${prev}" in
     '--file')
+        return
+        ;;
+    '--identifier-file')
         return
         ;;
     '--ttl')
@@ -215,11 +218,14 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--all --history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --timeout -t --durable --queue --max-deliveries --dead-letters --group --directory --optional-directory)
+    non_repeating_options=(--identifier-file --count -c --timeout -t --durable --queue --max-deliveries --dead-letters --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
     case "${prev}" in
+    '--identifier-file')
+        return
+        ;;
     '--count'|'-c')
         return
         ;;
@@ -254,11 +260,17 @@ _wormhole_request() {
     repeating_flags=()
     non_repeating_flags=(--json --version -h --help)
     repeating_options=()
-    non_repeating_options=(--timeout -t --group --directory --optional-directory)
+    non_repeating_options=(--file --identifier-file --timeout -t --group --directory --optional-directory)
     __wormhole_offer_flags_options 2
 
     # Offer option value completions
     case "${prev}" in
+    '--file')
+        return
+        ;;
+    '--identifier-file')
+        return
+        ;;
     '--timeout'|'-t')
         return
         ;;
@@ -278,11 +290,14 @@ _wormhole_respond() {
     repeating_flags=()
     non_repeating_flags=(--verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--count -c --group --directory --optional-directory)
+    non_repeating_options=(--identifier-file --count -c --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
     case "${prev}" in
+    '--identifier-file')
+        return
+        ;;
     '--count'|'-c')
         return
         ;;

@@ -43,6 +43,7 @@ struct Listen: ParsableCommand {
               wormhole listen chat | grep --line-buffered error
               wormhole listen --durable archiver --history chat
               wormhole listen --queue workers jobs
+              wormhole listen --identifier-file ~/.payroll/identifiers
 
             With --queue NAME the listener joins the work queue NAME of each \
             identifier: each message goes to one member of the queue, in whatever \
@@ -64,6 +65,9 @@ struct Listen: ParsableCommand {
 
     @Argument(help: "The identifiers to listen to.")
     var identifiers: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Listen to the identifiers in this file too, one a line ('-' for standard input), not on the command line, which every user can read.", valueName: "path"))
+    var identifierFile: String?
 
     @Flag(name: .long, help: "Listen to every identifier of the container, those created later included; each line is prefixed by its identifier.")
     var all = false
@@ -116,7 +120,10 @@ struct Listen: ParsableCommand {
         if all && (durable != nil || history || latest || noFollow) {
             throw ValidationError("--all hears the messages passed from now on; --durable, --history, --latest and --no-follow need named identifiers.")
         }
-        if identifiers.isEmpty && !all {
+        if all && identifierFile != nil {
+            throw ValidationError("--all listens to every identifier; give no --identifier-file with it.")
+        }
+        if identifiers.isEmpty && !all && identifierFile == nil {
             throw ValidationError("Name at least one identifier to listen to, such as 'wormhole listen chat', or listen to all with --all.")
         }
         if let count, count < 1 {
@@ -158,6 +165,12 @@ struct Listen: ParsableCommand {
     }
 
     func run() throws {
+        if let identifierFile {
+            var resolved = self
+            resolved.identifierFile = nil
+            resolved.identifiers += try Failures.reported { try IdentifierFile.readLines(identifierFile) }
+            return try resolved.run()
+        }
         if all { return try listenToAll() }
         try Failures.reported {
             // Signals first: a process out of descriptors must still stop on Ctrl-C.

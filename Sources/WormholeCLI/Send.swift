@@ -29,20 +29,24 @@ struct Send: ParsableCommand {
               wormhole send --file photo.jpg photo
               wormhole send --ttl 30 presence "here"
               seq 100000 | wormhole send --lines numbers
+              wormhole send --identifier-file ~/.payroll/events --file event.json
 
             With --lines, each line of standard input (without its newline) is a \
             message of its own, passed in batches: one lock and one write for up to 1,024 \
             lines, each still a separate message to listeners.
             """)
 
-    @Argument(help: "The identifier to pass the message under, such as 'chat'.")
-    var identifier: String
+    @Argument(help: "The identifier to pass the message under, such as 'chat' (unless given with --identifier-file).")
+    var identifier: String?
 
     @Argument(help: "The message. Read from standard input when absent or '-'.")
     var message: String?
 
     @Option(name: .long, help: ArgumentHelp("Send the bytes of this file, unchanged ('-' for standard input).", valueName: "path"))
     var file: String?
+
+    @Option(name: .long, help: ArgumentHelp("Read the identifier from this file (one line; '-' for standard input), not from the command line, which every user can read.", valueName: "path"))
+    var identifierFile: String?
 
     @Flag(name: .long, help: "Check that the message is JSON and store it as a JSON message.")
     var json = false
@@ -59,6 +63,20 @@ struct Send: ParsableCommand {
     @OptionGroup(title: "Container") var container: ContainerOptions
 
     func validate() throws {
+        // With --identifier-file the one argument is the message.
+        if identifierFile != nil {
+            if message != nil { throw ValidationError("Give the identifier as an argument or with --identifier-file, not both.") }
+            var shifted = self
+            (shifted.identifier, shifted.message, shifted.identifierFile) = ("-", identifier, nil)
+            try shifted.validate()
+            if identifierFile == "-" && (shifted.source == .standardInput || lines) {
+                throw ValidationError("Standard input holds the identifier (--identifier-file -): give the message as an argument or with --file.")
+            }
+            return
+        }
+        if identifier == nil {
+            throw ValidationError("Name the identifier to pass the message under, such as 'wormhole send chat hello', or give it with --identifier-file.")
+        }
         if let ttl, !(ttl > 0 && ttl.isFinite && ttl < 1e9) {
             throw ValidationError("--ttl must be a positive number of seconds, not \(ttl).")
         }
@@ -87,6 +105,14 @@ struct Send: ParsableCommand {
     }
 
     func run() throws {
+        if let identifierFile {
+            var resolved = self
+            resolved.identifierFile = nil
+            resolved.message = identifier
+            resolved.identifier = try Failures.reported { try IdentifierFile.read(identifierFile) }
+            return try resolved.run()
+        }
+        guard let identifier else { throw ValidationError("Name the identifier to pass the message under.") }
         if lines {
             return try SendLines.pass(identifier: identifier, json: json, printSequence: printSequence, container: container.choice)
         }

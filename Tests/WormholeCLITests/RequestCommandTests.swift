@@ -70,4 +70,105 @@ struct RequestCommandTests {
         member.send(SIGINT)
         _ = await member.finish()
     }
+
+    @Test("respond's command starts as a shell would start it: every signal at its default action and none blocked, so that a pipeline into 'head -n1' ends",
+          .timeLimit(.minutes(1)))
+    func respondersCommandStartsWithDefaultSignals() async throws {
+        let sandbox = Sandbox()
+        let signals = try sandbox.start(["respond", "-v", "signals", "--", "grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"])
+        #expect(await signals.waitForStandardError(containing: "answering requests"))
+        // Twice: the responder ignored SIGPIPE from its first command on (the Dispatch
+        // thread that runs them blocks signals from the start).
+        for _ in 1...2 {
+            let status = try await sandbox.run(["request", "--timeout", "10", "signals", "?"])
+            #expect(status.status == 0 && status.lines == ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"],
+                    "\(status.output) \(status.stderr)")
+        }
+        // With SIGPIPE ignored, 'yes' went on after 'head' had gone, and said so (a shell
+        // loop of 'echo' went on for ever).
+        let pipeline = try sandbox.start(["respond", "-v", "pipeline", "--", "sh", "-c", "(yes | head -n1) 2>&1"])
+        #expect(await pipeline.waitForStandardError(containing: "answering requests"))
+        for _ in 1...2 {
+            let reply = try await sandbox.run(["request", "--timeout", "10", "pipeline", "?"])
+            #expect(reply.status == 0 && reply.lines == ["y"], "\(reply.output) \(reply.stderr)")
+        }
+        for responder in [signals, pipeline] {
+            responder.send(SIGINT)
+            _ = await responder.finish()
+        }
+    }
+
+    @Test("listen --queue responders is refused, saying the name is the responders' (it took half the requests of a 'respond' beside it)",
+          .timeLimit(.minutes(1)))
+    func respondersQueueNameIsRefused() async throws {
+        let sandbox = Sandbox()
+        let refused = try await sandbox.run(["listen", "--queue", "responders", "--timeout", "1", "service"])
+        #expect(refused.status == 64 && refused.stderr.contains("work queue name 'responders' is reserved"), "\(refused.status) \(refused.stderr)")
+    }
+
+    @Test("a requester that cannot watch for its reply (no inotify instance left) fails before it passes the request: the responder never runs it",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare")), .timeLimit(.minutes(1)))
+    func requestThatCannotWaitIsNotPassed() async throws {
+        let sandbox = Sandbox()
+        let ran = sandbox.root.file("ran")
+        let responder = try sandbox.start(["respond", "-v", "counted", "--", "sh", "-c", "echo x >> '\(ran)'; wc -l < '\(ran)'"])
+        #expect(await responder.waitForStandardError(containing: "answering requests"))
+        // In a user namespace of its own, whose inotify instance limit is 0.
+        let starved = try await sandbox.run(["--user", "--map-root-user", "/bin/sh", "-c",
+                                             "echo 0 > /proc/sys/user/max_inotify_instances && exec \"$0\" request --timeout 5 counted first",
+                                             Products.path("wormhole")], product: "/usr/bin/unshare")
+        #expect(starved.status == 1 && starved.stderr.contains("inotify instances"), "\(starved.status) \(starved.stderr)")
+        #expect(starved.stderr.contains("was not sent"), "\(starved.stderr)")
+        // Had the first request been passed, the responder would have run it first.
+        let next = try await sandbox.run(["request", "--timeout", "10", "counted", "second"])
+        #expect(next.status == 0 && next.lines == ["1"], "\(next.output) \(next.stderr)")
+        responder.send(SIGINT)
+        _ = await responder.finish()
+    }
+
+    @Test("a command that writes more than a reply may hold sends an error reply saying so, at once; its request is run once",
+          .timeLimit(.minutes(1)))
+    func oversizedOutputIsAnErrorReply() async throws {
+        let sandbox = Sandbox()
+        let ran = sandbox.root.file("ran")
+        let script = "echo x >> '\(ran)'; if [ \"$(cat)\" = big ]; then head -c 9000000 /dev/zero; else wc -l < '\(ran)'; fi"
+        let responder = try sandbox.start(["respond", "-v", "dump", "--", "sh", "-c", script])
+        #expect(await responder.waitForStandardError(containing: "answering requests"))
+        let big = try await sandbox.run(["request", "--timeout", "20", "dump", "big"])
+        #expect(big.status == 1 && big.stderr.contains("wrote more than 8388608 bytes"), "\(big.status) \(big.stderr)")
+        // A request run again would come before this one: the queue hands out in order.
+        let next = try await sandbox.run(["request", "--timeout", "20", "dump", "small"])
+        #expect(next.status == 0 && next.lines == ["2"], "\(next.output) \(next.stderr)")
+        responder.send(SIGINT)
+        _ = await responder.finish()
+    }
+
+    @Test("request and respond take the identifier and the request from files or standard input: neither is in the command line that every user of the machine can read",
+          .timeLimit(.minutes(1)))
+    func identifierAndRequestOffTheCommandLine() async throws {
+        let sandbox = Sandbox()
+        let identifierFile = sandbox.root.file("identifier"), requestFile = sandbox.root.file("request")
+        try "payroll.query\n".write(toFile: identifierFile, atomically: true, encoding: .utf8)
+        try "salary of bob: 12345".write(toFile: requestFile, atomically: true, encoding: .utf8)
+        let responder = try sandbox.start(["respond", "-v", "--identifier-file", identifierFile, "--", "tr", "a-z", "A-Z"])
+        #expect(await responder.waitForStandardError(containing: "answering requests to 'payroll.query'"), "\(responder.stderr)")
+        let asFile = try sandbox.start(["request", "--timeout", "10", "--identifier-file", identifierFile, "--file", requestFile])
+        let fromInput = try sandbox.start(["request", "--timeout", "10", "--identifier-file", identifierFile],
+                                          input: Data("bonus of alice".utf8))
+        for running in [responder, asFile, fromInput] {
+            let shown = String(decoding: FileManager.default.contents(atPath: "/proc/\(running.pid)/cmdline") ?? Data(), as: UTF8.self)
+            #expect(!shown.contains("payroll") && !shown.contains("bob") && !shown.contains("alice"), "\(shown)")
+        }
+        let first = await asFile.finish(), second = await fromInput.finish()
+        #expect(first.status == 0 && first.lines == ["SALARY OF BOB: 12345"], "\(first.output) \(first.stderr)")
+        #expect(second.status == 0 && second.lines == ["BONUS OF ALICE"], "\(second.output) \(second.stderr)")
+        // One identifier, from one place; a file that holds none is named.
+        let both = try await sandbox.run(["request", "--identifier-file", identifierFile, "payroll.query", "x"])
+        #expect(both.status == 64, "\(both.stderr)")
+        try "".write(toFile: identifierFile, atomically: true, encoding: .utf8)
+        let empty = try await sandbox.run(["request", "--identifier-file", identifierFile, "--file", requestFile])
+        #expect(empty.status != 0 && empty.stderr.contains(identifierFile), "\(empty.stderr)")
+        responder.send(SIGINT)
+        _ = await responder.finish()
+    }
 }

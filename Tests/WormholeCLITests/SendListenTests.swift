@@ -378,4 +378,28 @@ struct SendListenTests {
         #expect(forget.status == 2)
         #expect(forget.stderr == "wormhole: no durable listener named 'nobody' here; 'wormhole status --directory '\(directory)'' lists them\n")
     }
+
+    @Test("send and listen take identifiers from a file or standard input: they are not in the command line that every user of the machine can read",
+          .timeLimit(.minutes(1)))
+    func identifiersOffTheCommandLine() async throws {
+        let sandbox = Sandbox()
+        let both = sandbox.root.file("both"), audit = sandbox.root.file("audit")
+        try "payroll.events\npayroll.audit\n".write(toFile: both, atomically: true, encoding: .utf8)
+        try "payroll.audit".write(toFile: audit, atomically: true, encoding: .utf8)
+        let listener = try sandbox.start(["listen", "--verbose", "--count", "2", "--timeout", "30", "--identifier-file", both])
+        #expect(await listener.waitForStandardError(containing: "listening to 'payroll.events', 'payroll.audit'"), "\(listener.stderr)")
+        let shown = String(decoding: FileManager.default.contents(atPath: "/proc/\(listener.pid)/cmdline") ?? Data(), as: UTF8.self)
+        #expect(!shown.contains("payroll"), "\(shown)")
+        let first = try await sandbox.run(["send", "--identifier-file", audit, "salary of bob"])
+        let second = try await sandbox.run(["send", "--identifier-file", "-", "--file", audit], input: Data("payroll.events\n".utf8))
+        #expect(first.status == 0 && second.status == 0, "\(first.stderr) \(second.stderr)")
+        let heard = await listener.finish()
+        #expect(heard.status == 0 && heard.lines.sorted() == ["payroll.audit", "salary of bob"], "\(heard.output) \(heard.stderr)")
+        // One identifier for send, from one place; a file with an empty line is named.
+        let twice = try await sandbox.run(["send", "--identifier-file", audit, "payroll.audit", "x"])
+        #expect(twice.status == 64, "\(twice.stderr)")
+        try "payroll.events\n\npayroll.audit\n".write(toFile: both, atomically: true, encoding: .utf8)
+        let gap = try await sandbox.run(["listen", "--count", "1", "--timeout", "1", "--identifier-file", both])
+        #expect(gap.status == 1 && gap.stderr.contains("'\(both)' holds an empty line"), "\(gap.status) \(gap.stderr)")
+    }
 }

@@ -300,4 +300,50 @@ struct RequestReplyTests {
             #expect(error?.message.contains("replySpinTime must be between 0 and 0.01 seconds") == true, "\(error?.message ?? "")")
         }
     }
+
+    @Test("a reply over the message size limit reaches the requester as an error reply that says so, and its request is run once, not again for each failed reply",
+          .timeLimit(.minutes(1)))
+    func replyTooLargeIsAnErrorReplyAndRunsOnce() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Wormhole.Configuration()
+        configuration.maximumMessageSize = 1024
+        let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
+        let runs = Collector<String>()
+        let responder = try wormhole.respondToRecords(toIdentifier: "big") { request in
+            runs.append(String(decoding: request.payload, as: UTF8.self))
+            return (Data(count: 2048), .data)
+        }
+        let error = await #expect(throws: WormholeError.self) {
+            _ = try await wormhole.requestRecord(payload: Data("once".utf8), kind: .text, identifier: "big", timeout: 10)
+        }
+        #expect(error?.code == .requestFailed, "\(error?.description ?? "")")
+        #expect(error?.message.contains("is 2048 bytes; the limit is 1024 bytes") == true, "\(error?.message ?? "")")
+        // A request run again would come before this one: the queue hands out in order.
+        await #expect(throws: WormholeError.self) {
+            _ = try await wormhole.requestRecord(payload: Data("next".utf8), kind: .text, identifier: "big", timeout: 10)
+        }
+        #expect(runs.all == ["once", "next"], "\(runs.all)")
+        responder.cancel()
+    }
+
+    @Test("the work queue name 'responders' is the library's: a work queue of that name is refused with an error that says why, and requests go to the responders alone",
+          .timeLimit(.minutes(1)))
+    func respondersQueueNameIsReserved() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let error = #expect(throws: WormholeError.self) {
+            try wormhole.listenForRecords(withIdentifier: "service", workQueue: "responders") { _, _ in }
+        }
+        #expect(error?.code == .invalidIdentifier, "\(error?.description ?? "")")
+        #expect(error?.message.contains("work queue name 'responders' is reserved") == true, "\(error?.message ?? "")")
+        // Other names stay free, beside a responder.
+        let responder = try wormhole.respond(toIdentifier: "service", as: String.self) { $0.uppercased() }
+        let member = try wormhole.listenForRecords(withIdentifier: "service", workQueue: "workers") { _, _ in }
+        for index in 1...5 {
+            let reply = try await wormhole.request("r\(index)", identifier: "service", as: String.self, timeout: 10)
+            #expect(reply == "R\(index)")
+        }
+        member.cancel()
+        responder.cancel()
+    }
 }

@@ -24,7 +24,7 @@ final class PendingReply: Sendable {
     private struct State {
         var outcome: ReplyOutcome?
         var continuation: CheckedContinuation<ReplyOutcome, Never>?
-        /// The thread blocked in ``ReplyRouter/wait(for:)`` and what wakes it.
+        /// The thread blocked in ``ReplyRouter/wait(for:with:)`` and what wakes it.
         var waiter: (thread: UInt, wake: @Sendable () -> Void)?
     }
     private let state = Locked(State())
@@ -264,36 +264,75 @@ final class ReplyRouter: Sendable {
         return outcome
     }
 
-    /// Blocks the calling thread until `reply` is complete. On the shared directory the
+    /// What a blocked requester waits with, acquired by ``prepareWait()`` before its
+    /// request is passed: what can fail (an inotify instance or watch) fails then, when
+    /// the request can still be left unpassed, and not once a responder may be running it.
+    enum WaitMeans {
+        /// No log to watch (another back end): the reader thread or the back end's
+        /// listener completes the request.
+        case plain
+        /// On the reader thread, which serves the process's events while it waits.
+        case nested
+        /// The reader thread delivers the reply (no waiter was free, or none could be made).
+        case held
+        /// A waiter of the calling thread watching the reply log, and whether it watched
+        /// it before.
+        case waiter(ReplyWaiter, watchedBefore: Bool)
+    }
+
+    /// Acquires what the calling thread will wait for its reply with, before the request
+    /// is passed. Throws when neither a waiter nor the reader thread can follow the reply
+    /// log (no inotify instance or watch left): the request must not be passed then.
+    func prepareWait() throws(WormholeError) -> WaitMeans {
+        guard let logPath, token.withLock({ $0 }) != nil else { return .plain }
+        if InotifyEngine.shared.isOnReaderThread {
+            try holdReaderThread()
+            return .nested
+        }
+        if let taken = ReplyWaiter.take(watching: logPath) { return .waiter(taken.waiter, watchedBefore: taken.watchedBefore) }
+        try holdReaderThread()
+        return .held
+    }
+
+    /// Gives back what ``prepareWait()`` acquired, for a request that was not passed.
+    func giveBack(_ means: WaitMeans) {
+        switch means {
+        case .plain: break
+        case .nested, .held: releaseReaderThread()
+        case .waiter(let waiter, _): ReplyWaiter.giveBack(waiter)
+        }
+    }
+
+    /// Blocks the calling thread until `reply` is complete, waiting with `means`
+    /// (``prepareWait()``, which this gives back). On the shared directory the
     /// thread watches the reply log itself and reads the reply when the append wakes it
     /// (``ReplyWaiter``); the reader thread, woken too, completes it when it gets there
     /// first, and the request's timeout is swept as for any request. On the reader thread
     /// itself (a listener or responder without a queue asking another service), the
     /// thread goes on serving the process's events while it waits, the reply's among
     /// them.
-    func wait(for reply: PendingReply) -> ReplyOutcome {
+    func wait(for reply: PendingReply, with means: WaitMeans) -> ReplyOutcome {
         defer { ended() }
-        guard let logPath, let token = token.withLock({ $0 }) else { return reply.wait() }
+        defer { giveBack(means) }
+        guard let token = token.withLock({ $0 }) else { return reply.wait() }
         let thread = UInt(pthread_self())
         defer { reply.detach() }
-        let engine = InotifyEngine.shared
-        if engine.isOnReaderThread {
-            guard holdReaderThread(for: reply) else { return reply.wait() }
-            defer { releaseReaderThread() }
+        let (waiter, watchedBefore): (ReplyWaiter, Bool)
+        switch means {
+        case .plain, .held:
+            return reply.wait()
+        case .nested:
+            let engine = InotifyEngine.shared
             reply.attach(thread: thread) { engine.wakeReaderThread() }
             engine.serveNested { reply.outcome != nil }
             return reply.wait()
+        case .waiter(let taken, let before):
+            (waiter, watchedBefore) = (taken, before)
         }
         // A waiter that was watching the log before this request was passed has its
         // reply's append as an event in its queue, so its first read waits for one. A
         // waiter watching it only now reads first (the reply may have come before).
-        guard let taken = ReplyWaiter.take(watching: logPath) else {
-            guard holdReaderThread(for: reply) else { return reply.wait() }
-            defer { releaseReaderThread() }
-            return reply.wait()
-        }
-        let waiter = taken.waiter
-        defer { ReplyWaiter.giveBack(waiter) }
+        let taken = (waiter: waiter, watchedBefore: watchedBefore)
         reply.attach(thread: thread) { waiter.wake() }
         let spinEnd = spinEnd(of: reply, thread: thread)
         var (read, replaced) = (!taken.watchedBefore, false)
@@ -376,18 +415,6 @@ final class ReplyRouter: Sendable {
         }
         return sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
     }()
-
-    /// ``holdReaderThread()`` for a request already passed, which fails with the reason
-    /// when the reader thread cannot take the listener on. Returns whether it did.
-    private func holdReaderThread(for reply: PendingReply) -> Bool {
-        do throws(WormholeError) {
-            try holdReaderThread()
-            return true
-        } catch {
-            finish(reply.correlation, .failure(error))
-            return false
-        }
-    }
 
     /// Schedules a sweep at `deadline` unless one is scheduled at or before it.
     private func armSweep(at deadline: UInt64) {

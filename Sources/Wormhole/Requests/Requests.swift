@@ -9,7 +9,15 @@ import Foundation
 /// (Protocol.md §19).
 enum Requests {
     /// The work queue of the request identifier whose members are its responders.
+    /// Reserved: a work queue of another kind may not take the name (Protocol.md §19), or
+    /// its members would take requests as the responders do, and answer none.
     static let respondersQueue = "responders"
+
+    /// The error for a work queue named ``respondersQueue`` that is not the responders'.
+    static func reservedQueue(_ identifier: String) -> WormholeError {
+        WormholeError(.invalidIdentifier,
+                      "the work queue name '\(respondersQueue)' is reserved for the responders of requests to '\(identifier)' (respond(toIdentifier:)); its members would take requests and answer none: choose another name")
+    }
 
     /// Where the replies to requests of `identifier` are passed.
     static func repliesIdentifier(of identifier: String) -> String {
@@ -45,6 +53,18 @@ enum Requests {
             ? "no responder serves '\(identifier)' (start one with respond(toIdentifier:) or 'wormhole respond \(identifier) -- COMMAND')"
             : "\(members) responder\(members == 1 ? "" : "s") of '\(identifier)' did not answer in time"
         return WormholeError(.timedOut, "no reply to the request to '\(identifier)' within \(seconds) s: \(why)")
+    }
+
+    /// The error for a request that was not passed because its requester could not
+    /// listen for the reply (no inotify instance or watch left, say): `error`, saying so.
+    static func notSent(_ identifier: String, because error: WormholeError) -> WormholeError {
+        WormholeError(error.code, "the request to '\(identifier)' was not sent, since its reply could not be awaited: \(error.message)",
+                      path: error.path, errno: error.errno)
+    }
+
+    /// The text of the error reply sent for a reply that could not be passed.
+    static func unpassableReply(_ error: WormholeError) -> String {
+        "its reply could not be passed: \(error.description)"
     }
 
     /// The error a requester receives for an error reply: what the responder said.

@@ -33,7 +33,9 @@ extension Wormhole {
     ///   says whether any responder serves the identifier);
     ///   ``WormholeError/Code/requestFailed`` with what the responder said when its
     ///   handler threw; ``WormholeError/Code/decodingFailed`` for a reply that does not
-    ///   decode; or what passing the request threw.
+    ///   decode; what passing the request threw; or, for a requester that cannot listen
+    ///   for its reply (out of inotify instances or watches), that error, before the
+    ///   request is passed.
     public func request<Request: Encodable & Sendable, Reply: Decodable & Sendable>(
         _ request: Request, identifier: String, as type: Reply.Type = Reply.self, timeout: Double = 5
     ) async throws(WormholeError) -> Reply {
@@ -68,8 +70,26 @@ extension Wormhole {
 
     /// ``requestRecord(payload:kind:identifier:timeout:)-5o5yo`` blocking the calling thread.
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) throws(WormholeError) -> WormholeRecord {
-        let (router, pending) = try startRequest(payload: payload, kind: kind, identifier: identifier, timeout: timeout)
-        return try Self.reply(router.wait(for: pending), identifier: identifier)
+        try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
+        // What the wait needs, acquired before the pass: a request is never passed that its
+        // requester then cannot wait for (out of inotify instances, say).
+        let (router, means): (ReplyRouter, ReplyRouter.WaitMeans)
+        do throws(WormholeError) {
+            router = try replyRouters.router(for: identifier, in: self)
+            means = try router.prepareWait()
+        } catch {
+            throw Requests.notSent(identifier, because: error)
+        }
+        let pending = router.begin(timeout: timeout)
+        do throws(WormholeError) {
+            try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
+                           expires: Date().addingTimeInterval(timeout))
+        } catch {
+            router.abandon(pending, error)
+            router.giveBack(means)
+            throw error
+        }
+        return try Self.reply(router.wait(for: pending, with: means), identifier: identifier)
     }
 
     /// Serves `identifier`: `responder` is called with each request that this responder
@@ -81,7 +101,10 @@ extension Wormhole {
     /// whose responder dies before replying goes to another (or, after three tries, to
     /// `<identifier>.dead-letters`); a request whose requester gave up (its timeout
     /// passed) is not answered. Messages of the identifier that are not requests are
-    /// skipped.
+    /// skipped. A reply that cannot be passed (larger than
+    /// ``WormholeConfiguration/maximumMessageSize``, or a full disk) reaches the requester
+    /// as a ``WormholeError/Code/requestFailed`` error saying why; the request is not run
+    /// again.
     ///
     /// ```swift
     /// let responder = try wormhole.respond(toIdentifier: "app.state", as: StateQuery.self) { _ in
@@ -142,37 +165,41 @@ extension Wormhole {
             } catch {
                 reply = (Data(String(describing: error).utf8), .text, .errorReply)
             }
-            try passRecord(reply.payload, kind: reply.kind, identifier: replies, role: reply.role,
-                           correlation: record.correlation, expires: record.expires)
+            // A reply that cannot be passed (over maximumMessageSize, a full disk) becomes an
+            // error reply saying why, and the request counts as handled all the same:
+            // running it again would not make its reply pass, and would repeat what it did.
+            do throws(WormholeError) {
+                try passRecord(reply.payload, kind: reply.kind, identifier: replies, role: reply.role,
+                               correlation: record.correlation, expires: record.expires)
+            } catch {
+                do throws(WormholeError) {
+                    try passRecord(Data(Requests.unpassableReply(error).utf8), kind: .text, identifier: replies, role: .errorReply,
+                                   correlation: record.correlation, expires: record.expires)
+                } catch let second {
+                    (onError ?? Self.logError)(WormholeError(second.code,
+                        "the reply to request \(record.sequence) of '\(identifier)' could not be passed (\(error.description)), nor an error reply (\(second.description)); the request is not run again",
+                        path: second.path, errno: second.errno))
+                }
+            }
         }
     }
 
     // MARK: - Internals
 
-    /// Registers the request, with its timeout, with the identifier's reply router, and
-    /// passes it.
-    private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) throws(WormholeError) -> (ReplyRouter, PendingReply) {
-        try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
-        let router = try replyRouters.router(for: identifier, in: self)
-        let pending = router.begin(timeout: timeout)
-        do throws(WormholeError) {
-            try passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,
-                           expires: Date().addingTimeInterval(timeout))
-        } catch {
-            router.abandon(pending, error)
-            throw error
-        }
-        return (router, pending)
-    }
-
-    /// ``startRequest(payload:kind:identifier:timeout:)`` for asynchronous callers: the
-    /// reply listener's start and the pass suspend the caller instead of blocking its
-    /// thread (on a back end that waits on a server).
+    /// Registers the request, with its timeout, with the identifier's reply router, makes
+    /// the reader thread deliver its reply (which fails before anything is passed when it
+    /// cannot), and passes it. The reply listener's start and the pass suspend the caller
+    /// instead of blocking its thread (on a back end that waits on a server).
     private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) async throws(WormholeError) -> (ReplyRouter, PendingReply) {
         try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
-        let router = try await replyRouters.router(for: identifier, in: self)
-        // No thread of the caller's waits for this reply: the reader thread delivers it.
-        try router.holdReaderThread()
+        let router: ReplyRouter
+        do throws(WormholeError) {
+            router = try await replyRouters.router(for: identifier, in: self)
+            // No thread of the caller's waits for this reply: the reader thread delivers it.
+            try router.holdReaderThread()
+        } catch {
+            throw Requests.notSent(identifier, because: error)
+        }
         let pending = router.begin(timeout: timeout)
         do throws(WormholeError) {
             try await passRecord(payload, kind: kind, identifier: identifier, role: .request, correlation: pending.correlation,

@@ -33,7 +33,10 @@ extension Wormhole {
     /// - Parameters:
     ///   - identifier: The identifier whose messages the queue hands out.
     ///   - type: What to decode each message as.
-    ///   - name: The queue's name; the members of one queue share its messages.
+    ///   - name: The queue's name; the members of one queue share its messages. The
+    ///     name `responders` is reserved for the responders of requests
+    ///     (``respond(toIdentifier:as:queue:onError:responder:)``): a member of it would take
+    ///     requests and answer none.
     ///   - options: Deliveries before the dead letters, their identifier, and where a
     ///     new queue starts.
     ///   - queue: Where `listener` runs (a serial queue of the member's own by default).
@@ -42,7 +45,8 @@ extension Wormhole {
     ///     queue's state. Logged when `nil`.
     ///   - listener: Handles one message; throws when it could not.
     /// - Returns: The member; ``WorkQueueMember/cancel()`` leaves the queue.
-    /// - Throws: ``WormholeError`` for an invalid identifier or name, a back end without
+    /// - Throws: ``WormholeError`` for an invalid identifier or name (`responders`
+    ///   included: ``WormholeError/Code/invalidIdentifier``), a back end without
     ///   work queues (``FileTransiting`` and the PostgreSQL back end have them), or a
     ///   container that cannot hold the queue (its files, or its rows).
     @discardableResult
@@ -71,8 +75,9 @@ extension Wormhole {
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         listener: @escaping @Sendable (_ record: WormholeRecord, _ deliveries: Int) throws -> Void
     ) throws(WormholeError) -> WorkQueueMember {
-        try joinWorkQueue(identifier: identifier, name: name, options: options, queue: queue, drainsOnWakingThread: false,
-                          onError: onError, listener: listener)
+        if name == Requests.respondersQueue { throw Requests.reservedQueue(identifier) }
+        return try joinWorkQueue(identifier: identifier, name: name, options: options, queue: queue, drainsOnWakingThread: false,
+                                 onError: onError, listener: listener)
     }
 
     /// A member of the work queue `name` of `identifier`; `drainsOnWakingThread` runs
