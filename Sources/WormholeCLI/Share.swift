@@ -48,14 +48,11 @@ struct Share: ParsableCommand {
         }
     }
 
-    /// Where the boot-time line goes.
-    static func tmpfilesPath(_ group: String) -> String { "/etc/tmpfiles.d/wormhole-\(group).conf" }
-
     func run() throws {
         try Failures.reported {
             if revoke {
                 let removed = try WormholeContainer.revokeShare(applicationGroupIdentifier: group)
-                let file = Self.tmpfilesPath(group)
+                let file = try WormholeContainer.tmpfilesPath(applicationGroupIdentifier: group)
                 let hadFile = unlink(file) == 0
                 Output.line(removed || hadFile
                     ? "stopped sharing \(group): removed \(WormholeContainer.sharedGroupsDirectory)/\(group)\(hadFile ? " and \(file)" : "")"
@@ -63,8 +60,8 @@ struct Share: ParsableCommand {
                 return
             }
             let share = try WormholeContainer.share(applicationGroupIdentifier: group, unixGroup: unixGroup!)
-            let line = WormholeContainer.tmpfilesLine(applicationGroupIdentifier: group, unixGroup: share.unixGroup)
-            let file = Self.tmpfilesPath(group)
+            let line = try WormholeContainer.tmpfilesLine(applicationGroupIdentifier: group, unixGroup: share.unixGroup)
+            let file = try WormholeContainer.tmpfilesPath(applicationGroupIdentifier: group)
             var wroteFile = false
             if (try? String(contentsOfFile: file, encoding: .utf8)) != line,
                FileManager.default.fileExists(atPath: "/etc/tmpfiles.d") {

@@ -28,6 +28,7 @@ extension WormholeContainer {
     /// boot by systemd-tmpfiles with the line ``tmpfilesLine(applicationGroupIdentifier:unixGroup:)``.
     public static func share(applicationGroupIdentifier: String, unixGroup: String) throws(WormholeError) -> Share {
         try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
+        try validate(unixGroupName: unixGroup)
         guard Syscalls.effectiveUserID == 0 else {
             throw WormholeError(.containerInsecure, "sharing an application group makes a directory under /run that only root may make: run it as root (sudo wormhole share ...)")
         }
@@ -81,14 +82,85 @@ extension WormholeContainer {
     }
 
     /// The systemd-tmpfiles lines that make the shared container again at boot
-    /// (for `/etc/tmpfiles.d/wormhole-<group>.conf`).
-    public static func tmpfilesLine(applicationGroupIdentifier: String, unixGroup: String) -> String {
-        """
-        d /run/wormhole 0755 root root -
-        d \(sharedGroupsDirectory) 0755 root root -
-        d \(sharedGroupsDirectory)/\(applicationGroupIdentifier) 2770 root \(unixGroup) -
+    /// (for ``tmpfilesPath(applicationGroupIdentifier:)``).
+    ///
+    /// No name can add a field or a line: the container's path is written in double
+    /// quotes, with `\\`, `\"` and `%%` for a backslash, a quote and a percent sign
+    /// (systemd-tmpfiles reads them back as they were, whether or not it expands C
+    /// escapes, and expands `%` specifiers in paths). An application group identifier
+    /// holds no control character (so no newline or tab), and a Unix group name is one
+    /// word of `A-Z a-z 0-9 . _ -` (``validate(unixGroupName:)``); both are checked here
+    /// as ``share(applicationGroupIdentifier:unixGroup:)`` checks them.
+    ///
+    /// - Throws: ``WormholeError/Code/invalidIdentifier`` for either name.
+    public static func tmpfilesLine(applicationGroupIdentifier: String, unixGroup: String) throws(WormholeError) -> String {
+        try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
+        try validate(unixGroupName: unixGroup)
+        var quoted = ""
+        for character in (sharedGroupsDirectory + "/" + applicationGroupIdentifier).unicodeScalars {
+            switch character {
+            case "\\": quoted += "\\\\"
+            case "\"": quoted += "\\\""
+            case "%": quoted += "%%"
+            default: quoted.unicodeScalars.append(character)
+            }
+        }
+        return """
+            d /run/wormhole 0755 root root -
+            d \(sharedGroupsDirectory) 0755 root root -
+            d "\(quoted)" 2770 root \(unixGroup) -
 
-        """
+            """
+    }
+
+    /// Where ``tmpfilesLine(applicationGroupIdentifier:unixGroup:)`` goes:
+    /// `/etc/tmpfiles.d/wormhole-<group>.conf`.
+    ///
+    /// - Throws: ``WormholeError/Code/invalidIdentifier`` when the identifier is not one
+    ///   (a `/` or a leading `.` would name another file).
+    public static func tmpfilesPath(applicationGroupIdentifier: String) throws(WormholeError) -> String {
+        try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
+        return "/etc/tmpfiles.d/wormhole-\(applicationGroupIdentifier).conf"
+    }
+
+    /// The longest Unix group name ``validate(unixGroupName:)`` accepts, in bytes.
+    public static let maximumUnixGroupNameLength = 64
+
+    /// Checks that `name` can be a Unix group name that ``share(applicationGroupIdentifier:unixGroup:)``
+    /// gives a container to, and that a configuration line can hold as one word.
+    ///
+    /// The rule is POSIX's portable user and group names, as `groupadd` makes them:
+    /// letters, digits, `.`, `_` and `-`, not starting with `-`, optionally ending in `$`
+    /// (Samba's machine accounts), not all digits (systemd-tmpfiles and `chgrp` would read
+    /// it as a group id), at most ``maximumUnixGroupNameLength`` bytes.
+    ///
+    /// ```swift
+    /// try WormholeContainer.validate(unixGroupName: "thermo")          // accepted
+    /// try WormholeContainer.validate(unixGroupName: "wide 2770 root")  // throws
+    /// ```
+    ///
+    /// - Throws: ``WormholeError/Code/invalidIdentifier`` naming what is wrong.
+    public static func validate(unixGroupName name: String) throws(WormholeError) {
+        func reject(_ why: String) -> WormholeError {
+            WormholeError(.invalidIdentifier, "Unix group name '\(Identifier.printable(name))' \(why)")
+        }
+        let bytes = Array(name.utf8)
+        guard !bytes.isEmpty else { throw WormholeError(.invalidIdentifier, "the Unix group name may not be empty") }
+        guard bytes.count <= maximumUnixGroupNameLength else {
+            throw reject("is \(bytes.count) bytes long; the limit is \(maximumUnixGroupNameLength) bytes")
+        }
+        if bytes[0] == UInt8(ascii: "-") { throw reject("may not start with '-'") }
+        let body = bytes.last == UInt8(ascii: "$") ? bytes.dropLast() : bytes[...]
+        if let bad = body.first(where: { byte in
+            !(byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z") || byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")
+              || byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-"))
+        }) {
+            let shown = bad == UInt8(ascii: " ") ? "a space" : bad < 0x20 || bad >= 0x7F ? "byte 0x\(String(bad, radix: 16))" : "'\(Character(Unicode.Scalar(bad)))'"
+            throw reject("may not contain \(shown): a Unix group name is letters, digits, '.', '_' and '-' (and a final '$')")
+        }
+        if body.isEmpty || body.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            throw reject("is all digits, which reads as a group id: name the group")
+        }
     }
 
     /// Makes `path` root's with `mode`, or checks that it is: a link, another owner or a
