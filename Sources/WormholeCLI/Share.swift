@@ -67,6 +67,12 @@ struct Share: ParsableCommand {
                FileManager.default.fileExists(atPath: "/etc/tmpfiles.d") {
                 wroteFile = (try? line.write(toFile: file, atomically: true, encoding: .utf8)) != nil
             }
+            for entries in share.removedAccessControlEntries {
+                Output.line("removed ACL entries that gave access beyond Unix group \(share.unixGroup): \(entries)")
+            }
+            for file in share.filesWithSeveralLinks {
+                Output.error("left '\(file)' as it was: a file with several hard links, one of which may be outside the container (a file linked in from elsewhere), so its group and mode were not changed; Wormhole makes no such files: remove it")
+            }
             Output.line(share.changed || wroteFile
                 ? "shared \(group) with Unix group \(share.unixGroup) (gid \(share.groupID)): \(share.path), root:\(share.unixGroup) 2770\(wroteFile ? "; made again at boot by \(file)" : "")"
                 : "\(group) is already shared with Unix group \(share.unixGroup) (gid \(share.groupID)): \(share.path); nothing changed")
