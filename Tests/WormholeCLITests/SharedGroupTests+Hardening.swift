@@ -181,3 +181,41 @@ extension SharedGroupTests {
         #expect(try await deployment.share(["--unix-group", deployment.unixGroup]).output.contains("nothing changed"))
     }
 }
+
+extension SharedGroupTests {
+    @Test("status names the user whose process runs a listener, as the kernel's lock list says: a durable name another member made first shows the member that runs it now; a position file a member hard-linked from another's under a new name shows no user",
+          .timeLimit(.minutes(2)))
+    func statusNamesTheUserThatRunsTheListener() async throws {
+        let deployment = try Deployment()
+        #expect(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
+        let group = ["--group", deployment.group]
+        func listen(as user: String) throws -> RunningCommand {
+            try deployment.start(as: user, ["listen", "--durable", "svc", "--timeout", "60", "--verbose", "jobs"] + group)
+        }
+        func row(_ name: String) async throws -> String? {
+            let status = try await deployment.run(as: deployment.service, ["status", "jobs"] + group)
+            return status.lines.first { $0.contains(" \(name) ") }
+        }
+        // The service makes the durable name and stops; the desktop user runs it now.
+        let first = try listen(as: deployment.service)
+        #expect(await first.waitForStandardError(containing: "listening to"))
+        first.send(SIGTERM)
+        _ = await first.finish()
+        let second = try listen(as: deployment.desktop)
+        #expect(await second.waitForStandardError(containing: "listening to"))
+        let running = try #require(try await row("svc"))
+        #expect(running.contains(" yes ") && running.contains(" \(deployment.desktop) ") && !running.contains(deployment.service),
+                "the user that runs it: \(running)")
+        second.send(SIGTERM)
+        _ = await second.finish()
+        let stopped = try #require(try await row("svc"))
+        #expect(stopped.contains(" no ") && stopped.contains(" \(deployment.service) "), "not running: who made its position: \(stopped)")
+
+        // The desktop user gives the service's position file a second name.
+        let claims = deployment.container + "/.listeners/jobs/"
+        let linked = try await deployment.run(as: deployment.desktop, [claims + "durable-svc", claims + "durable-fake"], command: "/bin/ln")
+        #expect(linked.status == 0, "\(linked.stderr)")
+        let fake = try #require(try await row("fake"))
+        #expect(!fake.contains(deployment.service) && !fake.contains(deployment.desktop), "a file with two names proves no user: \(fake)")
+    }
+}
