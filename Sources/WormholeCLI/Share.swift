@@ -20,7 +20,10 @@ struct Share: ParsableCommand {
             2770, under parents only root may write to. From then on every member's \
             processes use it for that group, with no option or code change; other users \
             can neither read, write nor list it. Running it again changes nothing; with \
-            another Unix group it gives the container to that group. It also writes \
+            another Unix group it gives the container to that group. Each time it walks \
+            the whole container: it removes ACL entries (they give access the modes do \
+            not show) and names files with several hard links, which it leaves alone. \
+            The names must be an identifier and a portable Unix group name. It also writes \
             /etc/tmpfiles.d/wormhole-<group>.conf so that the container is made again at \
             boot (/run is emptied then). --revoke removes the shared container, its \
             messages and that file; members then use their own containers again.
