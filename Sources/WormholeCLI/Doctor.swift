@@ -66,6 +66,17 @@ struct Doctor: ParsableCommand {
                 if status.st_mode & S_ISGID != 0 && status.st_mode & 0o070 == 0o070 {
                     let group = getgrgid(status.st_gid).map { String(cString: $0.pointee.gr_name) } ?? String(status.st_gid)
                     line("  shared with the members of Unix group \(group) (gid \(status.st_gid))")
+                    // ACL entries give access the modes do not show; a file with several
+                    // links may be another's outside the container.
+                    let shared = if case .group(let identifier, nil) = location { identifier } else { "GROUP" }
+                    for finding in (try? WormholeContainer.findings(inSharedContainer: path)) ?? [] {
+                        switch finding.kind {
+                        case .accessControlEntries:
+                            problems.append("\(finding): only members of \(group) should reach the container. Remove them: sudo wormhole share \(shared) --unix-group \(group)")
+                        case .severalLinks:
+                            problems.append("\(finding): remove it")
+                        }
+                    }
                 } else if status.st_uid != geteuid() {
                     problems.append("the container belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): run as that user, or choose a container of your own with --group or --directory")
                 }

@@ -20,7 +20,10 @@ struct Share: ParsableCommand {
             2770, under parents only root may write to. From then on every member's \
             processes use it for that group, with no option or code change; other users \
             can neither read, write nor list it. Running it again changes nothing; with \
-            another Unix group it gives the container to that group. It also writes \
+            another Unix group it gives the container to that group. Each time it walks \
+            the whole container: it removes ACL entries (they give access the modes do \
+            not show) and names files with several hard links, which it leaves alone. \
+            The names must be an identifier and a portable Unix group name. It also writes \
             /etc/tmpfiles.d/wormhole-<group>.conf so that the container is made again at \
             boot (/run is emptied then). --revoke removes the shared container, its \
             messages and that file; members then use their own containers again.
@@ -48,14 +51,11 @@ struct Share: ParsableCommand {
         }
     }
 
-    /// Where the boot-time line goes.
-    static func tmpfilesPath(_ group: String) -> String { "/etc/tmpfiles.d/wormhole-\(group).conf" }
-
     func run() throws {
         try Failures.reported {
             if revoke {
                 let removed = try WormholeContainer.revokeShare(applicationGroupIdentifier: group)
-                let file = Self.tmpfilesPath(group)
+                let file = try WormholeContainer.tmpfilesPath(applicationGroupIdentifier: group)
                 let hadFile = unlink(file) == 0
                 Output.line(removed || hadFile
                     ? "stopped sharing \(group): removed \(WormholeContainer.sharedGroupsDirectory)/\(group)\(hadFile ? " and \(file)" : "")"
@@ -63,12 +63,18 @@ struct Share: ParsableCommand {
                 return
             }
             let share = try WormholeContainer.share(applicationGroupIdentifier: group, unixGroup: unixGroup!)
-            let line = WormholeContainer.tmpfilesLine(applicationGroupIdentifier: group, unixGroup: share.unixGroup)
-            let file = Self.tmpfilesPath(group)
+            let line = try WormholeContainer.tmpfilesLine(applicationGroupIdentifier: group, unixGroup: share.unixGroup)
+            let file = try WormholeContainer.tmpfilesPath(applicationGroupIdentifier: group)
             var wroteFile = false
             if (try? String(contentsOfFile: file, encoding: .utf8)) != line,
                FileManager.default.fileExists(atPath: "/etc/tmpfiles.d") {
                 wroteFile = (try? line.write(toFile: file, atomically: true, encoding: .utf8)) != nil
+            }
+            for entries in share.removedAccessControlEntries {
+                Output.line("removed ACL entries that gave access beyond Unix group \(share.unixGroup): \(entries)")
+            }
+            for file in share.filesWithSeveralLinks {
+                Output.error("left '\(file)' as it was: a file with several hard links, one of which may be outside the container (a file linked in from elsewhere), so its group and mode were not changed; Wormhole makes no such files: remove it")
             }
             Output.line(share.changed || wroteFile
                 ? "shared \(group) with Unix group \(share.unixGroup) (gid \(share.groupID)): \(share.path), root:\(share.unixGroup) 2770\(wroteFile ? "; made again at boot by \(file)" : "")"

@@ -307,6 +307,13 @@ final class ListenerCursor {
     /// describe its log now (0 when it has none), to say how far behind each one is.
     static func listeners(container: ContainerDirectory, identifier: String, logID: UInt64, lastSequence: UInt64) -> [WormholeListenerStatus] {
         var result: [WormholeListenerStatus] = []
+        let holders = LockHolders.current()
+        /// A running listener's user is the lock holder's (the kernel's record); else the
+        /// file's owner, unless the file has several names (a member's link of another's).
+        func user(_ status: Stat, running: Bool) -> UInt32? {
+            if running, let holder = holders.userID(holding: status) { return holder }
+            return status.linkCount == 1 ? status.userID.rawValue : nil
+        }
         try? forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, status, _ in
             let running: Bool
             switch Syscalls.lock(fd, exclusive: false, wait: false) {
@@ -325,7 +332,7 @@ final class ListenerCursor {
                     processID: value.map { Int32(bitPattern: $0.processID) }, isRunning: running,
                     position: position, behind: lastSequence > position ? lastSequence - position : 0,
                     lastSeen: Date(timeIntervalSince1970: Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9),
-                    pidNamespace: value.flatMap { $0.pidNamespace == 0 ? nil : $0.pidNamespace }, userID: status.userID.rawValue))
+                    pidNamespace: value.flatMap { $0.pidNamespace == 0 ? nil : $0.pidNamespace }, userID: user(status, running: running)))
             } else if running {
                 let claim = readClaim(fd)
                 let position = claim.keeps(afterIn: logID)
@@ -333,7 +340,7 @@ final class ListenerCursor {
                 result.append(WormholeListenerStatus(
                     identifier: identifier, durableName: nil, processID: pid, isRunning: true,
                     position: position, behind: lastSequence > position ? lastSequence - position : 0, lastSeen: nil,
-                    pidNamespace: claim.pidNamespace, userID: status.userID.rawValue))
+                    pidNamespace: claim.pidNamespace, userID: user(status, running: running)))
             }
         }
         return result

@@ -177,9 +177,14 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     public let behind: UInt64
     /// When a durable listener last handled a message (or was started).
     public let lastSeen: Date?
-    /// The user of the listener's process (for a durable name, of the one that made its
-    /// position): the owner of its claim file, which no process can forge. `nil` when
-    /// unknown (the PostgreSQL back end).
+    /// The user of the listener's process. For a running listener, the effective user of
+    /// the process that holds its claim locked, as the kernel lists it (`/proc/locks`):
+    /// no process can forge it. When that process cannot be seen from here (another PID
+    /// namespace), and for a durable name whose listener does not run, the owner of its
+    /// claim or position file: the user that created that file, which in a shared group
+    /// a member can make another's by renaming another member's file into its place.
+    /// `nil` when unknown: a file with several hard links (a member's link of another's
+    /// file), or the PostgreSQL back end.
     public let userID: UInt32?
 
     /// Whether ``processID`` numbers a process of the caller's PID namespace (or the

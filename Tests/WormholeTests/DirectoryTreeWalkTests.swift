@@ -1,0 +1,75 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// The walk `wormhole share` and `--revoke` go through a shared container with: one
+/// directory descriptor at a time, back up by `..`, never out of the tree.
+@Suite("Directory tree walk")
+struct DirectoryTreeWalkTests {
+    @Test("a directory moved out of the tree while the walk is in it stops the walk: '..' is not the directory it came from, and nothing beside the moved directory is visited or removed")
+    func directoryMovedOutStopsTheWalk() throws {
+        let base = TemporaryDirectory()
+        let tree = base.file("tree")
+        let outside = base.file("outside")
+        for path in [tree, tree + "/a", tree + "/a/b", outside] { #expect(mkdir(path, 0o700) == 0) }
+        #expect(FileManager.default.createFile(atPath: tree + "/a/b/f", contents: Data()))
+        #expect(FileManager.default.createFile(atPath: outside + "/victim", contents: Data()))
+        let root = open(tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try #require(root >= 0)
+        defer { close(root) }
+
+        var visited: [String] = []
+        var left: [String] = []
+        let outcome = DirectoryTreeWalk.walk(root) { directory, location, status in
+            visited.append(location.relativePath)
+            if location.name == "f" {
+                // A member's process moves the directory the walk is in elsewhere.
+                #expect(rename(tree + "/a/b", outside + "/b") == 0)
+            }
+            if status.st_mode & S_IFMT == S_IFDIR { return true }
+            return false
+        } leaving: { directory, name in
+            left.append(name)
+            _ = unlinkat(directory, name, AT_REMOVEDIR)
+        }
+        #expect(outcome == .moved)
+        #expect(visited == ["a", "a/b", "a/b/f"], "\(visited)")
+        #expect(left.isEmpty, "nothing was removed after the move: \(left)")
+        #expect(FileManager.default.fileExists(atPath: outside + "/victim") && FileManager.default.fileExists(atPath: outside + "/b/f"))
+    }
+
+    @Test("a tree 5,000 directories deep is walked to its bottom and removed from the bottom up, with one descriptor open at a time")
+    func deepTreeIsWalkedAndRemoved() throws {
+        let base = TemporaryDirectory()
+        let tree = base.file("tree")
+        #expect(mkdir(tree, 0o700) == 0)
+        var fd = open(tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        for _ in 0..<5_000 {
+            try #require(mkdirat(fd, "d", 0o700) == 0)
+            let child = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            close(fd)
+            fd = child
+        }
+        close(fd)
+        let root = open(tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { close(root) }
+        let before = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count
+        var deepest = 0
+        var mostOpen = 0
+        var removed = 0
+        let outcome = DirectoryTreeWalk.walk(root) { _, location, _ in
+            deepest = max(deepest, location.ancestry.count + 1)
+            if deepest % 1_000 == 0 { mostOpen = max(mostOpen, (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0) }
+            return true
+        } leaving: { directory, name in
+            if unlinkat(directory, name, AT_REMOVEDIR) == 0 { removed += 1 }
+        }
+        #expect(outcome == .finished)
+        #expect(deepest == 5_000 && removed == 5_000)
+        #expect(mostOpen <= before + 3, "descriptors open during the walk: \(mostOpen), before it: \(before)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: tree).isEmpty)
+    }
+}
