@@ -305,3 +305,43 @@ extension SharedGroupTests {
         #expect(checked >= 6, "the queues' directories and state files")
     }
 }
+
+extension SharedGroupTests {
+    @Test("what a member killed between making a file and giving it the group's mode left (a log 0600 and .listeners 2700 of the desktop user) is named, with its user and the fix, to the other user's send and listen; the desktop user's next commands repair both",
+          .timeLimit(.minutes(2)))
+    func wrongModeLeftByAKilledMemberIsNamedAndRepaired() async throws {
+        let deployment = try Deployment()
+        try #require(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
+        let desktopUID = try #require(Deployment.uid(deployment.desktop))
+        let gid = getgrnam(deployment.unixGroup)!.pointee.gr_gid
+        // What the desktop user's process, with umask 077, left when it was killed
+        // between its `openat`/`mkdirat` and its `fchmod`.
+        let listeners = deployment.container + "/.listeners"
+        let log = deployment.container + "/x.wormhole"
+        #expect(mkdir(listeners, 0o700) == 0 && chmod(listeners, 0o2700) == 0 && chown(listeners, desktopUID, gid) == 0)
+        let fd = open(log, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+        #expect(fd >= 0 && fchown(fd, desktopUID, gid) == 0 && fchmod(fd, 0o600) == 0)
+        close(fd)
+        let group = ["--group", deployment.group]
+
+        // The service's user may use neither: each command says whose it is and what to run.
+        let sent = try await deployment.run(as: deployment.service, ["send", "x", "hi"] + group)
+        #expect(sent.status == 1, "\(sent.stderr)")
+        #expect(sent.stderr.contains("'\(log)' belongs to user \(deployment.desktop) (uid \(desktopUID)) and has mode 600")
+                && sent.stderr.contains("chmod 660 \(log)"), "\(sent.stderr)")
+        let listened = try await deployment.run(as: deployment.service, ["listen", "--timeout", "20", "y"] + group)
+        #expect(listened.status == 1, "\(listened.stderr)")
+        #expect(listened.stderr.contains("'\(listeners)' belongs to user \(deployment.desktop) (uid \(desktopUID)) and has mode 2700")
+                && listened.stderr.contains("chmod 2770 \(listeners)"), "\(listened.stderr)")
+
+        // The desktop user's next pass and listener repair them; then the service hears.
+        #expect(try await deployment.run(as: deployment.desktop, ["send", "x", "hello"] + group).status == 0)
+        let heard = try await deployment.run(as: deployment.desktop, ["listen", "--history", "--count", "1", "--timeout", "20", "x"] + group)
+        #expect(heard.status == 0 && heard.lines == ["hello"], "\(heard.stderr)")
+        var status = stat()
+        #expect(lstat(log, &status) == 0 && status.st_mode & 0o7777 == 0o660)
+        #expect(lstat(listeners, &status) == 0 && status.st_mode & 0o7777 == 0o2770)
+        let service = try await deployment.run(as: deployment.service, ["listen", "--history", "--count", "1", "--timeout", "20", "x"] + group)
+        #expect(service.status == 0 && service.lines == ["hello"], "\(service.stderr)")
+    }
+}
