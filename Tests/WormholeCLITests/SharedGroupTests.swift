@@ -344,4 +344,28 @@ extension SharedGroupTests {
         let service = try await deployment.run(as: deployment.service, ["listen", "--history", "--count", "1", "--timeout", "20", "x"] + group)
         #expect(service.status == 0 && service.lines == ["hello"], "\(service.stderr)")
     }
+
+    @Test("'share --revoke' while members listen (one live, one under a durable name, two users): each listener ends at once with an error that says the shared container was removed, instead of waiting in the deleted directory",
+          .timeLimit(.minutes(2)))
+    func revokingEndsTheListenersWithAnError() async throws {
+        let deployment = try Deployment()
+        try #require(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
+        let group = ["--group", deployment.group]
+        let plain = try deployment.start(as: deployment.service, ["listen", "--verbose", "--timeout", "30", "x"] + group)
+        let durable = try deployment.start(as: deployment.desktop, ["listen", "--verbose", "--durable", "d", "--timeout", "30", "x"] + group)
+        #expect(await plain.waitForStandardError(containing: "listening to"))
+        #expect(await durable.waitForStandardError(containing: "listening to"))
+        #expect(try await deployment.run(as: deployment.desktop, ["send", "x", "before"] + group).status == 0)
+        #expect(try await deployment.share(["--revoke"]).status == 0)
+        for listener in [plain, durable] {
+            let ended = await listener.finish(seconds: 25)
+            #expect(ended.status == 1, "\(ended.status) \(ended.stderr)")
+            #expect(ended.lines == ["before"], "the other user's message, before the revocation: \(ended.output)")
+            #expect(ended.stderr.contains("the shared container '\(deployment.container)' was removed ('wormhole share --revoke'"), "\(ended.stderr)")
+        }
+        // Nothing made the shared container again; members use their own.
+        #expect(!FileManager.default.fileExists(atPath: deployment.container))
+        let own = try await deployment.run(as: deployment.service, ["path"] + group)
+        #expect(own.status == 0 && !own.output.contains("/run/wormhole"), "\(own.output) \(own.stderr)")
+    }
 }

@@ -40,6 +40,33 @@ final class ContainerDirectory: Sendable {
         self.path = location.description
         let (descriptor, status, access) = try Self.open(location, create: create, createParents: createParents && create)
         state = Locked(State(descriptor: descriptor, access: access, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), generation: 1))
+        // Shared, in a parent that is not: root made it (`wormhole share`), and only root
+        // removes it (`--revoke`) or makes it again.
+        if case .shared = access, case .success(let parent) = Syscalls.linkStatus(location.parent),
+           case .shared? = try? ContainerAccess.of(parent, path: location.parent) {
+            sharedByRoot = false
+        } else if case .shared = access {
+            sharedByRoot = true
+        } else {
+            sharedByRoot = false
+        }
+    }
+
+    /// Whether this is a shared container that root made (`wormhole share`), rather than
+    /// a directory inside one: members can neither remove nor make it.
+    private let sharedByRoot: Bool
+
+    /// When this is a shared container that root made and it is gone (`wormhole share
+    /// --revoke` removed it, with its messages), the error that says so: nothing will be
+    /// passed here again, and no member can make it again, so listeners end with it
+    /// rather than wait in a deleted directory, and passes fail with it rather than make
+    /// a directory in its place. `nil` otherwise (a personal container that was removed
+    /// is made again by the next pass, and its listeners follow). One `lstat`.
+    func revocation() -> WormholeError? {
+        guard sharedByRoot, case .failure(.noSuchFileOrDirectory) = Syscalls.linkStatus(path) else { return nil }
+        return WormholeError(.containerUnavailable,
+            "the shared container '\(path)' was removed ('wormhole share --revoke' stops sharing a group, and removes its messages): nothing will be passed here again, and only root can share the group again. Processes started now use their own containers ('wormhole doctor' shows which): start this one again",
+            path: path, errno: .noSuchFileOrDirectory)
     }
 
     /// Who may use the container: this user, or a Unix group's members.
@@ -65,6 +92,7 @@ final class ContainerDirectory: Sendable {
         let held = state.withLock { ($0.device, $0.inode) }
         if let status, UInt64(status.deviceID.rawValue) == held.0 && UInt64(status.inode.rawValue) == held.1 { return nil }
         if status == nil && !create { return nil }
+        if status == nil, let revoked = revocation() { throw revoked }
         let (descriptor, opened, access) = try Self.open(location, create: create, createParents: create)
         let generation = state.withLock { state -> UInt64? in
             // Another thread opened this same directory meanwhile: one generation per
