@@ -64,6 +64,52 @@ except WormholeError as error:
 """
 
 
+ATTEMPTS = r"""
+import sys
+from wormhole import Wormhole, WormholeError
+wormhole = Wormhole(application_group_identifier=sys.argv[1])
+for attempt in (lambda: wormhole.pass_message("hi", "x"), lambda: wormhole.listen_for_message("y", print).cancel()):
+    try:
+        attempt()
+        print("done")
+    except WormholeError as error:
+        print(error.code, error)
+"""
+
+REPAIR = r"""
+import sys, threading
+from wormhole import Wormhole
+wormhole = Wormhole(application_group_identifier=sys.argv[1])
+wormhole.pass_message("hello", "x")
+heard = threading.Event()
+token = wormhole.listen_for_message("x", lambda message: heard.set(), start="history")
+print(heard.wait(20))
+token.cancel()
+"""
+
+# Made as a member killed right before its Nth fchmod would: every file and directory a
+# process makes (a log, claims and their directories, a durable position, a work queue's
+# directories, state and member file, a notification file), with umask 077.
+KILLED_BEFORE_FCHMOD = r"""
+import os, sys
+calls, limit = [0], int(sys.argv[2])
+fchmod = os.fchmod
+def killing_fchmod(fd, mode):
+    calls[0] += 1
+    if calls[0] == limit:
+        os._exit(9)
+    fchmod(fd, mode)
+os.fchmod = killing_fchmod
+from wormhole import Wormhole
+wormhole = Wormhole(directory=sys.argv[1])
+wormhole.pass_message("m", "walk")
+wormhole.listen_for_message("walk", lambda message: None, durable_name="agent").cancel()
+wormhole.listen_for_message("walk", lambda message: None, work_queue="q").cancel()
+wormhole.notification_center.post("ping")
+print("calls", calls[0])
+"""
+
+
 @unittest.skipUnless(os.geteuid() == 0 and PYTHON and shutil.which("useradd") and shutil.which("runuser"),
                      "needs root, useradd, runuser and /usr/bin/python3")
 class SharedGroupTests(unittest.TestCase):
@@ -187,3 +233,71 @@ class SharedGroupTests(unittest.TestCase):
             self.assertEqual(first.read(), second.read())
         if not INSTALLED:
             self.assertTrue(source.startswith(PACKAGE_ROOT))
+
+    def wrong_modes(self) -> list:
+        """Files and directories of the container, at a name members use, without the
+        group's mode and group ('.<name>.<random>.making' is being made: nobody uses it)."""
+        wrong = []
+        for root, directories, files in os.walk(self.container):
+            for name in directories + files:
+                if name.endswith(".making"):
+                    continue
+                status = os.lstat(os.path.join(root, name))
+                wanted = 0o2770 if stat.S_ISDIR(status.st_mode) else 0o660
+                if (stat.S_IMODE(status.st_mode), status.st_gid) != (wanted, self.gid):
+                    wrong.append(f"{os.path.relpath(os.path.join(root, name), self.container)} "
+                                 f"{stat.S_IMODE(status.st_mode):o}")
+        return wrong
+
+    def test_a_member_killed_before_any_fchmod_leaves_nothing_without_the_groups_mode(self) -> None:
+        def run(limit: int) -> subprocess.CompletedProcess:
+            for name in os.listdir(self.container):
+                path = os.path.join(self.container, name)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            return subprocess.run(["/bin/sh", "-c", 'umask 077; exec "$@"', "sh", PYTHON, "-c", KILLED_BEFORE_FCHMOD,
+                                   self.container, str(limit)], env={"PYTHONPATH": self.path, "PATH": "/usr/bin:/bin"},
+                                  capture_output=True, timeout=60)
+        dry = run(0)
+        self.assertEqual(dry.returncode, 0, dry.stderr.decode())
+        calls = int(dry.stdout.decode().split()[1])
+        self.assertGreater(calls, 0)
+        violations = []
+        for limit in range(1, calls + 1):
+            killed = run(limit)
+            self.assertEqual(killed.returncode, 9, killed.stderr.decode())
+            violations += [f"killed before fchmod {limit} of {calls}: {wrong}" for wrong in self.wrong_modes()]
+        self.assertEqual(violations, [])
+
+    def test_what_a_member_killed_before_its_fchmod_left_is_named_with_its_owner_and_then_repaired(self) -> None:
+        desktop_uid = pwd.getpwnam(self.desktop).pw_uid
+        # What the desktop user's process (umask 077) left when it was killed between its
+        # mkdir/open and its fchmod.
+        listeners, log = f"{self.container}/.listeners", f"{self.container}/x.wormhole"
+        os.mkdir(listeners)
+        os.chmod(listeners, 0o2700)
+        os.chown(listeners, desktop_uid, self.gid)
+        fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.fchown(fd, desktop_uid, self.gid)
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+
+        service = self.start(self.service, ATTEMPTS)
+        output, errors = service.communicate(timeout=60)
+        lines = output.decode().splitlines()
+        self.assertEqual(len(lines), 2, errors.decode())
+        self.assertIn(f"containerInsecure '{log}' belongs to user {self.desktop} (uid {desktop_uid}) and has mode 600",
+                      lines[0])
+        self.assertIn(f"'chmod 660 {log}'", lines[0])
+        self.assertIn(f"containerInsecure '{listeners}' belongs to user {self.desktop} (uid {desktop_uid}) and has "
+                      f"mode 2700", lines[1])
+        self.assertIn(f"'chmod 2770 {listeners}'", lines[1])
+
+        # The desktop user's next pass and listener repair both; then the service hears.
+        desktop = self.start(self.desktop, REPAIR)
+        output, errors = desktop.communicate(timeout=60)
+        self.assertEqual(output.decode(), "True\n", errors.decode())
+        self.assertEqual(stat.S_IMODE(os.lstat(log).st_mode), 0o660)
+        self.assertEqual(stat.S_IMODE(os.lstat(listeners).st_mode), 0o2770)
+        service = self.start(self.service, REPAIR.replace('wormhole.pass_message("hello", "x")', ""))
+        output, errors = service.communicate(timeout=60)
+        self.assertEqual(output.decode(), "True\n", errors.decode())
