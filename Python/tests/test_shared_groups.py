@@ -109,6 +109,19 @@ wormhole.notification_center.post("ping")
 print("calls", calls[0])
 """
 
+REVOKED = r"""
+import os, sys, threading
+from wormhole import Wormhole
+wormhole = Wormhole(application_group_identifier=sys.argv[1])
+ended = threading.Event()
+def on_error(error):
+    print(error.code, error, flush=True)
+    ended.set()
+token = wormhole.listen_for_message("x", lambda message: print("heard", message, flush=True), on_error=on_error)
+print("ready", flush=True)
+print("ended" if ended.wait(20) else "still listening", token.is_cancelled, flush=True)
+"""
+
 
 @unittest.skipUnless(os.geteuid() == 0 and PYTHON and shutil.which("useradd") and shutil.which("runuser"),
                      "needs root, useradd, runuser and /usr/bin/python3")
@@ -301,3 +314,22 @@ class SharedGroupTests(unittest.TestCase):
         service = self.start(self.service, REPAIR.replace('wormhole.pass_message("hello", "x")', ""))
         output, errors = service.communicate(timeout=60)
         self.assertEqual(output.decode(), "True\n", errors.decode())
+
+    def test_a_listener_whose_shared_container_is_revoked_ends_with_an_error(self) -> None:
+        service = self.start(self.service, REVOKED)
+        self.addCleanup(service.stdout.close)
+        self.addCleanup(service.stderr.close)
+        self.addCleanup(service.stdin.close)
+        self.assertEqual(service.stdout.readline().decode(), "ready\n")
+        desktop = self.start(self.desktop, "import sys\nfrom wormhole import Wormhole\n"
+                                           "Wormhole(application_group_identifier=sys.argv[1]).pass_message('before', 'x')")
+        self.assertEqual(desktop.communicate(timeout=60)[0], b"")
+        self.assertEqual(service.stdout.readline().decode(), "heard before\n")
+        shutil.rmtree(self.container)               # what 'wormhole share --revoke' does
+        output = service.communicate(timeout=60)[0].decode().splitlines()
+        self.assertEqual(output, [f"containerUnavailable the shared container '{self.container}' was removed ('wormhole "
+                                  f"share --revoke' stops sharing a group, and removes its messages): nothing will be "
+                                  f"passed here again, and only root can share the group again. Processes started now "
+                                  f"use their own containers ('wormhole doctor' shows which): start this one again (No such file "
+                                  f"or directory)",
+                                  "ended True"])

@@ -325,6 +325,37 @@ class ContainerDirectory:
         self.fd, status, self.access = self._open(self.path)
         self.inode = (status.st_dev, status.st_ino)
         self.generation = 1
+        # Shared, in a parent that is not: root made it ('wormhole share'), and only root
+        # removes it ('--revoke') or makes it again.
+        self._shared_by_root = self.access.shared and not self._parent_is_shared()
+
+    def _parent_is_shared(self) -> bool:
+        parent = self.path.rsplit("/", 1)[0] or "/"
+        try:
+            return Access.of(os.lstat(parent), parent).shared
+        except (OSError, WormholeError):
+            return False
+
+    def revocation(self) -> Optional[WormholeError]:
+        """When this is a shared container that root made and it is gone ('wormhole share
+        --revoke' removed it, with its messages), the error that says so: nothing will be
+        passed here again and no member can make it again, so listeners end with it and
+        passes fail with it rather than make a directory in its place. None otherwise (a
+        personal container that was removed is made again by the next pass)."""
+        if not self._shared_by_root:
+            return None
+        try:
+            os.lstat(self.path)
+            return None
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        return WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
+                             f"the shared container '{self.path}' was removed ('wormhole share --revoke' stops sharing "
+                             f"a group, and removes its messages): nothing will be passed here again, and only root "
+                             f"can share the group again. Processes started now use their own containers ('wormhole "
+                             f"doctor' shows which): start this one again", path=self.path, errno=errno.ENOENT)
 
     @staticmethod
     def normalize(path: str) -> str:
@@ -453,6 +484,10 @@ class ContainerDirectory:
                 return False
         if status is None and not create:
             return False
+        if status is None:
+            revoked = self.revocation()
+            if revoked is not None:
+                raise revoked
         fd, opened, access = self._open(self.path, create=create)
         with self._lock:
             if (opened.st_dev, opened.st_ino) == self.inode:
