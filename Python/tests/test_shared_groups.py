@@ -117,9 +117,15 @@ ended = threading.Event()
 def on_error(error):
     print(error.code, error, flush=True)
     ended.set()
+member_ended = threading.Event()
+def on_member_error(error):
+    print("member", error.code, flush=True)
+    member_ended.set()
 token = wormhole.listen_for_message("x", lambda message: print("heard", message, flush=True), on_error=on_error)
+member = wormhole.listen_for_message("jobs", lambda message: None, work_queue="q", on_error=on_member_error)
 print("ready", flush=True)
 print("ended" if ended.wait(20) else "still listening", token.is_cancelled, flush=True)
+print("member ended" if member_ended.wait(20) else "member still taking", member.is_cancelled, flush=True)
 """
 
 
@@ -315,7 +321,7 @@ class SharedGroupTests(unittest.TestCase):
         output, errors = service.communicate(timeout=60)
         self.assertEqual(output.decode(), "True\n", errors.decode())
 
-    def test_a_listener_whose_shared_container_is_revoked_ends_with_an_error(self) -> None:
+    def test_a_listener_and_a_work_queue_member_whose_shared_container_is_revoked_end_with_an_error(self) -> None:
         service = self.start(self.service, REVOKED)
         self.addCleanup(service.stdout.close)
         self.addCleanup(service.stderr.close)
@@ -327,9 +333,10 @@ class SharedGroupTests(unittest.TestCase):
         self.assertEqual(service.stdout.readline().decode(), "heard before\n")
         shutil.rmtree(self.container)               # what 'wormhole share --revoke' does
         output = service.communicate(timeout=60)[0].decode().splitlines()
-        self.assertEqual(output, [f"containerUnavailable the shared container '{self.container}' was removed ('wormhole "
+        # (The listener's and the member's threads report in either order.)
+        self.assertCountEqual(output, [f"containerUnavailable the shared container '{self.container}' was removed ('wormhole "
                                   f"share --revoke' stops sharing a group, and removes its messages): nothing will be "
                                   f"passed here again, and only root can share the group again. Processes started now "
                                   f"use their own containers ('wormhole doctor' shows which): start this one again (No such file "
                                   f"or directory)",
-                                  "ended True"])
+                                  "ended True", "member containerUnavailable", "member ended True"])

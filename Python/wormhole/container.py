@@ -128,8 +128,9 @@ def _is_member(gid: int) -> bool:
 class Access:
     """Who may use a container (Protocol.md §4, §4.2; the Swift ``ContainerAccess``): one
     Unix user (``group`` None: files 0600, directories 0700), or the members of one Unix
-    group (a group shared by ``wormhole share``: files 0660, directories 2770, given with
-    fchmod right after they are made, whatever the umask)."""
+    group (a group shared by ``wormhole share``: files 0660, directories 2770, whatever the
+    umask, given with fchmod before they have their name: ``ContainerDirectory.create_file``,
+    ``publish_directory``)."""
 
     __slots__ = ("group",)
 

@@ -345,7 +345,7 @@ extension SharedGroupTests {
         #expect(service.status == 0 && service.lines == ["hello"], "\(service.stderr)")
     }
 
-    @Test("'share --revoke' while members listen (one live, one under a durable name, two users): each listener ends at once with an error that says the shared container was removed, instead of waiting in the deleted directory",
+    @Test("'share --revoke' while members listen (one live, one under a durable name, a work queue member; two users): each ends at once with an error that says the shared container was removed, instead of waiting in the deleted directory",
           .timeLimit(.minutes(2)))
     func revokingEndsTheListenersWithAnError() async throws {
         let deployment = try Deployment()
@@ -353,10 +353,15 @@ extension SharedGroupTests {
         let group = ["--group", deployment.group]
         let plain = try deployment.start(as: deployment.service, ["listen", "--verbose", "--timeout", "30", "x"] + group)
         let durable = try deployment.start(as: deployment.desktop, ["listen", "--verbose", "--durable", "d", "--timeout", "30", "x"] + group)
+        let member = try deployment.start(as: deployment.service, ["listen", "--verbose", "--queue", "q", "--timeout", "30", "jobs"] + group)
         #expect(await plain.waitForStandardError(containing: "listening to"))
         #expect(await durable.waitForStandardError(containing: "listening to"))
+        #expect(await member.waitForStandardError(containing: "taking messages of"))
         #expect(try await deployment.run(as: deployment.desktop, ["send", "x", "before"] + group).status == 0)
         #expect(try await deployment.share(["--revoke"]).status == 0)
+        let left = await member.finish(seconds: 25)
+        #expect(left.status == 1, "\(left.status) \(left.stderr)")
+        #expect(left.stderr.contains("stopped taking messages of 'jobs': the shared container '\(deployment.container)' was removed"), "\(left.stderr)")
         for listener in [plain, durable] {
             let ended = await listener.finish(seconds: 25)
             #expect(ended.status == 1, "\(ended.status) \(ended.stderr)")

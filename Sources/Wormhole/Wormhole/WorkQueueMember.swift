@@ -167,6 +167,15 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         switch event {
         case .wake: replaced = false
         case .replaced: replaced = true
+        case .failed(let error) where error.code == .containerUnavailable && error.errno == .noSuchFileOrDirectory:
+            // Its shared container was revoked (the one failure of a watch with ENOENT: a
+            // container that is merely gone is watched for until it is back): nothing
+            // will be handed out here again. The member leaves, then says why.
+            work.async { [self] in
+                cancel()
+                onError(error)
+            }
+            return
         case .failed(let error):
             onError(error)
             replaced = false
