@@ -331,8 +331,17 @@ class SharedGroupTests(unittest.TestCase):
                                            "Wormhole(application_group_identifier=sys.argv[1]).pass_message('before', 'x')")
         self.assertEqual(desktop.communicate(timeout=60)[0], b"")
         self.assertEqual(service.stdout.readline().decode(), "heard before\n")
+        sender = Wormhole(directory=self.container)     # root's, a process that stays
+        self.addCleanup(sender.close)
+        sender.pass_message("also before", "x")
+        self.assertEqual(service.stdout.readline().decode(), "heard also before\n")
         shutil.rmtree(self.container)               # what 'wormhole share --revoke' does
         output = service.communicate(timeout=60)[0].decode().splitlines()
+        # Its next pass fails, saying so, and makes no directory in its place.
+        with self.assertRaises(WormholeError) as caught:
+            sender.pass_message("after", "x")
+        self.assertIn(f"the shared container '{self.container}' was removed", str(caught.exception))
+        self.assertFalse(os.path.exists(self.container))
         # (The listener's and the member's threads report in either order.)
         self.assertCountEqual(output, [f"containerUnavailable the shared container '{self.container}' was removed ('wormhole "
                                   f"share --revoke' stops sharing a group, and removes its messages): nothing will be "
