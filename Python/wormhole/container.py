@@ -21,7 +21,6 @@ _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_TMPFILE (__O_TMPFILE | O_DIRECTORY; 020000000 on x86-64, AArch64 and the generic ABIs).
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0o20000000 | os.O_DIRECTORY)
-_NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
 
 
 def _libc_renameat2():
@@ -623,9 +622,8 @@ class ContainerDirectory:
         try:
             made = os.open(".", os.O_RDWR | _O_TMPFILE | os.O_NONBLOCK | os.O_CLOEXEC, access.file_mode,
                            dir_fd=directory_fd)
-        except OSError as error:
-            if error.errno not in _NO_TMPFILE:
-                raise
+        except OSError:
+            pass        # no O_TMPFILE, or a removed directory (EPERM on ext4): a temporary name says why
         else:
             try:
                 os.fchmod(made, access.file_mode)

@@ -345,7 +345,7 @@ extension SharedGroupTests {
         #expect(service.status == 0 && service.lines == ["hello"], "\(service.stderr)")
     }
 
-    @Test("'share --revoke' while members listen (one live, one under a durable name, a work queue member; two users): each ends at once with an error that says the shared container was removed, instead of waiting in the deleted directory",
+    @Test("'share --revoke' while members listen (one live, one under a durable name, a work queue member; two users): each ends at once with an error that says the shared container was removed, instead of waiting in the deleted directory; a sender's next pass fails so, instead of making a directory in its place",
           .timeLimit(.minutes(2)))
     func revokingEndsTheListenersWithAnError() async throws {
         let deployment = try Deployment()
@@ -357,7 +357,10 @@ extension SharedGroupTests {
         #expect(await plain.waitForStandardError(containing: "listening to"))
         #expect(await durable.waitForStandardError(containing: "listening to"))
         #expect(await member.waitForStandardError(containing: "taking messages of"))
-        #expect(try await deployment.run(as: deployment.desktop, ["send", "x", "before"] + group).status == 0)
+        // A sender that stays (root's, one process for every line) passes one message before.
+        let sender = try deployment.sandbox.start(["send", "--lines", "--directory", deployment.container, "x"], interactive: true)
+        try sender.type("before\n")
+        #expect(await plain.waitForStandardOutput(containing: "before"))
         #expect(try await deployment.share(["--revoke"]).status == 0)
         let left = await member.finish(seconds: 25)
         #expect(left.status == 1, "\(left.status) \(left.stderr)")
@@ -368,6 +371,11 @@ extension SharedGroupTests {
             #expect(ended.lines == ["before"], "the other user's message, before the revocation: \(ended.output)")
             #expect(ended.stderr.contains("the shared container '\(deployment.container)' was removed ('wormhole share --revoke'"), "\(ended.stderr)")
         }
+        // The sender's next pass fails, saying so, and makes no directory in its place.
+        try sender.type("after\n")
+        try sender.closeInput()
+        let sent = await sender.finish(seconds: 25)
+        #expect(sent.status == 1 && sent.stderr.contains("the shared container '\(deployment.container)' was removed"), "\(sent.status) \(sent.stderr)")
         // Nothing made the shared container again; members use their own.
         #expect(!FileManager.default.fileExists(atPath: deployment.container))
         let own = try await deployment.run(as: deployment.service, ["path"] + group)

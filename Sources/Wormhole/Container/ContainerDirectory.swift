@@ -248,10 +248,10 @@ final class ContainerDirectory: Sendable {
                 try? fd.close()
                 return .failure(errno)
             }
-        case .failure(.notSupported), .failure(.notSupportedOnSocket), .failure(.isDirectory), .failure(.invalidArgument):
-            break                   // a filesystem without O_TMPFILE: a temporary name instead
-        case .failure(let errno):
-            return .failure(errno)
+        case .failure:
+            // A filesystem without O_TMPFILE, or a directory that was removed (ext4 says
+            // EPERM then): a temporary name instead, whose failure says why.
+            break
         }
         let temporary = Self.temporaryName(for: name)
         let made = Syscalls.open(temporary, in: directory, .createExclusive, permissions: sharing.fileMode)
