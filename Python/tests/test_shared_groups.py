@@ -64,6 +64,71 @@ except WormholeError as error:
 """
 
 
+ATTEMPTS = r"""
+import sys
+from wormhole import Wormhole, WormholeError
+wormhole = Wormhole(application_group_identifier=sys.argv[1])
+for attempt in (lambda: wormhole.pass_message("hi", "x"), lambda: wormhole.listen_for_message("y", print).cancel()):
+    try:
+        attempt()
+        print("done")
+    except WormholeError as error:
+        print(error.code, error)
+"""
+
+REPAIR = r"""
+import sys, threading
+from wormhole import Wormhole
+wormhole = Wormhole(application_group_identifier=sys.argv[1])
+wormhole.pass_message("hello", "x")
+heard = threading.Event()
+token = wormhole.listen_for_message("x", lambda message: heard.set(), start="history")
+print(heard.wait(20))
+token.cancel()
+"""
+
+# Made as a member killed right before its Nth fchmod would: every file and directory a
+# process makes (a log, claims and their directories, a durable position, a work queue's
+# directories, state and member file, a notification file), with umask 077.
+KILLED_BEFORE_FCHMOD = r"""
+import os, sys
+calls, limit = [0], int(sys.argv[2])
+fchmod = os.fchmod
+def killing_fchmod(fd, mode):
+    calls[0] += 1
+    if calls[0] == limit:
+        os._exit(9)
+    fchmod(fd, mode)
+os.fchmod = killing_fchmod
+from wormhole import Wormhole
+wormhole = Wormhole(directory=sys.argv[1])
+wormhole.pass_message("m", "walk")
+wormhole.listen_for_message("walk", lambda message: None, durable_name="agent").cancel()
+wormhole.listen_for_message("walk", lambda message: None, work_queue="q").cancel()
+wormhole.notification_center.post("ping")
+print("calls", calls[0])
+"""
+
+REVOKED = r"""
+import os, sys, threading
+from wormhole import Wormhole
+wormhole = Wormhole(application_group_identifier=sys.argv[1])
+ended = threading.Event()
+def on_error(error):
+    print(error.code, error, flush=True)
+    ended.set()
+member_ended = threading.Event()
+def on_member_error(error):
+    print("member", error.code, flush=True)
+    member_ended.set()
+token = wormhole.listen_for_message("x", lambda message: print("heard", message, flush=True), on_error=on_error)
+member = wormhole.listen_for_message("jobs", lambda message: None, work_queue="q", on_error=on_member_error)
+print("ready", flush=True)
+print("ended" if ended.wait(20) else "still listening", token.is_cancelled, flush=True)
+print("member ended" if member_ended.wait(20) else "member still taking", member.is_cancelled, flush=True)
+"""
+
+
 @unittest.skipUnless(os.geteuid() == 0 and PYTHON and shutil.which("useradd") and shutil.which("runuser"),
                      "needs root, useradd, runuser and /usr/bin/python3")
 class SharedGroupTests(unittest.TestCase):
@@ -187,3 +252,100 @@ class SharedGroupTests(unittest.TestCase):
             self.assertEqual(first.read(), second.read())
         if not INSTALLED:
             self.assertTrue(source.startswith(PACKAGE_ROOT))
+
+    def wrong_modes(self) -> list:
+        """Files and directories of the container, at a name members use, without the
+        group's mode and group ('.<name>.<random>.making' is being made: nobody uses it)."""
+        wrong = []
+        for root, directories, files in os.walk(self.container):
+            for name in directories + files:
+                if name.endswith(".making"):
+                    continue
+                status = os.lstat(os.path.join(root, name))
+                wanted = 0o2770 if stat.S_ISDIR(status.st_mode) else 0o660
+                if (stat.S_IMODE(status.st_mode), status.st_gid) != (wanted, self.gid):
+                    wrong.append(f"{os.path.relpath(os.path.join(root, name), self.container)} "
+                                 f"{stat.S_IMODE(status.st_mode):o}")
+        return wrong
+
+    def test_a_member_killed_before_any_fchmod_leaves_nothing_without_the_groups_mode(self) -> None:
+        def run(limit: int) -> subprocess.CompletedProcess:
+            for name in os.listdir(self.container):
+                path = os.path.join(self.container, name)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            return subprocess.run(["/bin/sh", "-c", 'umask 077; exec "$@"', "sh", PYTHON, "-c", KILLED_BEFORE_FCHMOD,
+                                   self.container, str(limit)], env={"PYTHONPATH": self.path, "PATH": "/usr/bin:/bin"},
+                                  capture_output=True, timeout=60)
+        dry = run(0)
+        self.assertEqual(dry.returncode, 0, dry.stderr.decode())
+        calls = int(dry.stdout.decode().split()[1])
+        self.assertGreater(calls, 0)
+        violations = []
+        for limit in range(1, calls + 1):
+            killed = run(limit)
+            self.assertEqual(killed.returncode, 9, killed.stderr.decode())
+            violations += [f"killed before fchmod {limit} of {calls}: {wrong}" for wrong in self.wrong_modes()]
+        self.assertEqual(violations, [])
+
+    def test_what_a_member_killed_before_its_fchmod_left_is_named_with_its_owner_and_then_repaired(self) -> None:
+        desktop_uid = pwd.getpwnam(self.desktop).pw_uid
+        # What the desktop user's process (umask 077) left when it was killed between its
+        # mkdir/open and its fchmod.
+        listeners, log = f"{self.container}/.listeners", f"{self.container}/x.wormhole"
+        os.mkdir(listeners)
+        os.chmod(listeners, 0o2700)
+        os.chown(listeners, desktop_uid, self.gid)
+        fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.fchown(fd, desktop_uid, self.gid)
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+
+        service = self.start(self.service, ATTEMPTS)
+        output, errors = service.communicate(timeout=60)
+        lines = output.decode().splitlines()
+        self.assertEqual(len(lines), 2, errors.decode())
+        self.assertIn(f"containerInsecure '{log}' belongs to user {self.desktop} (uid {desktop_uid}) and has mode 600",
+                      lines[0])
+        self.assertIn(f"'chmod 660 {log}'", lines[0])
+        self.assertIn(f"containerInsecure '{listeners}' belongs to user {self.desktop} (uid {desktop_uid}) and has "
+                      f"mode 2700", lines[1])
+        self.assertIn(f"'chmod 2770 {listeners}'", lines[1])
+
+        # The desktop user's next pass and listener repair both; then the service hears.
+        desktop = self.start(self.desktop, REPAIR)
+        output, errors = desktop.communicate(timeout=60)
+        self.assertEqual(output.decode(), "True\n", errors.decode())
+        self.assertEqual(stat.S_IMODE(os.lstat(log).st_mode), 0o660)
+        self.assertEqual(stat.S_IMODE(os.lstat(listeners).st_mode), 0o2770)
+        service = self.start(self.service, REPAIR.replace('wormhole.pass_message("hello", "x")', ""))
+        output, errors = service.communicate(timeout=60)
+        self.assertEqual(output.decode(), "True\n", errors.decode())
+
+    def test_a_listener_and_a_work_queue_member_whose_shared_container_is_revoked_end_with_an_error(self) -> None:
+        service = self.start(self.service, REVOKED)
+        self.addCleanup(service.stdout.close)
+        self.addCleanup(service.stderr.close)
+        self.addCleanup(service.stdin.close)
+        self.assertEqual(service.stdout.readline().decode(), "ready\n")
+        desktop = self.start(self.desktop, "import sys\nfrom wormhole import Wormhole\n"
+                                           "Wormhole(application_group_identifier=sys.argv[1]).pass_message('before', 'x')")
+        self.assertEqual(desktop.communicate(timeout=60)[0], b"")
+        self.assertEqual(service.stdout.readline().decode(), "heard before\n")
+        sender = Wormhole(directory=self.container)     # root's, a process that stays
+        self.addCleanup(sender.close)
+        sender.pass_message("also before", "x")
+        self.assertEqual(service.stdout.readline().decode(), "heard also before\n")
+        shutil.rmtree(self.container)               # what 'wormhole share --revoke' does
+        output = service.communicate(timeout=60)[0].decode().splitlines()
+        # Its next pass fails, saying so, and makes no directory in its place.
+        with self.assertRaises(WormholeError) as caught:
+            sender.pass_message("after", "x")
+        self.assertIn(f"the shared container '{self.container}' was removed", str(caught.exception))
+        self.assertFalse(os.path.exists(self.container))
+        # (The listener's and the member's threads report in either order.)
+        self.assertCountEqual(output, [f"containerUnavailable the shared container '{self.container}' was removed ('wormhole "
+                                  f"share --revoke' stops sharing a group, and removes its messages): nothing will be "
+                                  f"passed here again, and only root can share the group again. Processes started now "
+                                  f"use their own containers ('wormhole doctor' shows which): start this one again (No such file "
+                                  f"or directory)",
+                                  "ended True", "member containerUnavailable", "member ended True"])

@@ -456,6 +456,10 @@ class ListenerToken(LogSubscription):
         cursor = self.cursor
         try:
             while not self._stopped:
+                failure = self._take_failure()
+                if failure is not None:
+                    self.on_error(failure)
+                    return
                 if self._take_replaced():
                     cursor.invalidate()
                 items = cursor.read(one_log=cursor.durable is not None)                  # S5

@@ -3,6 +3,7 @@ descriptor, never by a path that could be redirected (Protocol.md §4)."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import grp
 import os
@@ -18,6 +19,76 @@ __all__ = ["Access", "ContainerDirectory", "check_ownership", "make_directories"
 
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_TMPFILE (__O_TMPFILE | O_DIRECTORY; 020000000 on x86-64, AArch64 and the generic ABIs).
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0o20000000 | os.O_DIRECTORY)
+
+
+def _libc_renameat2():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _libc_renameat2()
+
+
+def rename_no_replace(source: str, target: str, directory_fd: int) -> None:
+    """renameat2(RENAME_NOREPLACE) within ``directory_fd``: FileExistsError when ``target``
+    exists (a directory too, which rename would replace when empty); OSError(ENOSYS) where
+    the C library has no renameat2."""
+    if _RENAMEAT2 is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    if _RENAMEAT2(directory_fd, os.fsencode(source), directory_fd, os.fsencode(target), 1) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), target)
+
+
+def temporary_name(name: str) -> str:
+    """A name for what is being made as ``name`` that no reader looks at (it begins with a
+    dot and ends with '.making'), unique to this call."""
+    return f".{name[:100]}.{os.urandom(8).hex()}.making"
+
+
+def publish_directory(name: str, parent_fd: int, mode: int) -> None:
+    """Makes the directory ``name`` in ``parent_fd`` with ``mode`` so that it is never seen
+    at ``name`` without it (a shared container's directories, Protocol.md §4.2): made
+    under a temporary name, given its mode with fchmod, then renamed into place with
+    renameat2(RENAME_NOREPLACE). One that exists already is fine (another process made it
+    first). Where the filesystem cannot rename without replacing: mkdir, as before."""
+    temporary = temporary_name(name)
+    os.mkdir(temporary, mode, dir_fd=parent_fd)
+    try:
+        fd = os.open(temporary, _DIRECTORY_FLAGS, dir_fd=parent_fd)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        rename_no_replace(temporary, name, parent_fd)
+        return
+    except FileExistsError:
+        pass
+    except OSError as error:
+        if error.errno not in (errno.ENOSYS, errno.EINVAL):
+            _remove_directory(temporary, parent_fd)
+            raise
+        _remove_directory(temporary, parent_fd)
+        try:
+            os.mkdir(name, mode, dir_fd=parent_fd)
+        except FileExistsError:
+            pass
+        return
+    _remove_directory(temporary, parent_fd)
+
+
+def _remove_directory(name: str, parent_fd: int) -> None:
+    try:
+        os.rmdir(name, dir_fd=parent_fd)
+    except OSError:
+        pass
 
 
 _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
@@ -56,8 +127,9 @@ def _is_member(gid: int) -> bool:
 class Access:
     """Who may use a container (Protocol.md §4, §4.2; the Swift ``ContainerAccess``): one
     Unix user (``group`` None: files 0600, directories 0700), or the members of one Unix
-    group (a group shared by ``wormhole share``: files 0660, directories 2770, given with
-    fchmod right after they are made, whatever the umask)."""
+    group (a group shared by ``wormhole share``: files 0660, directories 2770, whatever the
+    umask, given with fchmod before they have their name: ``ContainerDirectory.create_file``,
+    ``publish_directory``)."""
 
     __slots__ = ("group",)
 
@@ -133,17 +205,40 @@ class Access:
                                 path=path)
 
     def settle(self, fd: int, status: Optional[os.stat_result] = None, directory: bool = False) -> None:
-        """Gives a file or directory this process has just made the container's mode in a
-        shared container (one fchmod, only when needed); nothing in a personal one."""
+        """Gives a file or directory of a shared container the container's mode when it
+        lacks it and this process may change it (its own, or this process is root's): one
+        a member killed before its fchmod left (earlier versions made files before giving
+        them their mode), or a chmod changed. One fchmod, only when needed; nothing in a
+        personal container."""
         if not self.shared:
             return
         wanted = self.directory_mode if directory else self.file_mode
-        if status is not None and (stat.S_IMODE(status.st_mode) == wanted or status.st_uid != os.geteuid()):
+        me = os.geteuid()
+        if status is not None and (stat.S_IMODE(status.st_mode) == wanted or (status.st_uid != me and me != 0)):
             return
         try:
             os.fchmod(fd, wanted)
         except OSError:
             pass
+
+    def refusal(self, status: os.stat_result, path: str, error: OSError) -> WormholeError:
+        """Why this process may not use ``path``, a file or directory of a shared container
+        whose status is ``status``: another member's user made it without the group's access
+        (killed before its fchmod, or an earlier version). Says which user, and what that
+        user, root or a member must do."""
+        if not self.shared:
+            return WormholeError.system("open", error, path)
+        owner = status.st_uid
+        user = _user_name(owner)
+        is_directory = stat.S_ISDIR(status.st_mode)
+        wanted = self.directory_mode if is_directory else self.file_mode
+        message = (f"'{path}' belongs to user {user} (uid {owner}) and has mode {stat.S_IMODE(status.st_mode):o}, so "
+                   f"the other members of Unix group {_group_name(self.group)} may not use it (a process of {user}'s "
+                   f"ended before it gave it the group's access, or an earlier Wormhole made it). {user}'s next "
+                   f"Wormhole process there repairs it; or {user} or root runs 'chmod {wanted:o} {path}'")
+        if not is_directory:
+            message += ", or a member removes it (what it holds is lost)"
+        return WormholeError(WormholeError.CONTAINER_INSECURE, message, path=path, errno=error.errno)
 
     def check_parent(self, status: os.stat_result, parent_path: str, path: str) -> None:
         """§4 Parent: nobody but this user or root may replace the container."""
@@ -182,6 +277,14 @@ def _unavailable(path: str, error: OSError) -> WormholeError:
                          path=path, errno=error.errno)
 
 
+def _exists(name: str, directory_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=directory_fd)
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def make_directories(path: str, including_last: bool = True) -> None:
     """mkdir (0700) of each missing component of ``path`` (all but the last one unless
     ``including_last``); containerUnavailable naming the one that failed."""
@@ -195,6 +298,17 @@ def make_directories(path: str, including_last: bool = True) -> None:
             pass
         except OSError as error:
             raise _unavailable(prefix, error) from None
+
+
+def _reopen(name: str, directory_fd: int, made: int) -> int:
+    """``name`` opened for reading and writing, when it is the file ``made``
+    (FileExistsError when another process replaced it meanwhile)."""
+    fd = os.open(name, os.O_RDWR | _FILE_FLAGS, dir_fd=directory_fd)
+    opened, original = os.fstat(fd), os.fstat(made)
+    if (opened.st_dev, opened.st_ino) != (original.st_dev, original.st_ino):
+        os.close(fd)
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), name)
+    return fd
 
 
 class ContainerDirectory:
@@ -211,6 +325,37 @@ class ContainerDirectory:
         self.fd, status, self.access = self._open(self.path)
         self.inode = (status.st_dev, status.st_ino)
         self.generation = 1
+        # Shared, in a parent that is not: root made it ('wormhole share'), and only root
+        # removes it ('--revoke') or makes it again.
+        self._shared_by_root = self.access.shared and not self._parent_is_shared()
+
+    def _parent_is_shared(self) -> bool:
+        parent = self.path.rsplit("/", 1)[0] or "/"
+        try:
+            return Access.of(os.lstat(parent), parent).shared
+        except (OSError, WormholeError):
+            return False
+
+    def revocation(self) -> Optional[WormholeError]:
+        """When this is a shared container that root made and it is gone ('wormhole share
+        --revoke' removed it, with its messages), the error that says so: nothing will be
+        passed here again and no member can make it again, so listeners end with it and
+        passes fail with it rather than make a directory in its place. None otherwise (a
+        personal container that was removed is made again by the next pass)."""
+        if not self._shared_by_root:
+            return None
+        try:
+            os.lstat(self.path)
+            return None
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        return WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
+                             f"the shared container '{self.path}' was removed ('wormhole share --revoke' stops sharing "
+                             f"a group, and removes its messages): nothing will be passed here again, and only root "
+                             f"can share the group again. Processes started now use their own containers ('wormhole "
+                             f"doctor' shows which): start this one again", path=self.path, errno=errno.ENOENT)
 
     @staticmethod
     def normalize(path: str) -> str:
@@ -264,7 +409,10 @@ class ContainerDirectory:
                 shared_parent = None
             if create:
                 try:
-                    os.mkdir(name, shared_parent.directory_mode if shared_parent else 0o700, dir_fd=parent)
+                    if shared_parent is None:
+                        os.mkdir(name, 0o700, dir_fd=parent)
+                    elif not _exists(name, parent):
+                        publish_directory(name, parent, shared_parent.directory_mode)
                 except FileExistsError:
                     pass
                 except PermissionError:
@@ -286,6 +434,15 @@ class ContainerDirectory:
                                         f"container '{path}' is not a directory; move that file away",
                                         path=path) from None
                 if error.errno == errno.EACCES:
+                    if shared_parent is not None:
+                        # A directory of a shared container that another member's user
+                        # made without the group's access: whose it is, who must repair it.
+                        try:
+                            status = os.lstat(name, dir_fd=parent)
+                        except OSError:
+                            pass
+                        else:
+                            raise shared_parent.refusal(status, path, error) from None
                     ContainerDirectory._explain_refusal(path)
                 raise _unavailable(path, error) from None
         finally:
@@ -327,6 +484,10 @@ class ContainerDirectory:
                 return False
         if status is None and not create:
             return False
+        if status is None:
+            revoked = self.revocation()
+            if revoked is not None:
+                raise revoked
         fd, opened, access = self._open(self.path, create=create)
         with self._lock:
             if (opened.st_dev, opened.st_ino) == self.inode:
@@ -355,16 +516,24 @@ class ContainerDirectory:
 
     def open_file(self, name: str, write: bool, create: bool = False) -> Optional[Tuple[int, os.stat_result]]:
         """openat with O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, then fstat: a regular file or
-        an error. Returns (fd, stat), or None when it does not exist and is not created."""
-        flags = _FILE_FLAGS | (os.O_RDWR if write or create else os.O_RDONLY) | (os.O_CREAT if create else 0)
+        an error. Returns (fd, stat), or None when it does not exist and is not created. In
+        a shared container a missing file is made with its mode before it has its name
+        (``create_file``), and one of this user's without the group's mode is repaired."""
+        access = self.access
         try:
-            fd = os.open(name, flags, self.access.file_mode, dir_fd=self.fd)
+            if create and access.shared:
+                fd = self._open_or_publish(name)
+            else:
+                flags = _FILE_FLAGS | (os.O_RDWR if write or create else os.O_RDONLY) | (os.O_CREAT if create else 0)
+                fd = os.open(name, flags, access.file_mode, dir_fd=self.fd)
         except FileNotFoundError as error:
             if not create:
                 return None
             raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
                                 f"cannot open '{self.file_path(name)}': the container was removed "
                                 f"({os.strerror(error.errno)})", path=self.file_path(name), errno=error.errno) from None
+        except PermissionError as error:
+            raise self.refusal(name, self.fd, self.file_path(name), error) from None
         except OSError as error:
             raise self.file_error(name, error) from None
         try:
@@ -377,9 +546,35 @@ class ContainerDirectory:
             raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                 f"'{self.file_path(name)}' is not a regular file ({_kind(status.st_mode)}); Wormhole "
                                 f"neither reads nor waits on it. Remove it", path=self.file_path(name))
-        if create:
-            self.access.settle(fd, status)
+        access.settle(fd, status)
         return fd, status
+
+    def _open_or_publish(self, name: str) -> int:
+        """Opens ``name`` for reading and writing, or makes it (``create_file``) when it is
+        missing. OSError as raised."""
+        for _ in range(4):
+            try:
+                return os.open(name, os.O_RDWR | _FILE_FLAGS, dir_fd=self.fd)
+            except FileNotFoundError:
+                pass
+            try:
+                return self.create_file(name, self.fd)
+            except FileExistsError:
+                continue        # another process made it first: open that one
+        raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                            f"'{self.file_path(name)}' keeps appearing and disappearing while Wormhole opens it; "
+                            f"another process is interfering with the container", path=self.file_path(name))
+
+    def refusal(self, name: str, directory_fd: int, path: str, error: OSError) -> WormholeError:
+        """The error for ``name`` in ``directory_fd`` that this process may not open: in a
+        shared container, whose it is and who must repair it."""
+        if not self.access.shared:
+            return WormholeError.system("open", error, path)
+        try:
+            status = os.lstat(name, dir_fd=directory_fd)
+        except OSError:
+            return WormholeError.system("open", error, path)
+        return self.access.refusal(status, path, error)
 
     def file_error(self, name: str, error: OSError) -> WormholeError:
         path = self.file_path(name)
@@ -412,36 +607,80 @@ class ContainerDirectory:
 
     def create_file(self, name: str, directory_fd: int) -> int:
         """Creates ``name`` in ``directory_fd`` (the container or one of its directories)
-        with O_EXCL and the container's file mode, whatever the umask. OSError as raised."""
+        exclusively, with the container's file mode, whatever the umask. OSError as raised
+        (FileExistsError when the name exists).
+
+        In a shared container the file has the group's mode before anyone can see it: made
+        without a name (O_TMPFILE), given its mode with fchmod, linked to ``name`` (never
+        replacing), then opened again by that name (inotify names writes after the entry a
+        file was opened through). A process killed in between leaves nothing. Without
+        O_TMPFILE or /proc, a temporary name ('.<name>.<random>.making') instead."""
         access = self.access
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, access.file_mode, dir_fd=directory_fd)
-        access.settle(fd)
-        return fd
+        if not access.shared:
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, access.file_mode,
+                           dir_fd=directory_fd)
+        try:
+            made = os.open(".", os.O_RDWR | _O_TMPFILE | os.O_NONBLOCK | os.O_CLOEXEC, access.file_mode,
+                           dir_fd=directory_fd)
+        except OSError:
+            pass        # no O_TMPFILE, or a removed directory (EPERM on ext4): a temporary name says why
+        else:
+            try:
+                os.fchmod(made, access.file_mode)
+                try:
+                    os.link(f"/proc/self/fd/{made}", name, dst_dir_fd=directory_fd, follow_symlinks=True)
+                except FileNotFoundError:
+                    os.stat(".", dir_fd=directory_fd)       # the directory is there: no /proc
+                else:
+                    return _reopen(name, directory_fd, made)
+            finally:
+                os.close(made)
+        temporary = temporary_name(name)
+        made = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, access.file_mode,
+                       dir_fd=directory_fd)
+        try:
+            os.fchmod(made, access.file_mode)
+            os.link(temporary, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
+            return _reopen(name, directory_fd, made)
+        finally:
+            os.close(made)
+            try:
+                os.unlink(temporary, dir_fd=directory_fd)
+            except OSError:
+                pass
 
     def subdirectory(self, parent_fd: int, name: str, path: str, create: bool) -> Optional[int]:
-        """mkdirat (0700, or 2770 in a shared container) when asked, then opened without
-        following a link and checked as ``Access`` says. None when missing and not created."""
+        """Opened without following a link and checked as ``Access`` says; made when
+        missing and ``create`` (0700, or 2770 in a shared container, where it is made
+        under a temporary name and renamed into place: ``publish_directory``). None when
+        missing and not created. One of this user's without the group's mode is repaired;
+        another user's is named with its owner."""
         access = self.access
-        if create:
-            try:
-                os.mkdir(name, access.directory_mode, dir_fd=parent_fd)
-            except FileExistsError:
-                pass
-            except OSError as error:
-                raise WormholeError.system("create", error, path) from None
-        # Another member (another user) may have just made it, under its umask, and not
-        # yet given it the group's mode, which it does at once: on EACCES in a shared
+        # A member running an earlier version may have just made it, under its umask, and
+        # not yet given it the group's mode, which it does at once: on EACCES in a shared
         # container, look again for up to a second (as the Swift library does).
         attempts = 200 if access.shared else 0
+        made = not create
         while True:
             try:
                 fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
                 break
             except FileNotFoundError:
-                return None
+                if made:
+                    return None
+                made = True
+                try:
+                    if access.shared:
+                        publish_directory(name, parent_fd, access.directory_mode)
+                    else:
+                        os.mkdir(name, access.directory_mode, dir_fd=parent_fd)
+                except FileExistsError:
+                    pass
+                except OSError as error:
+                    raise WormholeError.system("create", error, path) from None
             except PermissionError as error:
                 if attempts == 0:
-                    raise WormholeError.system("open", error, path) from None
+                    raise self.refusal(name, parent_fd, path, error) from None
                 attempts -= 1
                 time.sleep(0.005)
             except OSError as error:
@@ -451,7 +690,7 @@ class ContainerDirectory:
                 raise WormholeError.system("open", error, path) from None
         try:
             status = os.fstat(fd)
-            if create and access.shared and stat.S_IMODE(status.st_mode) != access.directory_mode:
+            if access.shared and stat.S_IMODE(status.st_mode) != access.directory_mode:
                 access.settle(fd, status, directory=True)
                 status = os.fstat(fd)
             access.check_subdirectory(status, path)

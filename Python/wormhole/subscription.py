@@ -5,9 +5,10 @@ and ``cancel()``."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Optional
 
 from . import inotify
+from .errors import WormholeError
 from .format import LOG_SUFFIX
 from .watching import ContainerWatch, log_events_wake, log_replaced
 
@@ -27,6 +28,7 @@ class LogSubscription:
         self._wake = threading.Event()
         self._stopped = False
         self._replaced = False
+        self._failure: Optional[WormholeError] = None
         self._watch = ContainerWatch(wormhole.container, self._events, self._container_replaced)
         self._thread = threading.Thread()
 
@@ -43,8 +45,20 @@ class LogSubscription:
             self._wake.set()
 
     def _container_replaced(self) -> None:
+        # A shared container that root removed is not coming back: the listener ends,
+        # saying so, instead of waiting in a deleted directory.
+        self._failure = self.wormhole.container.revocation()
         self._replaced = True
         self._wake.set()
+
+    def _take_failure(self) -> Optional[WormholeError]:
+        """Why this subscription must end (its shared container was revoked), once; it is
+        then cancelled."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            self._stopped = True
+            self.wormhole._forget(self)
+        return failure
 
     def _take_replaced(self) -> bool:
         """Whether the log (or the container) may have been replaced since the last call."""

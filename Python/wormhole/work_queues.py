@@ -95,6 +95,10 @@ class WorkQueueMember(LogSubscription):
     def _run(self) -> None:
         try:
             while not self._stopped:
+                failure = self._take_failure()
+                if failure is not None:
+                    self.on_error(failure)      # its shared container was revoked: it leaves
+                    return
                 self._drain()
                 self._wake.wait(self.options.redelivery_interval)
                 self._wake.clear()

@@ -325,7 +325,15 @@ struct Listen: ParsableCommand {
         defer { if suspended { session.queue.resume() } }
         for identifier in Set(identifiers).sorted() {
             let member = try wormhole.listenForRecords(withIdentifier: identifier, workQueue: name, options: options, queue: session.queue,
-                                                       onError: { Output.error($0.description) }) { record, _ in
+                                                       onError: { error in
+                // A member that left the queue on its own (its shared container was
+                // revoked) ends the command; anything else is reported.
+                if members.withLock({ $0 }).contains(where: { $0.identifier == identifier && $0.isCancelled }) {
+                    session.finish(.failed("stopped taking messages of '\(identifier)': \(error.description)"))
+                } else {
+                    Output.error(error.description)
+                }
+            }) { record, _ in
                 guard session.admit({ Output.write(format.render(record, forTerminal: terminal)) }) else {
                     members.withLock { $0 }.forEach { $0.cancel() }
                     throw Declined()

@@ -305,3 +305,80 @@ extension SharedGroupTests {
         #expect(checked >= 6, "the queues' directories and state files")
     }
 }
+
+extension SharedGroupTests {
+    @Test("what a member killed between making a file and giving it the group's mode left (a log 0600 and .listeners 2700 of the desktop user) is named, with its user and the fix, to the other user's send and listen; the desktop user's next commands repair both",
+          .timeLimit(.minutes(2)))
+    func wrongModeLeftByAKilledMemberIsNamedAndRepaired() async throws {
+        let deployment = try Deployment()
+        try #require(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
+        let desktopUID = try #require(Deployment.uid(deployment.desktop))
+        let gid = getgrnam(deployment.unixGroup)!.pointee.gr_gid
+        // What the desktop user's process, with umask 077, left when it was killed
+        // between its `openat`/`mkdirat` and its `fchmod`.
+        let listeners = deployment.container + "/.listeners"
+        let log = deployment.container + "/x.wormhole"
+        #expect(mkdir(listeners, 0o700) == 0 && chmod(listeners, 0o2700) == 0 && chown(listeners, desktopUID, gid) == 0)
+        let fd = open(log, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+        #expect(fd >= 0 && fchown(fd, desktopUID, gid) == 0 && fchmod(fd, 0o600) == 0)
+        close(fd)
+        let group = ["--group", deployment.group]
+
+        // The service's user may use neither: each command says whose it is and what to run.
+        let sent = try await deployment.run(as: deployment.service, ["send", "x", "hi"] + group)
+        #expect(sent.status == 1, "\(sent.stderr)")
+        #expect(sent.stderr.contains("'\(log)' belongs to user \(deployment.desktop) (uid \(desktopUID)) and has mode 600")
+                && sent.stderr.contains("chmod 660 \(log)"), "\(sent.stderr)")
+        let listened = try await deployment.run(as: deployment.service, ["listen", "--timeout", "20", "y"] + group)
+        #expect(listened.status == 1, "\(listened.stderr)")
+        #expect(listened.stderr.contains("'\(listeners)' belongs to user \(deployment.desktop) (uid \(desktopUID)) and has mode 2700")
+                && listened.stderr.contains("chmod 2770 \(listeners)"), "\(listened.stderr)")
+
+        // The desktop user's next pass and listener repair them; then the service hears.
+        #expect(try await deployment.run(as: deployment.desktop, ["send", "x", "hello"] + group).status == 0)
+        let heard = try await deployment.run(as: deployment.desktop, ["listen", "--history", "--count", "1", "--timeout", "20", "x"] + group)
+        #expect(heard.status == 0 && heard.lines == ["hello"], "\(heard.stderr)")
+        var status = stat()
+        #expect(lstat(log, &status) == 0 && status.st_mode & 0o7777 == 0o660)
+        #expect(lstat(listeners, &status) == 0 && status.st_mode & 0o7777 == 0o2770)
+        let service = try await deployment.run(as: deployment.service, ["listen", "--history", "--count", "1", "--timeout", "20", "x"] + group)
+        #expect(service.status == 0 && service.lines == ["hello"], "\(service.stderr)")
+    }
+
+    @Test("'share --revoke' while members listen (one live, one under a durable name, a work queue member; two users): each ends at once with an error that says the shared container was removed, instead of waiting in the deleted directory; a sender's next pass fails so, instead of making a directory in its place",
+          .timeLimit(.minutes(2)))
+    func revokingEndsTheListenersWithAnError() async throws {
+        let deployment = try Deployment()
+        try #require(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
+        let group = ["--group", deployment.group]
+        let plain = try deployment.start(as: deployment.service, ["listen", "--verbose", "--timeout", "30", "x"] + group)
+        let durable = try deployment.start(as: deployment.desktop, ["listen", "--verbose", "--durable", "d", "--timeout", "30", "x"] + group)
+        let member = try deployment.start(as: deployment.service, ["listen", "--verbose", "--queue", "q", "--timeout", "30", "jobs"] + group)
+        #expect(await plain.waitForStandardError(containing: "listening to"))
+        #expect(await durable.waitForStandardError(containing: "listening to"))
+        #expect(await member.waitForStandardError(containing: "taking messages of"))
+        // A sender that stays (root's, one process for every line) passes one message before.
+        let sender = try deployment.sandbox.start(["send", "--lines", "--directory", deployment.container, "x"], interactive: true)
+        try sender.type("before\n")
+        #expect(await plain.waitForStandardOutput(containing: "before"))
+        #expect(try await deployment.share(["--revoke"]).status == 0)
+        let left = await member.finish(seconds: 25)
+        #expect(left.status == 1, "\(left.status) \(left.stderr)")
+        #expect(left.stderr.contains("stopped taking messages of 'jobs': the shared container '\(deployment.container)' was removed"), "\(left.stderr)")
+        for listener in [plain, durable] {
+            let ended = await listener.finish(seconds: 25)
+            #expect(ended.status == 1, "\(ended.status) \(ended.stderr)")
+            #expect(ended.lines == ["before"], "the other user's message, before the revocation: \(ended.output)")
+            #expect(ended.stderr.contains("the shared container '\(deployment.container)' was removed ('wormhole share --revoke'"), "\(ended.stderr)")
+        }
+        // The sender's next pass fails, saying so, and makes no directory in its place.
+        try sender.type("after\n")
+        try sender.closeInput()
+        let sent = await sender.finish(seconds: 25)
+        #expect(sent.status == 1 && sent.stderr.contains("the shared container '\(deployment.container)' was removed"), "\(sent.status) \(sent.stderr)")
+        // Nothing made the shared container again; members use their own.
+        #expect(!FileManager.default.fileExists(atPath: deployment.container))
+        let own = try await deployment.run(as: deployment.service, ["path"] + group)
+        #expect(own.status == 0 && !own.output.contains("/run/wormhole"), "\(own.output) \(own.stderr)")
+    }
+}

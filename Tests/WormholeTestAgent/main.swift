@@ -140,6 +140,9 @@ final class Tally: @unchecked Sendable {
     var count: Int { lock.withLock { items.count } }
 }
 
+// WORMHOLE_AGENT_UMASK=077: the umask of a service started with UMask=0077.
+if let mask = ProcessInfo.processInfo.environment["WORMHOLE_AGENT_UMASK"], let bits = mode_t(mask, radix: 8) { umask(bits) }
+
 let arguments = CommandLine.arguments.dropFirst().map { $0 }
 guard let command = arguments.first else { fail("no command") }
 func argument(_ index: Int) -> String {
@@ -588,6 +591,22 @@ do {
             while received.count < expected && errors.count == 0 && Date() < deadline { usleep(2_000) }
             token.cancel()
             finish("errors \(errors.count) \(errors.all.joined(separator: ","))")
+        case "make":
+            // Everything a process makes in a container, armed: a log; the claims
+            // directories, a claim and a durable position; a work queue's directories,
+            // state and member file; a notification file (SharedModeTests).
+            SystemCallFaults.arm(plan)
+            do throws(WormholeError) {
+                _ = try wormhole.passMessage("m", identifier: "walk")
+                try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, durableName: "agent",
+                                              onError: { _ in }, listener: { _ in }).cancel()
+                try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, workQueue: "q", options: WorkQueueOptions(),
+                                              onError: { _ in }, listener: { _ in }).cancel()
+                try wormhole.notificationCenter?.post("ping")
+                finish("ok")
+            } catch {
+                finish("error \(error.code) \(error)")
+            }
         case "request":
             // Three blocking requests to "ask" (answered by the test's responder), armed:
             // the first before the reply log exists. One line per request.

@@ -15,8 +15,9 @@ import SystemPackage
 /// and its parent must be root's (or this user's) and writable by its owner alone (Protocol.md §4): members may
 /// then pass, read, listen and compact, but cannot rename the container or put another
 /// in its place, and other users cannot even list it. New files and directories get
-/// their mode with `fchmod` after they are made, so that a member's umask cannot take
-/// the group's access away, and the group from the setgid directory.
+/// their mode with `fchmod` before they have their name (``ContainerDirectory``), so
+/// that a member's umask cannot take the group's access away, not even from a member
+/// killed in between, and the group from the setgid directory.
 enum ContainerAccess: Sendable, Hashable {
     /// Private to the user that owns it.
     case personal
@@ -90,14 +91,34 @@ enum ContainerAccess: Sendable, Hashable {
         }
     }
 
-    /// Gives a file or directory this process has just made the container's mode, in a
-    /// shared container (whatever the umask took away); nothing in a personal one, where
-    /// the umask can only take access away. Costs one `fchmod`, only when needed.
+    /// Gives a file or directory of the container the container's mode, in a shared
+    /// container, when it lacks it and this process may change it (it is this user's, or
+    /// this process is root's): one that a member killed before it gave it that mode left
+    /// (earlier versions made files before giving them their mode), or that a `chmod`
+    /// changed. Nothing in a personal one, where the umask can only take access
+    /// away. Costs one `fchmod`, only when needed.
     func settle(_ fd: FileDescriptor, status: Stat? = nil, directory: Bool = false) {
         guard case .shared = self else { return }
         let wanted = directory ? directoryMode : fileMode
-        if let status, status.modeBits == wanted || status.userID.rawValue != Syscalls.effectiveUserID { return }
-        _ = Syscalls.retrying("fchmod") { fchmod(fd.rawValue, wanted) }
+        if let status {
+            let me = Syscalls.effectiveUserID
+            if status.modeBits == wanted || (status.userID.rawValue != me && me != 0) { return }
+        }
+        _ = Syscalls.changeMode(fd, to: wanted)
+    }
+
+    /// Why this process may not use `path`, a file or directory of a shared container
+    /// whose status is `status`: another member's user made it and did
+    /// not give it the group's access (it was killed before its `fchmod`, or ran an
+    /// earlier Wormhole). Says which user, and what that user, root, or any member must do.
+    func refusal(_ status: Stat, path: String, errno: Errno) -> WormholeError {
+        guard case .shared(let group) = self else { return WormholeError.system("open", errno, path: path) }
+        let owner = status.userID.rawValue
+        let wanted = String(status.isDirectory ? directoryMode : fileMode, radix: 8)
+        let user = Syscalls.userName(owner)
+        return WormholeError(.containerInsecure,
+            "'\(path)' belongs to user \(user) (uid \(owner)) and has mode \(String(status.modeBits, radix: 8)), so the other members of Unix group \(Syscalls.groupName(group)) may not use it (a process of \(user)'s ended before it gave it the group's access, or an earlier Wormhole made it). \(user)'s next Wormhole process there repairs it; or \(user) or root runs 'chmod \(wanted) \(path)'" + (status.isDirectory ? "" : ", or a member removes it (what it holds is lost)"),
+            path: path, errno: errno)
     }
 
     /// A parent that another user may write to, without the sticky bit, lets that user

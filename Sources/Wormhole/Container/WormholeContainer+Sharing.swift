@@ -55,10 +55,17 @@ extension WormholeContainer {
         try rootDirectory(sharedGroupsDirectory, mode: 0o755)
         let path = sharedGroupsDirectory + "/" + applicationGroupIdentifier
         var changed = false
-        switch Syscalls.makeDirectory(path, mode: 0o700) {
-        case .success: changed = true
-        case .failure(.fileExists): break
-        case .failure(let errno): throw ContainerDirectory.unavailable(path, errno)
+        // Made root:group 2770 under a temporary name, then renamed into place: a member
+        // never finds it (the resolution's rule 3) before it is the group's, even if
+        // this process is killed in between.
+        if case .failure(.noSuchFileOrDirectory) = Syscalls.linkStatus(path) {
+            let parent = try Syscalls.retrying("open") { open(sharedGroupsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+                .mapError { ContainerDirectory.unavailable(sharedGroupsDirectory, $0) }.get()
+            defer { close(parent) }
+            switch ContainerDirectory.publishDirectory(applicationGroupIdentifier, in: FileDescriptor(rawValue: parent), mode: 0o2770, owner: (0, groupID)) {
+            case .success: changed = true
+            case .failure(let errno): throw ContainerDirectory.unavailable(path, errno)
+            }
         }
         let fd = try Syscalls.retrying("open") { open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             .mapError { errno -> WormholeError in

@@ -89,6 +89,9 @@ enum Syscalls {
         case createOrOpen
         /// A new file (0600); fails when the name exists.
         case createExclusive
+        /// A file without a name (`O_TMPFILE`), made in the directory opened as `"."`:
+        /// nobody sees it until ``Syscalls/linkOpenFile(_:to:in:)`` gives it one.
+        case unnamed
 
         var flags: Int32 {
             switch self {
@@ -97,6 +100,9 @@ enum Syscalls {
             case .readWrite: O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
             case .createOrOpen: O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
             case .createExclusive: O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+            // `O_TMPFILE` is `__O_TMPFILE | O_DIRECTORY`, a macro Swift does not import;
+            // `__O_TMPFILE` is 020000000 on x86-64, AArch64 and the other generic ABIs.
+            case .unnamed: O_RDWR | O_NONBLOCK | O_CLOEXEC | O_DIRECTORY | 0o20000000
             }
         }
     }
@@ -126,6 +132,42 @@ enum Syscalls {
     /// when `to` exists. The corresponding C function is `linkat`.
     static func link(_ from: String, to: String, in directory: FileDescriptor) -> Result<Void, Errno> {
         retrying("linkat") { linkat(directory.rawValue, from, directory.rawValue, to, 0) }.map { _ in () }
+    }
+
+    /// Gives the open file `fd`, made by ``OpenMode/unnamed``, the name `to` in
+    /// `directory`; fails with EEXIST when `to` exists, never replacing it. The
+    /// corresponding C function is `linkat` (of `/proc/self/fd/<fd>`, with
+    /// `AT_SYMLINK_FOLLOW`: `AT_EMPTY_PATH` needs a capability).
+    static func linkOpenFile(_ fd: FileDescriptor, to name: String, in directory: FileDescriptor) -> Result<Void, Errno> {
+        let source = "/proc/self/fd/\(fd.rawValue)"
+        return retrying("linkat") { linkat(AT_FDCWD, source, directory.rawValue, name, AT_SYMLINK_FOLLOW) }.map { _ in () }
+    }
+
+    /// Renames `from` to `to`, both in `directory`, failing with EEXIST when `to` exists
+    /// (a directory too, which `renameat` would replace when empty); ENOSYS or EINVAL
+    /// where the C library or the filesystem cannot. The corresponding C function is
+    /// `renameat2` with `RENAME_NOREPLACE`.
+    static func renameNoReplace(_ from: String, to: String, in directory: FileDescriptor) -> Result<Void, Errno> {
+        guard let renameat2 = renameat2Function else { return .failure(.noFunction) }
+        return retrying("renameat2") { renameat2(directory.rawValue, from, directory.rawValue, to, 1 /* RENAME_NOREPLACE */) }.map { _ in () }
+    }
+
+    /// glibc's `renameat2` (2.28 and later), which Swift's Glibc module does not declare.
+    private static let renameat2Function: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32)? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "renameat2") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32).self)
+    }()
+
+    /// Sets the permission bits of an open file. The corresponding C function is `fchmod`.
+    static func changeMode(_ fd: FileDescriptor, to mode: mode_t) -> Result<Void, Errno> {
+        retrying("fchmod") { fchmod(fd.rawValue, mode) }.map { _ in () }
+    }
+
+    /// The status of `name` in `directory`, not following a link. The corresponding C
+    /// function is `fstatat` with `AT_SYMLINK_NOFOLLOW`.
+    static func status(of name: String, in directory: FileDescriptor) -> Result<Stat, Errno> {
+        var status = stat()
+        return retrying("fstatat") { fstatat(directory.rawValue, name, &status, AT_SYMLINK_NOFOLLOW) }.map { _ in Stat(rawValue: status) }
     }
 
     /// Removes `name` from the directory `directory`. The corresponding C function is

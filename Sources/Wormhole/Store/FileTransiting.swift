@@ -432,7 +432,13 @@ public final class FileTransiting: WormholeTransiting {
 
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Identifier.validate(identifier)
-        return try InotifyEngine.shared.subscribe(directory: directory, names: [LogFile.name(identifier)], changes: Self.logChanges) { event in
+        return try InotifyEngine.shared.subscribe(directory: directory, names: [LogFile.name(identifier)], changes: Self.logChanges) { [container] event in
+            // A shared container that root removed is not coming back: the listener ends,
+            // saying so, instead of waiting in a deleted directory.
+            if case .rescan = event, let revoked = container.revocation() {
+                handler(.failed(revoked))
+                return
+            }
             handler(Self.transitingEvent(for: event))
         }
     }

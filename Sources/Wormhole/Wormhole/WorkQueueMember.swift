@@ -167,6 +167,16 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         switch event {
         case .wake: replaced = false
         case .replaced: replaced = true
+        case .failed(let error) where error.code == .containerUnavailable && error.errno == .noSuchFileOrDirectory:
+            // Its shared container was revoked, or the container's parent is gone (the
+            // failures of a watch with ENOENT; a container that is merely gone is watched
+            // for until it is back): nothing will be handed out here again, and nothing
+            // would wake the member. It leaves, then says why, as a listener does.
+            work.async { [self] in
+                cancel()
+                onError(error)
+            }
+            return
         case .failed(let error):
             onError(error)
             replaced = false
