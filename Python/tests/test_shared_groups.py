@@ -123,9 +123,15 @@ def on_member_error(error):
     member_ended.set()
 token = wormhole.listen_for_message("x", lambda message: print("heard", message, flush=True), on_error=on_error)
 member = wormhole.listen_for_message("jobs", lambda message: None, work_queue="q", on_error=on_member_error)
+observer_ended = threading.Event()
+def on_observer_error(error):
+    print("observer", error.code, flush=True)
+    observer_ended.set()
+observer = wormhole.notification_center.observe("x", lambda name: None, on_error=on_observer_error)
 print("ready", flush=True)
 print("ended" if ended.wait(20) else "still listening", token.is_cancelled, flush=True)
 print("member ended" if member_ended.wait(20) else "member still taking", member.is_cancelled, flush=True)
+print("observer ended" if observer_ended.wait(20) else "still observing", observer.is_cancelled, flush=True)
 """
 
 
@@ -348,4 +354,5 @@ class SharedGroupTests(unittest.TestCase):
                                   f"passed here again, and only root can share the group again. Processes started now "
                                   f"use their own containers ('wormhole doctor' shows which): start this one again (No such file "
                                   f"or directory)",
-                                  "ended True", "member containerUnavailable", "member ended True"])
+                                  "ended True", "member containerUnavailable", "member ended True",
+                                  "observer containerUnavailable", "observer ended True"])

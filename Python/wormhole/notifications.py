@@ -3,6 +3,7 @@ inotify, with an optional 64-bit state value per name (the Darwin notification a
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -17,14 +18,26 @@ from .watching import ContainerWatch
 __all__ = ["NotificationCenter", "ObservationToken"]
 
 SUFFIX = ".notification"
+_log = logging.getLogger("wormhole")
+
+
+def _log_error(error: WormholeError) -> None:
+    _log.warning("%s", error)
 
 
 class ObservationToken:
     """Returned by ``observe``; ``cancel()`` stops that one observer."""
 
-    def __init__(self, center: "NotificationCenter", name: str, callback: Callable[[str], None]) -> None:
-        self.center, self.name, self.callback = center, name, callback
+    def __init__(self, center: "NotificationCenter", name: str, callback: Callable[[str], None],
+                 on_error: Optional[Callable[[WormholeError], None]] = None) -> None:
+        self.center, self.name, self.callback, self.on_error = center, name, callback, on_error
         self.cancelled = False
+
+    @property
+    def is_cancelled(self) -> bool:
+        """Whether it stopped: cancelled, or ended because its shared container was revoked
+        (reported to ``on_error``)."""
+        return self.cancelled
 
     def cancel(self) -> None:
         if not self.cancelled:
@@ -93,11 +106,14 @@ class NotificationCenter:
         finally:
             os.close(fd)
 
-    def observe(self, name: str, callback: Callable[[str], None]) -> ObservationToken:
+    def observe(self, name: str, callback: Callable[[str], None],
+                on_error: Optional[Callable[[WormholeError], None]] = None) -> ObservationToken:
         """O1-O4: calls ``callback(name)`` after posts of ``name`` and messages passed to
-        the identifier ``name`` (posts coalesce)."""
+        the identifier ``name`` (posts coalesce). When the container is a shared one that
+        'wormhole share --revoke' removed (§4.2), the observer ends: ``on_error`` (logged
+        by default) gets the ``containerUnavailable`` error that says so, once."""
         identifiers.validate(name, "notification name")
-        token = ObservationToken(self, name, callback)
+        token = ObservationToken(self, name, callback, on_error)
         with self._lock:
             if self._watch is None:
                 self._watch = ContainerWatch(self.container, self._events, self._everything)   # O1, §4.1
@@ -124,8 +140,18 @@ class NotificationCenter:
 
     def _everything(self) -> None:
         """O4: the container went away or was replaced (its watch or its parent's says
-        so): every observed name is treated as posted."""
-        self._events([(inotify.IN_Q_OVERFLOW, "")])
+        so): every observed name is treated as posted; unless it is a shared container
+        that root removed (§4.2), which is not coming back: every observer then ends."""
+        revoked = self.container.revocation()
+        if revoked is None:
+            self._events([(inotify.IN_Q_OVERFLOW, "")])
+            return
+        with self._lock:
+            tokens = [token for tokens in self._observers.values() for token in tokens]
+        for token in tokens:
+            if not token.cancelled:
+                token.cancel()
+                (token.on_error or _log_error)(revoked)
 
     def _events(self, events: list) -> None:
         posted = set()

@@ -291,7 +291,14 @@ struct Listen: ParsableCommand {
             var suspended = true
             defer { if suspended { session.queue.resume() } }
             let verbose = self.verbose
-            let started = try wormhole.listenForAllRecords(queue: session.queue, onError: { Output.error($0.description) }) { record in
+            let started = try wormhole.listenForAllRecords(queue: session.queue, onError: { error in
+                // A tap that stopped (its shared container was revoked) ends the command.
+                if tap.withLock({ $0 })?.isCancelled == true {
+                    session.finish(.failed("stopped listening to every identifier: \(error.description)"))
+                } else {
+                    Output.error(error.description)
+                }
+            }) { record in
                 if !session.admit({ Self.print(record, format: format, terminal: terminal, verbose: verbose) }) {
                     tap.withLock { $0 }?.cancel()
                 }

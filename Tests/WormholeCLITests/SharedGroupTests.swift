@@ -354,6 +354,10 @@ extension SharedGroupTests {
         let plain = try deployment.start(as: deployment.service, ["listen", "--verbose", "--timeout", "30", "x"] + group)
         let durable = try deployment.start(as: deployment.desktop, ["listen", "--verbose", "--durable", "d", "--timeout", "30", "x"] + group)
         let member = try deployment.start(as: deployment.service, ["listen", "--verbose", "--queue", "q", "--timeout", "30", "jobs"] + group)
+        let tap = try deployment.start(as: deployment.desktop, ["listen", "--verbose", "--all", "--timeout", "30"] + group)
+        let observer = try deployment.start(as: deployment.service, ["observe", "--verbose", "--timeout", "30", "x"] + group)
+        #expect(await tap.waitForStandardError(containing: "listening to"))
+        #expect(await observer.waitForStandardError(containing: "observing"))
         #expect(await plain.waitForStandardError(containing: "listening to"))
         #expect(await durable.waitForStandardError(containing: "listening to"))
         #expect(await member.waitForStandardError(containing: "taking messages of"))
@@ -365,11 +369,16 @@ extension SharedGroupTests {
         let left = await member.finish(seconds: 25)
         #expect(left.status == 1, "\(left.status) \(left.stderr)")
         #expect(left.stderr.contains("stopped taking messages of 'jobs': the shared container '\(deployment.container)' was removed"), "\(left.stderr)")
-        for listener in [plain, durable] {
+        for (listener, printed) in [(plain, "before"), (durable, "before"), (tap, "x: before"), (observer, "x")] {
             let ended = await listener.finish(seconds: 25)
             #expect(ended.status == 1, "\(ended.status) \(ended.stderr)")
-            #expect(ended.lines == ["before"], "the other user's message, before the revocation: \(ended.output)")
-            #expect(ended.stderr.contains("the shared container '\(deployment.container)' was removed ('wormhole share --revoke'"), "\(ended.stderr)")
+            // (The observer hears the log's header and its first record written: one post
+            // or two.)
+            #expect(listener === observer ? !ended.lines.isEmpty && Set(ended.lines) == [printed] : ended.lines == [printed],
+                    "the other user's message, before the revocation: \(ended.output)")
+            let reports = ended.stderr.components(separatedBy: "the shared container '\(deployment.container)' was removed ('wormhole share --revoke'").count - 1
+            // Once, also by the tap on every identifier (not once per identifier).
+            #expect(reports == 1, "\(ended.stderr)")
         }
         // The sender's next pass fails, saying so, and makes no directory in its place.
         try sender.type("after\n")

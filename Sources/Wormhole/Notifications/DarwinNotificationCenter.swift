@@ -198,7 +198,14 @@ public final class DarwinNotificationCenter: Sendable {
     func subscribe(_ name: String, handler: @escaping @Sendable (Notice) -> Void) throws(WormholeError) -> EngineSubscription {
         let file = name + Self.fileSuffix
         return try InotifyEngine.shared.subscribe(directory: directory, names: [file, LogFile.name(name)],
-                                                  changes: Self.observedChanges) { event in
+                                                  changes: Self.observedChanges) { [container] event in
+            // A shared container that root removed is not coming back (Protocol.md §4.2):
+            // the observer ends, saying so, as a listener does, instead of hearing a
+            // post that nobody made and then nothing.
+            if case .rescan = event, let revoked = container.revocation() {
+                handler(.failed(revoked))
+                return
+            }
             if let notice = Self.notice(for: event, notificationFile: file) { handler(notice) }
         }
     }

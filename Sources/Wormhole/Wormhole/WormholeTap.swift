@@ -17,6 +17,11 @@ import Synchronization
 /// compaction does not wait for it, so a tap that falls behind by more than the
 /// retained messages (``WormholeConfiguration/retainedMessageCount``) is told of the
 /// messages it missed, as a listener past the backlog cap is.
+///
+/// When its container is a shared one that `wormhole share --revoke` removed, the tap
+/// ends as a whole: `onError` is called once with the ``WormholeError/Code/containerUnavailable``
+/// error that says so, and ``isCancelled`` is then true (nothing will be passed there
+/// again).
 public final class WormholeTap: Sendable {
     private let wormhole: Wormhole
     private let transiting: FileTransiting
@@ -31,6 +36,10 @@ public final class WormholeTap: Sendable {
         var cancelled = false
     }
 
+    /// Whether the tap stopped: cancelled, or ended because its shared container was
+    /// revoked (reported once to `onError`).
+    public var isCancelled: Bool { state.withLock { $0.cancelled } }
+
     init(wormhole: Wormhole, transiting: FileTransiting, queue: DispatchQueue?,
          onError: @escaping @Sendable (WormholeError) -> Void,
          listener: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) {
@@ -44,7 +53,7 @@ public final class WormholeTap: Sendable {
         let before = try wormhole.summaries()
         let subscription = try transiting.observeIdentifiers { [weak self] identifier in
             guard let self else { return }
-            if let identifier { self.add(identifier, after: 0) } else { self.rescan() }
+            if let identifier { self.add(identifier, after: 0) } else if !self.endIfRevoked() { self.rescan() }
         }
         observation.withLock { $0 = subscription }
         for summary in before { add(summary.identifier, after: summary.lastSequence) }
@@ -65,6 +74,21 @@ public final class WormholeTap: Sendable {
             return Array(state.tokens.values)
         }
         for token in tokens { token.cancel() }
+    }
+
+    /// Ends the tap, reporting it once, when its shared container was revoked: its
+    /// listeners each find their log's directory gone, and no member can make it again.
+    /// Returns whether it ended.
+    @discardableResult
+    private func endIfRevoked() -> Bool {
+        guard let revoked = transiting.container.revocation() else { return false }
+        let first = state.withLock { state -> Bool in
+            defer { state.cancelled = true }
+            return !state.cancelled
+        }
+        cancel()
+        if first { onError(revoked) }
+        return true
     }
 
     /// Listens to every identifier there now that it does not listen to yet, from its
@@ -90,7 +114,12 @@ public final class WormholeTap: Sendable {
                     try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence),
                                       claims: false, holdsLog: false)
                 },
-                queue: queue, onError: onError, listener: listener)
+                queue: queue, onError: { [weak self] error in
+                    // One report for the whole tap when the container was revoked, not one
+                    // per identifier.
+                    guard let self, !self.endIfRevoked() else { return }
+                    self.onError(error)
+                }, listener: listener)
             let duplicate = state.withLock { state -> Bool in
                 if state.cancelled || state.tokens[identifier] != nil { return true }
                 state.tokens[identifier] = token
