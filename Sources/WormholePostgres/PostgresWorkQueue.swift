@@ -163,7 +163,8 @@ final class PostgresWorkQueue: WormholeTransitingWorkQueue {
 
     private func deadLetter(_ record: WormholeRecord, deliveries: UInt32, to deadLetters: String, reason: String) throws(WormholeError) {
         let letter = WormholeDeadLetter(record: record, queue: name, deliveries: deliveries, reason: reason)
-        _ = try transiting.append(try letter.encoded(), kind: .json, identifier: deadLetters)
+        _ = try transiting.append(try letter.encoded(fitting: transiting.configuration.maximumMessageSize),
+                                  kind: .json, identifier: deadLetters)
     }
 }
 #endif

@@ -207,6 +207,29 @@ struct WorkQueueTests {
         #expect(letter.payload.isEmpty && letter.omittedPayloadSize == size)
     }
 
+    @Test("on every back end, a member that gives up on a message too large for its dead letter in base64 passes the letter without the payload, and goes on with the next job",
+          .timeLimit(.minutes(1)), arguments: Backend.all)
+    func aTooLargeDeadLetterDoesNotBlockTheQueue(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
+        let size = 7_000_000   // within the 8 MiB limit; its base64 is not
+        let big = try await wormhole.passPayload(Data(count: size), kind: .data, identifier: "jobs")
+        _ = try await wormhole.passPayload(Data("next".utf8), kind: .text, identifier: "jobs")
+        struct Refused: Error {}
+        let handled = Collector<String>()
+        let errors = Collector<WormholeError>()
+        let member = try wormhole.listenForRecords(withIdentifier: "jobs", workQueue: "w", options: WorkQueueOptions(maximumDeliveries: 1),
+                                                   onError: { errors.append($0) }) { record, _ in
+            if record.sequence == big { throw Refused() }
+            handled.append(String(decoding: record.payload, as: UTF8.self))
+        }
+        defer { member.cancel() }
+        #expect(await handled.wait(for: 1).contains("next"))
+        let letter = try #require(try await wormhole.message(withIdentifier: "jobs.dead-letters", as: WormholeDeadLetter.self))
+        #expect(letter.sequence == big && letter.payload.isEmpty && letter.omittedPayloadSize == size, "\(letter)")
+        #expect(!errors.all.contains { $0.message.contains("cannot move") }, "\(errors.all.map(\.message))")
+    }
+
     @Test("a live member goes on taking after compaction replaces the log (it was left reading the old file)", .timeLimit(.minutes(1)))
     func memberFollowsCompaction() async throws {
         let directory = TemporaryDirectory()

@@ -448,13 +448,8 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     private func deadLetter(_ record: WormholeRecord, deliveries: UInt32, to deadLetters: String, reason: String) throws(WormholeError) {
         let letter = WormholeDeadLetter(record: record, queue: name, deliveries: deliveries, reason: reason)
         do throws(WormholeError) {
-            var encoded = try letter.encoded()
-            if encoded.count > transiting.configuration.maximumMessageSize {
-                // Too large with the payload in base64: passed without it, rather than
-                // kept in the queue for ever.
-                encoded = try letter.withoutPayload().encoded()
-            }
-            _ = try transiting.append(encoded, kind: .json, identifier: deadLetters)
+            _ = try transiting.append(try letter.encoded(fitting: transiting.configuration.maximumMessageSize),
+                                      kind: .json, identifier: deadLetters)
         } catch {
             throw WormholeError(error.code,
                 "the work queue '\(name)' of '\(identifier)' cannot move message \(record.sequence) to its dead letters '\(deadLetters)': \(error.message); it stays in the queue, and is moved when it can be",

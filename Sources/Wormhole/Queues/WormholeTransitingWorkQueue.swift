@@ -87,6 +87,16 @@ extension WormholeDeadLetter {
             throw WormholeError(.encodingFailed, "cannot encode the dead letter of message \(sequence) of '\(identifier)': \(error)")
         }
     }
+
+    /// The JSON passed to the dead-letter identifier by a writer whose largest message is
+    /// `maximumMessageSize` bytes: the letter's, or, when that is larger (base64 makes the
+    /// payload a third larger), the letter's ``withoutPayload()``, so that a dead letter is
+    /// never refused for its size and left in its queue for ever. Every back end passes
+    /// dead letters through this.
+    public func encoded(fitting maximumMessageSize: Int) throws(WormholeError) -> Data {
+        let whole = try encoded()
+        return whole.count > maximumMessageSize ? try withoutPayload().encoded() : whole
+    }
 }
 
 extension WormholeError {
