@@ -342,15 +342,17 @@ class Walk:
         # skipped as damage.
         proven = -1
 
-        def past_the_end() -> Optional[bool]:
-            """For a record at ``position`` running past the end of the file: True when it
-            is damage, False when it is incomplete, None to read it again first."""
+        def past_the_end(payload_length: int) -> Union[str, bool]:
+            """For a record at ``position`` running past the end of the file: the damage to
+            report when a whole record follows it, False when it is incomplete (wait),
+            True to read it again first."""
             nonlocal proven, buffer
             if proven == position:
-                return True
+                return (f"a record declares {payload_length} bytes, which run past the end of the file although "
+                        f"whole records follow it (its length is damaged)")
             if self.whole_record_follows(position):
                 proven, buffer = position, b""
-                return None
+                return True
             return False
 
         def ensure(count: int) -> bool:
@@ -382,13 +384,12 @@ class Walk:
                     total = overhead + payload_length
                     trailer = pread(fd, 4, position + total - 4)
                     if len(trailer) < 4:
-                        verdict = past_the_end()
-                        if verdict is None:
+                        verdict = past_the_end(payload_length)
+                        if verdict is True:
                             continue
-                        if not verdict:
+                        if verdict is False:
                             return
-                        damage = (f"a record declares {payload_length} bytes, which run past the end of the file "
-                                  f"although whole records follow it (its length is damaged)")
+                        damage = verdict
                     elif _U32.unpack(trailer)[0] != payload_length:
                         damage = f"a record of {payload_length} bytes whose trailer does not repeat its length"
                     else:
@@ -410,13 +411,12 @@ class Walk:
                     if not ensure(total):
                         if len(buffer) - (position - base) < 16:
                             return
-                        verdict = past_the_end()
-                        if verdict is None:
+                        verdict = past_the_end(payload_length)
+                        if verdict is True:
                             continue
-                        if not verdict:
+                        if verdict is False:
                             return
-                        damage = (f"a record declares {payload_length} bytes, which run past the end of the file "
-                                  f"although whole records follow it (its length is damaged)")
+                        damage = verdict
                 if damage is None:
                     local = position - base
                     record, reason, skippable = parse_record(layout, memoryview(buffer)[local:local + total],

@@ -59,9 +59,9 @@ struct SharedGroupTests {
         /// `wormhole` as `user` in a bare environment (no WORMHOLE_*, no XDG_RUNTIME_DIR,
         /// no HOME of its own), with umask 077, as a service or a cron job starts.
         func start(as user: String, _ arguments: [String], command: String? = nil) throws -> RunningCommand {
-            let program = command ?? Products.path("wormhole")
+            let program = command ?? Products.runnableByAnyone("wormhole")
             return try sandbox.start(["-u", user, "--", "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "LANG=C.UTF-8",
-                                      "/bin/sh", "-c", "umask 077; exec \"$@\"", "sh", program] + arguments,
+                                      "/bin/sh", "-c", "umask 077; cd /; exec \"$@\"", "sh", program] + arguments,
                                      product: "/usr/sbin/runuser")
         }
 
@@ -97,7 +97,7 @@ struct SharedGroupTests {
         // Each side passes 40 messages from one shell of its user (a process per message,
         // as a script's sends are), both at once.
         func sends(_ identifier: String, _ text: String) -> [String] {
-            ["-c", "for n in $(seq 1 40); do \"$0\" send --group \(deployment.group) \(identifier) \"\(text) $n\" || exit 1; done", Products.path("wormhole")]
+            ["-c", "for n in $(seq 1 40); do \"$0\" send --group \(deployment.group) \(identifier) \"\(text) $n\" || exit 1; done", Products.runnableByAnyone("wormhole")]
         }
         let widgetSends = try deployment.start(as: deployment.desktop, sends("to-service", "from widget"), command: "/bin/sh")
         let serviceSends = try deployment.start(as: deployment.service, sends("to-widget", "from service"), command: "/bin/sh")
@@ -172,11 +172,11 @@ struct SharedGroupTests {
         let deployment = try Deployment()
         #expect(try await deployment.share(["--unix-group", deployment.unixGroup]).status == 0)
         let app = try deployment.start(as: deployment.service, ["app", "--group", deployment.group, "--interval", "0.1", "--increment", "100", "--updates", "80"],
-                                       command: Products.path("today-widget"))
+                                       command: Products.runnableByAnyone("today-widget"))
         #expect(await app.waitForStandardOutput(containing: "app: sharing in \(deployment.container)/wormhole"))
         #expect(await app.waitForStandardOutput(containing: "update #2"))
         let widget = try await deployment.run(as: deployment.desktop, ["widget", "--group", deployment.group, "--press", "--once"],
-                                              command: Products.path("today-widget"))
+                                              command: Products.runnableByAnyone("today-widget"))
         #expect(widget.status == 0, "\(widget.stderr)")
         #expect(widget.output.contains("widget: pressed [ Reset ]") && widget.output.contains(" of 10,000 steps"), "\(widget.output)")
         #expect(await app.waitForStandardOutput(containing: "pressed reset"), "the app, another user, heard the widget's button")
@@ -244,7 +244,7 @@ extension SharedGroupTests {
             try deployment.start(as: user, ["listen", "--queue", "workers", "--timeout", "120", "--verbose", "jobs"] + group)
         }
         for member in members { #expect(await member.waitForStandardError(containing: "taking messages of")) }
-        let sent = try await deployment.run(as: deployment.desktop, ["-c", "seq 1 \(total) | \"$0\" send --lines --group \(deployment.group) jobs", Products.path("wormhole")],
+        let sent = try await deployment.run(as: deployment.desktop, ["-c", "seq 1 \(total) | \"$0\" send --lines --group \(deployment.group) jobs", Products.runnableByAnyone("wormhole")],
                                             command: "/bin/sh")
         #expect(sent.status == 0, "\(sent.stderr)")
         var queue: [String: Any]?

@@ -28,6 +28,31 @@ struct DamagedLengthTests {
         records.map { String(decoding: $0.payload, as: UTF8.self) }
     }
 
+    /// m1...m10 passed in `directory`, the durable name "parked" having handled m1 and m2
+    /// only, then record 3's length set to 1 MiB.
+    static func passedWithAParkedDurableName(in directory: TemporaryDirectory) async throws -> Wormhole {
+        let wormhole = try Wormhole(directory: directory.path)
+        let parked = Collector<WormholeRecord>()
+        let first = try wormhole.listenForRecords(withIdentifier: "log", durableName: "parked", startingFrom: .history) { parked.append($0) }
+        for text in payloads.prefix(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
+        await parked.wait(for: 2)
+        first.cancel()
+        for text in payloads.dropFirst(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
+        try damageLength(directory.file("log.wormhole"), of: 3, to: 1 << 20)
+        return wormhole
+    }
+
+    /// What the durable name "parked" gets when it resumes, once it has 7 records.
+    static func resumeParked(_ wormhole: Wormhole) async throws -> ([WormholeRecord], [WormholeError]) {
+        let records = Collector<WormholeRecord>()
+        let errors = Collector<WormholeError>()
+        let token = try wormhole.listenForRecords(withIdentifier: "log", durableName: "parked", onError: { errors.append($0) }) { records.append($0) }
+        await records.wait(for: 7)
+        await settle(100)
+        token.cancel()
+        return (records.all, errors.all)
+    }
+
     /// A history reader's records and errors, once it has `count` records.
     static func history(_ wormhole: Wormhole, _ identifier: String, count: Int) async throws -> ([WormholeRecord], [WormholeError]) {
         let records = Collector<WormholeRecord>()
@@ -44,15 +69,7 @@ struct DamagedLengthTests {
           .timeLimit(.minutes(1)))
     func intactRecordsAfterADamagedLengthAreRead() async throws {
         let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
-        // A durable name that handled m1 and m2, then stopped.
-        let parked = Collector<WormholeRecord>()
-        let first = try wormhole.listenForRecords(withIdentifier: "log", durableName: "parked", startingFrom: .history) { parked.append($0) }
-        for text in Self.payloads.prefix(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
-        await parked.wait(for: 2)
-        first.cancel()
-        for text in Self.payloads.dropFirst(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
-        try Self.damageLength(directory.file("log.wormhole"), of: 3, to: 1 << 20)
+        let wormhole = try await Self.passedWithAParkedDurableName(in: directory)
 
         let (records, errors) = try await Self.history(wormhole, "log", count: 9)
         #expect(Self.text(records) == ["m1", "m2", "m4", "m5", "m6", "m7", "m8", "m9", "m10"])
@@ -67,15 +84,10 @@ struct DamagedLengthTests {
         #expect(summary.messageCount == 9 && summary.lastSequence == 10)
 
         // The durable name resumes after m2: m4...m10, with the same report.
-        let resumed = Collector<WormholeRecord>()
-        let resumedErrors = Collector<WormholeError>()
-        let second = try wormhole.listenForRecords(withIdentifier: "log", durableName: "parked", onError: { resumedErrors.append($0) }) { resumed.append($0) }
-        await resumed.wait(for: 7)
-        await settle(100)
-        second.cancel()
-        #expect(Self.text(resumed.all) == Array(Self.payloads.dropFirst(3)))
-        #expect(resumedErrors.all.map(\.code) == [.corruptRecord])
-        #expect(resumedErrors.all.first?.missedMessageCount == 1)
+        let (resumed, resumedErrors) = try await Self.resumeParked(wormhole)
+        #expect(Self.text(resumed) == Array(Self.payloads.dropFirst(3)))
+        #expect(resumedErrors.map(\.code) == [.corruptRecord])
+        #expect(resumedErrors.first?.missedMessageCount == 1)
 
         // The next pass is numbered after m10 and cuts nothing.
         #expect(try await wormhole.passMessage("m11", identifier: "log") == 11)
@@ -87,29 +99,17 @@ struct DamagedLengthTests {
           .timeLimit(.minutes(1)))
     func compactionAndClearingKeepIntactRecords() async throws {
         let directory = TemporaryDirectory()
-        let wormhole = try Wormhole(directory: directory.path)
-        let parked = Collector<WormholeRecord>()
-        let first = try wormhole.listenForRecords(withIdentifier: "log", durableName: "parked", startingFrom: .history) { parked.append($0) }
-        for text in Self.payloads.prefix(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
-        await parked.wait(for: 2)
-        first.cancel()
-        for text in Self.payloads.dropFirst(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
-        try Self.damageLength(directory.file("log.wormhole"), of: 3, to: 1 << 20)
+        let wormhole = try await Self.passedWithAParkedDurableName(in: directory)
 
         // Clearing is a compaction that keeps what live claims (the durable name) need.
         try await wormhole.clearMessageContents(forIdentifier: "log")
         let header = try #require(try FormatVersionTests.header(of: directory.file("log.wormhole")))
         #expect(header.clearedThrough == 10)
 
-        let resumed = Collector<WormholeRecord>()
-        let errors = Collector<WormholeError>()
-        let second = try wormhole.listenForRecords(withIdentifier: "log", durableName: "parked", onError: { errors.append($0) }) { resumed.append($0) }
-        await resumed.wait(for: 7)
-        await settle(100)
-        second.cancel()
-        #expect(Self.text(resumed.all) == Array(Self.payloads.dropFirst(3)))
-        #expect(errors.all.map(\.code) == [.messagesLost])
-        let report = try #require(errors.all.first)
+        let (resumed, errors) = try await Self.resumeParked(wormhole)
+        #expect(Self.text(resumed) == Array(Self.payloads.dropFirst(3)))
+        #expect(errors.map(\.code) == [.messagesLost])
+        let report = try #require(errors.first)
         #expect(report.missedMessageCount == 1)
         #expect(report.description.contains("(3...3)") && !report.description.contains("backlog cap"), "\(report.description)")
         #expect(try await wormhole.passMessage("m11", identifier: "log") == 11)

@@ -108,19 +108,9 @@ final class FileLogReader: WormholeTransitingReader {
     /// another file, or none, is looked at as after an invalidation. Out of descriptors,
     /// the reader stays parked, and the next read tries again.
     private func unpark(device: UInt64, inode: UInt64, header: LogFormat.Header?, offset: Int) throws(WormholeError) {
-        if invalidated {
-            // What ``openCurrent()`` does first: the directory at the path now, and the
-            // claim made again in it.
-            _ = try? container.refresh(create: false)
-            try claimAgainIfReplaced()
-        }
-        let opened: LogFile?
-        do throws(WormholeError) {
-            opened = try LogFile.open(identifier, in: container, access: .readOnly, create: false)
-        } catch where error.code == .unsupportedFormat {
-            state = .waiting
-            throw error
-        }
+        // What ``openCurrent()`` does when the file may have been replaced: the directory
+        // at the path now, and the claim made again in it.
+        let opened = try openAtName(followingTheDirectory: invalidated)
         guard var opened, opened.device == device, opened.inode == inode else {
             opened?.close()
             state = .waiting
@@ -477,22 +467,33 @@ final class FileLogReader: WormholeTransitingReader {
         claimedGeneration = generation
     }
 
-    /// Looks at the file at the log's name once the held one is read to its end. Returns
-    /// whether the state changed (a new file to read).
-    private func openCurrent() throws(WormholeError) -> Bool {
-        invalidated = false
-        // A listener follows the directory at the path but never makes it: only passes
-        // and posts recreate a deleted container.
-        _ = try? container.refresh(create: false)
-        try claimAgainIfReplaced()
-        let opened: LogFile?
+    /// The file at the log's name now; `nil` when there is none. With
+    /// `followingTheDirectory`, first the directory at the container's path (a listener
+    /// follows it but never makes it: only passes and posts make a deleted container
+    /// again) and this reader's claim made again in a replaced one. A file of a format this
+    /// library does not read leaves the reader waiting, and is thrown.
+    private func openAtName(followingTheDirectory: Bool) throws(WormholeError) -> LogFile? {
+        if followingTheDirectory {
+            _ = try? container.refresh(create: false)
+            try claimAgainIfReplaced()
+        }
         do throws(WormholeError) {
-            opened = try LogFile.open(identifier, in: container, access: .readOnly, create: false)
+            return try LogFile.open(identifier, in: container, access: .readOnly, create: false)
         } catch where error.code == .unsupportedFormat {
             if case .following(let log, _) = state { log.close() }
             state = .waiting
             throw error
-        } catch {
+        }
+    }
+
+    /// Looks at the file at the log's name once the held one is read to its end. Returns
+    /// whether the state changed (a new file to read).
+    private func openCurrent() throws(WormholeError) -> Bool {
+        invalidated = false
+        let opened: LogFile?
+        do throws(WormholeError) {
+            opened = try openAtName(followingTheDirectory: true)
+        } catch where error.code != .unsupportedFormat {
             // Out of descriptors, or something that is not a log at the name for now: the
             // next wake-up tries again, so no message of the new file is left unread.
             invalidated = true

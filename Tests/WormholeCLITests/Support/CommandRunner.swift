@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 
 /// A fresh directory under the system's temporary directory, removed when dropped.
 final class TemporaryDirectory: Sendable {
@@ -47,6 +48,35 @@ enum Products {
 
     /// The path of the product `name` (such as `wormhole`); an absolute path is kept.
     static func path(_ name: String) -> String { name.hasPrefix("/") ? name : directory + "/" + name }
+
+    /// The product `name` copied where every user may run it, for tests that run it as
+    /// another Unix user: a clone in a private directory (0700, as /root and many home
+    /// directories are) keeps other users from the build's own products. One directory
+    /// of this test process's under /tmp (0755), removed when the process exits.
+    static func runnableByAnyone(_ name: String) -> String {
+        copies.withLock { copied -> String in
+            let copy = sharedDirectory + "/" + name
+            if copied.insert(name).inserted {
+                try? FileManager.default.removeItem(atPath: copy)
+                try? FileManager.default.copyItem(atPath: path(name), toPath: copy)
+                chmod(copy, 0o755)
+            }
+            return copy
+        }
+    }
+
+    private static let copies = Mutex<Set<String>>([])
+
+    private static let sharedDirectory: String = {
+        var template = Array("/tmp/wormhole-test-products-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { buffer in
+            buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
+        }
+        guard let made else { return directory }
+        chmod(made, 0o755)
+        atexit { try? FileManager.default.removeItem(atPath: Products.sharedDirectory) }
+        return made
+    }()
 }
 
 /// Time to wait, counted only while this task runs: when other tests keep every thread
