@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import struct
 import time
@@ -13,6 +14,7 @@ import unittest
 from support import Collector, ScratchTestCase, eventually, scaled
 
 from wormhole import Configuration, Record, Wormhole, WormholeError
+from wormhole.queues import WorkQueueState
 from wormhole.format import (HEADER_SIZE, V2, V3, Header, crc32, encode_record, parse_record, read_header)
 
 PROTOCOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Docs", "Protocol.md")
@@ -25,6 +27,83 @@ def documented_bytes(marker: str) -> bytes:
     block = document[document.index("```", start) + 3:]
     block = block[:block.index("```")]
     return bytes.fromhex(" ".join(line.split("|")[0] for line in block.strip().splitlines()))
+
+
+def read_document() -> str:
+    with open(PROTOCOL, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def paragraph_after(marker: str) -> str:
+    """The lines after ``marker`` in Protocol.md, up to the first blank line."""
+    document = read_document()
+    rest = document[document.index(marker) + len(marker):].lstrip("\n")
+    return rest.split("\n\n", 1)[0]
+
+
+def section(heading: str) -> str:
+    """The text of the section whose heading starts with ``heading`` (``### 18.1``)."""
+    document = read_document()
+    start = document.index("\n" + heading + " ") + 1
+    end = document.find("\n#", start)
+    return document[start:end if end >= 0 else len(document)]
+
+
+def table_rows(text: str) -> list:
+    """The cells of each table row in ``text``, the rule rows left out."""
+    return [[cell.strip() for cell in line.split("|")[1:-1]]
+            for line in text.splitlines() if line.startswith("|") and not line.startswith(("|-", "|:"))]
+
+
+def code_spans(text: str) -> list:
+    return text.replace("\n", " ").split("`")[1::2]
+
+
+def evaluate(expression: str):
+    """An arithmetic expression as the document writes one (digits grouped by spaces or
+    commas, ``+``, ``×``, parentheses); None for anything else."""
+    compact = expression.replace(" ", "").replace(",", "").replace("\u202f", "").replace("×", "*")
+    if not compact or not re.fullmatch(r"[0-9+*()]+", compact):
+        return None
+    return eval(compact, {"__builtins__": {}})  # digits, + and * only
+
+
+def value_of(span: str) -> int:
+    """The value of a span such as ``name = 128 + 2 × 16 = 160``; every arithmetic part
+    must come to the same number."""
+    values = [value for value in (evaluate(part) for part in span.split("=")) if value is not None]
+    assert values and len(set(values)) == 1, f"`{span}` does not add up: {values}"
+    return values[0]
+
+
+def documented_fields(marker: str) -> dict:
+    """The fields of the hex block after ``marker``, by name: (offset, bytes)."""
+    document = read_document()
+    start = document.index(marker)
+    block = document[document.index("```", start) + 3:]
+    block = block[:block.index("```")]
+    fields = {}
+    for line in block.strip().splitlines():
+        data, note = line.split("|", 1)
+        words = note.split()
+        if len(words) > 1:
+            fields[words[1]] = (int(words[0]), bytes.fromhex(data))
+        else:      # a field continued on the next line
+            fields[last] = (fields[last][0], fields[last][1] + bytes.fromhex(data))
+            continue
+        last = words[1]
+    return fields
+
+
+def new_log_header(directory: str) -> bytes:
+    """The header of a log that a wormhole with the default configuration creates."""
+    wormhole = Wormhole(directory=directory)
+    try:
+        wormhole.pass_message("hello", "note")
+    finally:
+        wormhole.close()
+    with open(os.path.join(directory, "note.wormhole"), "rb") as handle:
+        return handle.read(HEADER_SIZE)
 
 
 def write_version_2_log(path: str, log_id: int, payloads) -> None:
@@ -55,6 +134,24 @@ class FormatTests(ScratchTestCase):
         self.assertEqual((parsed.sequence, parsed.pid, parsed.payload), (1, 4242, b"hello"))
         self.assertEqual(b"".join(encode_record(layout, decoded.log_id, parsed)), record)
         self.assertIsNone(parse_record(layout, record, decoded.log_id ^ 1)[0], "valid in another log")
+
+    def test_the_crc_recipe_gives_the_example_record_its_checksum(self) -> None:
+        """§8.4's recipe, in Python (run as written) and in C, over §8.5's example record."""
+        recipe = paragraph_after("<!-- crc-recipe -->")
+        python, c = code_spans(recipe)[0], code_spans(recipe)[1]
+        covered = int(re.search(r"record\[0:([0-9]+)\]", python).group(1))
+        self.assertEqual(int(re.search(r"record, ([0-9]+)\)", c).group(1)), covered, recipe)
+        record = documented_fields("<!-- example-record -->")
+        header = documented_fields("<!-- example-header -->")
+        data = b"".join(field for _, field in sorted(record.values()))
+        log_id = struct.unpack("<Q", header["logID"][1])[0]
+        offset, stored = record["crc"]
+        import zlib
+        computed = eval(python, {"zlib": zlib, "struct": struct},
+                        {"record": data, "payload": record["payload"][1], "log_id": log_id})
+        self.assertEqual(computed, struct.unpack("<I", stored)[0],
+                         f"the recipe gives {computed:08x}, the example stores {struct.unpack('<I', stored)[0]:08x}")
+        self.assertEqual(covered, offset)
 
     def test_version_3_records_carry_uid_expiry_correlation_and_role(self) -> None:
         record = Record(7, 123, 99, 2, b'{"a":1}', uid=1000, expires_ns=456, correlation=0xABC, role=2)

@@ -1,0 +1,152 @@
+import Foundation
+import Testing
+@testable import Wormhole
+
+/// The numbers, recipes and examples of `Docs/Protocol.md`, read from the document's own
+/// text and checked against what this library does: a program written from the document
+/// alone gets what the library writes. Each checked passage follows an HTML comment marker
+/// (`<!-- crc-recipe -->`, ...) or is found under its section's heading.
+@Suite("Docs/Protocol.md says what the library does")
+struct ProtocolDocumentTests {
+    static func document() throws -> String {
+        try String(contentsOfFile: ProtocolInteropTests.protocolDocument, encoding: .utf8)
+    }
+
+    /// The paragraph that follows `marker`: its lines up to the first blank line.
+    static func paragraph(after marker: String) throws -> String {
+        let document = try document()
+        let start = try #require(document.range(of: marker), "\(marker) is not in Protocol.md").upperBound
+        let rest = document[start...].drop { $0 == "\n" }
+        let end = rest.range(of: "\n\n")?.lowerBound ?? rest.endIndex
+        return String(rest[..<end])
+    }
+
+    /// The text of the section whose heading starts with `heading` (such as `### 18.1`),
+    /// up to the next heading.
+    static func section(_ heading: String) throws -> String {
+        let document = try document()
+        let start = try #require(document.range(of: "\n" + heading + " "), "no section \(heading)").upperBound
+        let end = document.range(of: "\n#", range: start..<document.endIndex)?.lowerBound ?? document.endIndex
+        return String(document[start..<end])
+    }
+
+    /// The cells of each row of the tables in `text` (header and rule rows left out).
+    static func tableRows(_ text: String) -> [[String]] {
+        text.split(separator: "\n").filter { $0.hasPrefix("|") && !$0.hasPrefix("|--") && !$0.hasPrefix("|:") && !$0.hasPrefix("|-") }
+            .map { line in line.split(separator: "|", omittingEmptySubsequences: false).dropFirst().dropLast()
+                .map { $0.trimmingCharacters(in: .whitespaces) } }
+    }
+
+    /// The spans between backticks in `text`, line breaks read as spaces.
+    static func codeSpans(_ text: String) -> [String] {
+        text.replacingOccurrences(of: "\n", with: " ").split(separator: "`", omittingEmptySubsequences: false)
+            .enumerated().filter { $0.offset % 2 == 1 }.map { String($0.element) }
+    }
+
+    /// The value of an arithmetic expression as the document writes one: decimal numbers
+    /// whose digits may be grouped by spaces or commas, `+`, `×` and parentheses. `nil`
+    /// for anything else (a name, say).
+    static func evaluate(_ expression: String) -> UInt64? {
+        let tokens: [Character] = expression.filter { $0 != " " && $0 != "," && $0 != "\u{202F}" }.map { $0 }
+        var position = 0
+        func number() -> UInt64? {
+            if position < tokens.count, tokens[position] == "(" {
+                position += 1
+                guard let value = sum(), position < tokens.count, tokens[position] == ")" else { return nil }
+                position += 1
+                return value
+            }
+            var digits = ""
+            while position < tokens.count, tokens[position].isASCII, tokens[position].isNumber {
+                digits.append(tokens[position])
+                position += 1
+            }
+            return UInt64(digits)
+        }
+        func product() -> UInt64? {
+            guard var value = number() else { return nil }
+            while position < tokens.count, tokens[position] == "×" || tokens[position] == "*" {
+                position += 1
+                guard let next = number() else { return nil }
+                value *= next
+            }
+            return value
+        }
+        func sum() -> UInt64? {
+            guard var value = product() else { return nil }
+            while position < tokens.count, tokens[position] == "+" {
+                position += 1
+                guard let next = product() else { return nil }
+                value += next
+            }
+            return value
+        }
+        guard !tokens.isEmpty, let value = sum(), position == tokens.count else { return nil }
+        return value
+    }
+
+    /// The value a span such as `name = 128 + 2 × 16 = 160` gives: every part that is
+    /// arithmetic must come to the same number.
+    static func value(of span: String) throws -> UInt64 {
+        let values = span.split(separator: "=").compactMap { evaluate(String($0)) }
+        let value = try #require(values.first, "no number in `\(span)`")
+        #expect(values.allSatisfy { $0 == value }, "`\(span)` does not add up: \(values)")
+        return value
+    }
+
+    /// The fields of the hex block after `marker`: each line's offset and name (after its
+    /// `|`) and its bytes.
+    static func documentedFields(after marker: String) throws -> [(offset: Int, name: String, bytes: [UInt8])] {
+        let document = try document()
+        let afterMarker = try #require(document.range(of: marker)).upperBound
+        let open = try #require(document.range(of: "```", range: afterMarker..<document.endIndex)).upperBound
+        let close = try #require(document.range(of: "```", range: open..<document.endIndex)).lowerBound
+        return try document[open..<close].split(separator: "\n").map { line in
+            let parts = line.split(separator: "|", maxSplits: 1)
+            let bytes = try parts[0].split(separator: " ").map { try #require(UInt8($0, radix: 16)) }
+            let words = parts.count > 1 ? parts[1].split(separator: " ") : []
+            return (try #require(Int(words.first ?? "")), words.dropFirst().first.map(String.init) ?? "", bytes)
+        }
+    }
+
+    static func littleEndian(_ bytes: some Collection<UInt8>) -> UInt64 {
+        bytes.reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+    }
+
+    /// The header of a log that a wormhole with the default configuration creates.
+    static func newLogHeader() async throws -> [UInt8] {
+        let container = TemporaryDirectory("document")
+        let wormhole = try Wormhole(directory: container.path)
+        try await wormhole.passMessage("hello", identifier: "note")
+        return Array(try ProtocolInteropTests.bytes(container.file("note.wormhole")).prefix(LogFormat.headerSize))
+    }
+}
+
+// MARK: - §8.4: the CRC recipe
+
+extension ProtocolDocumentTests {
+    @Test("8.4's CRC recipe, in Python and in C, followed as written, gives 8.5's example record the checksum it stores")
+    func checksumRecipeGivesTheExampleRecordItsChecksum() throws {
+        let recipe = try Self.paragraph(after: "<!-- crc-recipe -->")
+        let python = try #require(try Regex(#"record\[0:([0-9]+)\]"#).firstMatch(in: recipe), "no record[0:N] in \(recipe)")
+        let c = try #require(try Regex(#"record, ([0-9]+)\)"#).firstMatch(in: recipe), "no `record, N)` in \(recipe)")
+        let covered = try #require(python.output[1].substring.flatMap { Int($0) })
+        #expect(c.output[1].substring.flatMap { Int($0) } == covered, "the Python and C recipes cover different bytes: \(recipe)")
+
+        let record = try Self.documentedFields(after: "<!-- example-record -->")
+        let header = try Self.documentedFields(after: "<!-- example-header -->")
+        let bytes = record.flatMap(\.bytes)
+        let logID = Self.littleEndian(try #require(header.first { $0.name == "logID" }).bytes)
+        let stored = try #require(record.first { $0.name == "crc" })
+        let payload = try #require(record.first { $0.name == "payload" }).bytes
+        let identity = withUnsafeBytes(of: logID.littleEndian, Array.init)
+        var crc = identity.withUnsafeBytes { CRC32.update(0, $0) }
+        crc = bytes[0..<covered].withUnsafeBytes { CRC32.update(crc, $0) }
+        crc = payload.withUnsafeBytes { CRC32.update(crc, $0) }
+        #expect(UInt64(crc) == Self.littleEndian(stored.bytes),
+                "the recipe gives \(String(crc, radix: 16)), the example stores \(String(Self.littleEndian(stored.bytes), radix: 16))")
+        // The recipe covers the record's header up to its checksum, as §8.1 and V5 say.
+        #expect(covered == stored.offset)
+        #expect(covered == LogFormat.layout.checksumOffset)
+    }
+}
