@@ -153,6 +153,14 @@ class FormatTests(ScratchTestCase):
                          f"the recipe gives {computed:08x}, the example stores {struct.unpack('<I', stored)[0]:08x}")
         self.assertEqual(covered, offset)
 
+    def test_the_thresholds_of_a_new_log_are_the_documented(self) -> None:
+        """§10.1's and §8.5's thresholds add up and are what a new log's header holds."""
+        header = Header.decode(new_log_header(self.directory))
+        for marker in ("<!-- default-thresholds -->", "<!-- example-thresholds -->"):
+            spans = code_spans(paragraph_after(marker))
+            self.assertEqual(value_of(spans[0]), header.byte_threshold, f"{marker}: `{spans[0]}`")
+            self.assertEqual(value_of(spans[1]), header.record_threshold, f"{marker}: `{spans[1]}`")
+
     def test_version_3_records_carry_uid_expiry_correlation_and_role(self) -> None:
         record = Record(7, 123, 99, 2, b'{"a":1}', uid=1000, expires_ns=456, correlation=0xABC, role=2)
         data = b"".join(encode_record(V3, 42, record))

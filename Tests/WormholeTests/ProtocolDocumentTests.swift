@@ -150,3 +150,21 @@ extension ProtocolDocumentTests {
         #expect(covered == LogFormat.layout.checksumOffset)
     }
 }
+
+// MARK: - §10.1 and §8.5: the thresholds of a new log
+
+extension ProtocolDocumentTests {
+    @Test("10.1's and 8.5's thresholds of a new log add up and are what a new log's header holds with the default configuration",
+          .timeLimit(.minutes(1)))
+    func newLogThresholdsAreTheDocumented() async throws {
+        let header = try await Self.newLogHeader()
+        let bytes = Self.littleEndian(header[40..<48])
+        let records = Self.littleEndian(header[48..<56])
+        for marker in ["<!-- default-thresholds -->", "<!-- example-thresholds -->"] {
+            let spans = Self.codeSpans(try Self.paragraph(after: marker))
+            try #require(spans.count >= 2, "\(marker): \(spans)")
+            #expect(try Self.value(of: spans[0]) == bytes, "\(marker): `\(spans[0])`, a new log has \(bytes)")
+            #expect(try Self.value(of: spans[1]) == records, "\(marker): `\(spans[1])`, a new log has \(records)")
+        }
+    }
+}

@@ -10,7 +10,7 @@ import Testing
 struct ProtocolInteropTests {
     static let exampleLogID: UInt64 = 0x0123_4567_89AB_CDEF
     /// The thresholds of a new log with the default retention (Protocol.md §10.1):
-    /// 128 + 2 x (16 MiB + 40 x 1000), and 2 x 1000.
+    /// 128 + 2 x (16 MiB + 60 x 1000), and 2 x 1000.
     static let defaultByteThreshold: UInt64 = 33_674_560
     static let defaultRecordThreshold: UInt64 = 2000
 
