@@ -161,6 +161,25 @@ class FormatTests(ScratchTestCase):
             self.assertEqual(value_of(spans[0]), header.byte_threshold, f"{marker}: `{spans[0]}`")
             self.assertEqual(value_of(spans[1]), header.record_threshold, f"{marker}: `{spans[1]}`")
 
+    def test_the_header_table_gives_the_values_a_new_log_holds(self) -> None:
+        """Every value §7.1's table gives a field is what a new log's header holds there."""
+        data = new_log_header(self.directory)
+        checked = []
+        for row in table_rows(section("### 7.1")):
+            if len(row) != 5 or not row[0].isdigit():
+                continue
+            offset, size, field, meaning = int(row[0]), int(row[1]), row[3], row[4]
+            spans = code_spans(meaning)
+            stored = data[offset:offset + size]
+            if meaning.startswith("`") and spans[0].isdigit():
+                self.assertEqual(int.from_bytes(stored, "little"), int(spans[0]), f"7.1 gives {field} as {spans[0]}")
+            elif meaning.startswith("ASCII `"):
+                self.assertEqual(stored, spans[0].encode(), f"7.1 gives {field} as {spans[0]}")
+            else:
+                continue
+            checked.append(field)
+        self.assertEqual(checked, ["magic", "version", "headerSize"])
+
     def test_version_3_records_carry_uid_expiry_correlation_and_role(self) -> None:
         record = Record(7, 123, 99, 2, b'{"a":1}', uid=1000, expires_ns=456, correlation=0xABC, role=2)
         data = b"".join(encode_record(V3, 42, record))

@@ -168,3 +168,30 @@ extension ProtocolDocumentTests {
         }
     }
 }
+
+// MARK: - §7.1: the header table
+
+extension ProtocolDocumentTests {
+    @Test("every value 7.1's header table gives a field is what a new log's header holds there",
+          .timeLimit(.minutes(1)))
+    func headerTableValuesAreWhatANewLogHolds() async throws {
+        let header = try await Self.newLogHeader()
+        var checked: [String] = []
+        for row in Self.tableRows(try Self.section("### 7.1")) where row.count == 5 {
+            guard let offset = Int(row[0]), let size = Int(row[1]) else { continue }
+            let field = row[3]
+            let spans = Self.codeSpans(row[4])
+            guard let first = spans.first else { continue }
+            let stored = Array(header[offset..<offset + size])
+            if row[4].hasPrefix("`"), let number = UInt64(first) {
+                #expect(Self.littleEndian(stored) == number, "7.1 gives \(field) as \(number); a new log holds \(Self.littleEndian(stored))")
+            } else if row[4].hasPrefix("ASCII `") {
+                #expect(stored == Array(first.utf8), "7.1 gives \(field) as \(first)")
+            } else {
+                continue
+            }
+            checked.append(field)
+        }
+        #expect(checked == ["magic", "version", "headerSize"])
+    }
+}
