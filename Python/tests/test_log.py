@@ -180,6 +180,17 @@ class FormatTests(ScratchTestCase):
             checked.append(field)
         self.assertEqual(checked, ["magic", "version", "headerSize"])
 
+    def test_the_largest_queue_state_is_the_documented(self) -> None:
+        """§18.1's largest state, its entry count and its layout are the package's."""
+        text = section("### 18.1")
+        documented = evaluate(re.search(r"at most ([0-9][0-9, ]*) bytes", text).group(1))
+        self.assertEqual(documented, WorkQueueState.MAXIMUM_SIZE, f"18.1 says at most {documented} bytes")
+        rows = table_rows(text)
+        count = next(row for row in rows if len(row) > 4 and row[3] == "count")
+        self.assertEqual(int(re.search(r"at most ([0-9]+)", count[4]).group(1)), WorkQueueState.MAXIMUM_ENTRIES)
+        crc = next(row for row in rows if len(row) > 4 and row[3] == "crc")
+        self.assertEqual(evaluate(crc[0].replace("count", str(WorkQueueState.MAXIMUM_ENTRIES))) + 4, documented)
+
     def test_version_3_records_carry_uid_expiry_correlation_and_role(self) -> None:
         record = Record(7, 123, 99, 2, b'{"a":1}', uid=1000, expires_ns=456, correlation=0xABC, role=2)
         data = b"".join(encode_record(V3, 42, record))

@@ -195,3 +195,23 @@ extension ProtocolDocumentTests {
         #expect(checked == ["magic", "version", "headerSize"])
     }
 }
+
+// MARK: - §18.1: the size of a work queue's state
+
+extension ProtocolDocumentTests {
+    @Test("18.1's largest state, its entry count and its layout are the library's")
+    func queueStateSizeIsTheLibrarys() throws {
+        let section = try Self.section("### 18.1")
+        let size = try #require(try Regex(#"at most ([0-9][0-9, ]*) bytes"#).firstMatch(in: section), "18.1 gives no size")
+        let documented = try #require(size.output[1].substring.flatMap { Self.evaluate(String($0)) })
+        #expect(documented == UInt64(WorkQueueState.maximumSize), "18.1 says at most \(documented) bytes")
+        let rows = Self.tableRows(section)
+        let count = try #require(rows.first { $0.count > 4 && $0[3] == "count" })
+        let entries = try #require(try Regex(#"at most ([0-9]+)"#).firstMatch(in: count[4]))
+        #expect(entries.output[1].substring.flatMap { Int($0) } == WorkQueueState.maximumEntries)
+        // The CRC's offset with the most entries, plus its 4 bytes, is that size too.
+        let crc = try #require(rows.first { $0.count > 4 && $0[3] == "crc" })
+        let offset = try #require(Self.evaluate(crc[0].replacingOccurrences(of: "count", with: String(WorkQueueState.maximumEntries))))
+        #expect(offset + 4 == documented)
+    }
+}
