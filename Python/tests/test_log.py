@@ -267,6 +267,51 @@ class VersionConversionTests(ScratchTestCase):
                          [(1, b"one", None, 4242), (2, b"\x00\xff", None, 4242), (3, b'{"n":3}', None, 4242),
                           (4, b"four", os.geteuid(), os.getpid())])
 
+    def test_the_documented_conversion(self) -> None:
+        """§2's example: a version 2 log converted by the next pass with the default
+        configuration gets the header and keeps the records the example shows."""
+        rows = {row[0].strip("`"): row for row in table_rows(paragraph_after("<!-- example-conversion -->"))}
+
+        def numbers(cell: str) -> list:
+            return [int(word, 0) for word in re.split(r"[ –:]", cell.replace("`", "")) if re.fullmatch(r"0x[0-9A-Fa-f]+|[0-9]+", word)]
+
+        before = {name: numbers(row[1]) for name, row in rows.items() if name}
+        after = {name: numbers(row[2]) for name, row in rows.items() if name}
+        os.mkdir(self.directory, 0o700)
+        path = os.path.join(self.directory, "old.wormhole")
+        log_id = before["logID"][0]
+        header = Header(log_id, before["baseSequence"][0], before["clearedThrough"][0],
+                        before["compactionByteThreshold"][0], before["compactionRecordThreshold"][0], version=2)
+        first, last = before["records"][:2]
+        with open(path, "wb") as handle:
+            handle.write(header.encode())
+            for sequence in range(first, last + 1):
+                record = Record(sequence, 1735689600 * 10 ** 9, 4242, 1, f"m{sequence}".encode())
+                handle.write(b"".join(encode_record(V2, log_id, record)))
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        self.assertEqual(wormhole.pass_message("next", "old"), last + 1)
+        with open(path, "rb") as handle:
+            converted = read_header(handle.fileno(), path)
+        self.assertEqual(converted.version, 3)
+        self.assertEqual([converted.log_id], after["logID"])
+        self.assertEqual([converted.base_sequence], after["baseSequence"])
+        self.assertEqual([converted.cleared_through], after["clearedThrough"])
+        self.assertEqual([converted.byte_threshold], after["compactionByteThreshold"])
+        self.assertEqual([converted.record_threshold], after["compactionRecordThreshold"])
+        kept_first, kept_last = after["records"][:2]
+        with open(path, "rb") as handle:
+            data = handle.read()
+        sequences, offset = [], HEADER_SIZE
+        while offset < len(data):                    # the file's records, each a whole version 3 record
+            length = V3.overhead + struct.unpack_from("<I", data, offset + 4)[0]
+            record, reason, _ = parse_record(V3, data[offset:offset + length], log_id)
+            self.assertIsNone(reason, f"at {offset}")
+            sequences.append(record.sequence)
+            offset += length
+        self.assertEqual((sequences[0], len(sequences)), (kept_first, kept_last - kept_first + 2))
+        self.assertEqual(sequences, list(range(kept_first, kept_last + 1)) + [last + 1])
+
     def test_a_listener_of_a_version_2_log_follows_it_through_the_conversion(self) -> None:
         os.mkdir(self.directory, 0o700)
         write_version_2_log(os.path.join(self.directory, "note.wormhole"), 0x99, [(1, b"a"), (1, b"b")])

@@ -215,3 +215,69 @@ extension ProtocolDocumentTests {
         #expect(offset + 4 == documented)
     }
 }
+
+// MARK: - §2: the conversion of a version 2 log
+
+extension ProtocolDocumentTests {
+    @Test("§2's example conversion of a version 2 log, done by the next pass with the default configuration, gives the header and records it shows",
+          .timeLimit(.minutes(1)))
+    func versionTwoConversionIsTheDocumented() async throws {
+        let rows = Self.tableRows(try Self.paragraph(after: "<!-- example-conversion -->"))
+        func numbers(_ cell: String) -> [UInt64] {
+            cell.replacingOccurrences(of: "`", with: "").split { $0 == " " || $0 == "–" || $0 == ":" }
+                .compactMap { $0.hasPrefix("0x") ? UInt64($0.dropFirst(2), radix: 16) : UInt64($0) }
+        }
+        func field(_ name: String) throws -> (before: [UInt64], after: [UInt64]) {
+            let row = try #require(rows.first { $0.first?.replacingOccurrences(of: "`", with: "") == name }, "no \(name) row")
+            return (numbers(row[1]), numbers(row[2]))
+        }
+        let logID = try field("logID"), base = try field("baseSequence"), cleared = try field("clearedThrough")
+        let byteThreshold = try field("compactionByteThreshold"), recordThreshold = try field("compactionRecordThreshold")
+        let records = try field("records")
+
+        var old = LogFormat.Header()
+        old.version = 2
+        old.logID = try #require(logID.before.first)
+        old.baseSequence = try #require(base.before.first)
+        old.clearedThrough = try #require(cleared.before.first)
+        old.compactionByteThreshold = try #require(byteThreshold.before.first)
+        old.compactionRecordThreshold = try #require(recordThreshold.before.first)
+        let first = try #require(records.before.first)
+        let last = try #require(records.before.dropFirst().first)
+        var bytes = old.encoded()
+        for sequence in first...last {
+            bytes += LogFormat.version2RecordBytes(logID: old.logID, sequence: sequence, nanoseconds: 1_735_689_600_000_000_000,
+                                                   processID: 4242, kind: .text, payload: Array("m\(sequence)".utf8))
+        }
+        let container = TemporaryDirectory("document")
+        let wormhole = try Wormhole(directory: container.path)
+        _ = try await wormhole.summaries()
+        try Data(bytes).write(to: URL(fileURLWithPath: container.file("old.wormhole")))
+
+        #expect(try await wormhole.passMessage("next", identifier: "old") == last + 1)
+        let header = try #require(try ProtocolInteropTests.header(container.file("old.wormhole")))
+        #expect(header.version == LogFormat.version)
+        #expect([header.logID] == logID.after)
+        #expect([header.baseSequence] == base.after)
+        #expect([header.clearedThrough] == cleared.after)
+        #expect([header.compactionByteThreshold] == byteThreshold.after)
+        #expect([header.compactionRecordThreshold] == recordThreshold.after)
+        let kept = try #require(records.after.first)
+        let keptLast = try #require(records.after.dropFirst().first)
+        // The file's records, each a whole version 3 record.
+        let file = try ProtocolInteropTests.bytes(container.file("old.wormhole"))
+        var sequences: [UInt64] = []
+        var offset = LogFormat.headerSize
+        while offset < file.count {
+            let parsed = file.withUnsafeBytes { LogFormat.parse($0, at: offset, logID: header.logID, layout: .version3, maximumPayload: 1 << 20) }
+            guard case .record(let frame, let length) = parsed else {
+                Issue.record("no version 3 record at \(offset): \(parsed)")
+                break
+            }
+            sequences.append(frame.sequence)
+            offset += length
+        }
+        #expect(sequences.first == kept && sequences.count == Int(keptLast - kept) + 2, "records \(sequences.first ?? 0)–\(sequences.last ?? 0)")
+        #expect(sequences == Array(kept...keptLast) + [last + 1])
+    }
+}
