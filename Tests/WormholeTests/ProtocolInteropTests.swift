@@ -3,7 +3,7 @@ import Testing
 @testable import Wormhole
 
 /// `Docs/Protocol.md` is complete enough to interoperate: `Tests/Interop/wormhole_log.py`,
-/// an independent implementation of version 2 written from the document alone, reads
+/// an independent implementation written from the document alone, reads
 /// what this library writes and writes what it reads, through the same files, locks,
 /// claims and inotify events, through compaction, torn tails and gaps.
 @Suite("On-disk protocol interoperability with the Python implementation", .serialized)
