@@ -10,6 +10,7 @@ import signal
 import struct
 import time
 import unittest
+import zlib
 
 from support import Collector, ScratchTestCase, eventually, scaled
 
@@ -146,12 +147,35 @@ class FormatTests(ScratchTestCase):
         data = b"".join(field for _, field in sorted(record.values()))
         log_id = struct.unpack("<Q", header["logID"][1])[0]
         offset, stored = record["crc"]
-        import zlib
         computed = eval(python, {"zlib": zlib, "struct": struct},
                         {"record": data, "payload": record["payload"][1], "log_id": log_id})
         self.assertEqual(computed, struct.unpack("<I", stored)[0],
                          f"the recipe gives {computed:08x}, the example stores {struct.unpack('<I', stored)[0]:08x}")
         self.assertEqual(covered, offset)
+
+    def test_the_quick_reference_checks_accept_the_examples(self) -> None:
+        """§17's checks of a header and of a record, run on §8.5's example header and record."""
+        rows = {row[0]: row[-1] for row in table_rows(section("## 17."))}
+        header_check, record_check = rows["check a header"], rows["check a record at `p`"]
+        header = b"".join(field for _, field in sorted(documented_fields("<!-- example-header -->").values()))
+        fields = documented_fields("<!-- example-record -->")
+        record = b"".join(field for _, field in sorted(fields.values()))
+        log_id = struct.unpack_from("<Q", header, 16)[0]
+        u32 = lambda data: struct.unpack("<I", data)[0]                     # noqa: E731 (the document's name)
+        for check in code_spans(header_check):
+            if check.startswith(("h[", "u32(h", "zlib.crc32(h")):
+                self.assertTrue(eval(check, {"zlib": zlib, "u32": u32}, {"h": header}), check)
+        version = re.search(r"u32\(h\[8:12\]\) == ([0-9]+)", header_check)
+        self.assertEqual(int(version.group(1)), Header.decode(new_log_header(self.directory)).version)
+        crc = next(span for span in code_spans(record_check) if span.startswith("zlib.crc32"))
+        # Run as written, with the document's shorthands spelled out: logID_le8, u32(p+N).
+        runnable = re.sub(r"u32\(p\+([0-9]+)\)", r"u32(rec[p + \1:p + \1 + 4])",
+                          crc.replace("logID_le8", "struct.pack('<Q', log_id)"))
+        _, payload = fields["payload"]
+        self.assertTrue(eval(runnable, {"zlib": zlib, "struct": struct, "u32": u32},
+                             {"rec": record, "payload": payload, "log_id": log_id, "p": 0}), crc)
+        self.assertEqual([int(n) for n in re.search(r"rec\[0:([0-9]+)\].*== u32\(p\+([0-9]+)\)", crc).groups()],
+                         [fields["crc"][0]] * 2)
 
     def test_the_thresholds_of_a_new_log_are_the_documented(self) -> None:
         """§10.1's and §8.5's thresholds add up and are what a new log's header holds."""

@@ -151,6 +151,35 @@ extension ProtocolDocumentTests {
     }
 }
 
+// MARK: - §17: the quick reference's checks
+
+extension ProtocolDocumentTests {
+    @Test("17's checks of a header and of a record cover the bytes 8.4 and 8.5 do, and accept 8.5's example header and record")
+    func quickReferenceChecksAreTheDocumented() throws {
+        let rows = Self.tableRows(try Self.section("## 17."))
+        let header = try #require(rows.first { $0.first == "check a header" }?.last)
+        let record = try #require(rows.first { $0.first == "check a record at `p`" }?.last)
+        /// The numbers the groups of `pattern` capture in `text`; none when it does not match.
+        func integers(_ pattern: String, in text: String) throws -> [Int] {
+            guard let match = try Regex(pattern).firstMatch(in: text) else { return [] }
+            return (1..<match.output.count).compactMap { match.output[$0].substring.flatMap { Int($0) } }
+        }
+        let exampleHeader = try Self.documentedFields(after: "<!-- example-header -->").flatMap(\.bytes)
+        let exampleRecord = try Self.documentedFields(after: "<!-- example-record -->")
+        let crcField = try #require(exampleRecord.first { $0.name == "crc" })
+
+        // A header: the version it names, and its checksum over h[0:N], stored at u32(h[N:N+4]).
+        #expect(try integers(#"u32\(h\[8:12\]\) == ([0-9]+)"#, in: header) == [Int(LogFormat.version)], "\(header)")
+        let headerCRC = try integers(#"crc32\(h\[0:([0-9]+)\]\) == u32\(h\[([0-9]+):([0-9]+)\]\)"#, in: header)
+        try #require(headerCRC.count == 3, "\(header)")
+        let computed = exampleHeader[0..<headerCRC[0]].withUnsafeBytes { CRC32.update(0, $0) }
+        #expect(UInt64(computed) == Self.littleEndian(exampleHeader[headerCRC[1]..<headerCRC[2]]))
+        // A record: its checksum over rec[0:N], stored at u32(p+N), where 8.5's example has it.
+        let recordCRC = try integers(#"rec\[0:([0-9]+)\].*== u32\(p\+([0-9]+)\)"#, in: record)
+        #expect(recordCRC == [crcField.offset, crcField.offset], "\(record)")
+    }
+}
+
 // MARK: - §10.1 and §8.5: the thresholds of a new log
 
 extension ProtocolDocumentTests {
