@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import struct
 import time
 import unittest
+import zlib
 
 from support import Collector, ScratchTestCase, eventually, scaled
 
 from wormhole import Configuration, Record, Wormhole, WormholeError
+from wormhole.queues import WorkQueueState
 from wormhole.format import (HEADER_SIZE, V2, V3, Header, crc32, encode_record, parse_record, read_header)
 
 PROTOCOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Docs", "Protocol.md")
@@ -25,6 +28,83 @@ def documented_bytes(marker: str) -> bytes:
     block = document[document.index("```", start) + 3:]
     block = block[:block.index("```")]
     return bytes.fromhex(" ".join(line.split("|")[0] for line in block.strip().splitlines()))
+
+
+def read_document() -> str:
+    with open(PROTOCOL, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def paragraph_after(marker: str) -> str:
+    """The lines after ``marker`` in Protocol.md, up to the first blank line."""
+    document = read_document()
+    rest = document[document.index(marker) + len(marker):].lstrip("\n")
+    return rest.split("\n\n", 1)[0]
+
+
+def section(heading: str) -> str:
+    """The text of the section whose heading starts with ``heading`` (``### 18.1``)."""
+    document = read_document()
+    start = document.index("\n" + heading + " ") + 1
+    end = document.find("\n#", start)
+    return document[start:end if end >= 0 else len(document)]
+
+
+def table_rows(text: str) -> list:
+    """The cells of each table row in ``text``, the rule rows left out."""
+    return [[cell.strip() for cell in line.split("|")[1:-1]]
+            for line in text.splitlines() if line.startswith("|") and not line.startswith(("|-", "|:"))]
+
+
+def code_spans(text: str) -> list:
+    return text.replace("\n", " ").split("`")[1::2]
+
+
+def evaluate(expression: str):
+    """An arithmetic expression as the document writes one (digits grouped by spaces or
+    commas, ``+``, ``×``, parentheses); None for anything else."""
+    compact = expression.replace(" ", "").replace(",", "").replace("\u202f", "").replace("×", "*")
+    if not compact or not re.fullmatch(r"[0-9+*()]+", compact):
+        return None
+    return eval(compact, {"__builtins__": {}})  # digits, + and * only
+
+
+def value_of(span: str) -> int:
+    """The value of a span such as ``name = 128 + 2 × 16 = 160``; every arithmetic part
+    must come to the same number."""
+    values = [value for value in (evaluate(part) for part in span.split("=")) if value is not None]
+    assert values and len(set(values)) == 1, f"`{span}` does not add up: {values}"
+    return values[0]
+
+
+def documented_fields(marker: str) -> dict:
+    """The fields of the hex block after ``marker``, by name: (offset, bytes)."""
+    document = read_document()
+    start = document.index(marker)
+    block = document[document.index("```", start) + 3:]
+    block = block[:block.index("```")]
+    fields = {}
+    for line in block.strip().splitlines():
+        data, note = line.split("|", 1)
+        words = note.split()
+        if len(words) > 1:
+            fields[words[1]] = (int(words[0]), bytes.fromhex(data))
+        else:      # a field continued on the next line
+            fields[last] = (fields[last][0], fields[last][1] + bytes.fromhex(data))
+            continue
+        last = words[1]
+    return fields
+
+
+def new_log_header(directory: str) -> bytes:
+    """The header of a log that a wormhole with the default configuration creates."""
+    wormhole = Wormhole(directory=directory)
+    try:
+        wormhole.pass_message("hello", "note")
+    finally:
+        wormhole.close()
+    with open(os.path.join(directory, "note.wormhole"), "rb") as handle:
+        return handle.read(HEADER_SIZE)
 
 
 def write_version_2_log(path: str, log_id: int, payloads) -> None:
@@ -55,6 +135,85 @@ class FormatTests(ScratchTestCase):
         self.assertEqual((parsed.sequence, parsed.pid, parsed.payload), (1, 4242, b"hello"))
         self.assertEqual(b"".join(encode_record(layout, decoded.log_id, parsed)), record)
         self.assertIsNone(parse_record(layout, record, decoded.log_id ^ 1)[0], "valid in another log")
+
+    def test_the_crc_recipe_gives_the_example_record_its_checksum(self) -> None:
+        """§8.4's recipe, in Python (run as written) and in C, over §8.5's example record."""
+        recipe = paragraph_after("<!-- crc-recipe -->")
+        python, c = code_spans(recipe)[0], code_spans(recipe)[1]
+        covered = int(re.search(r"record\[0:([0-9]+)\]", python).group(1))
+        self.assertEqual(int(re.search(r"record, ([0-9]+)\)", c).group(1)), covered, recipe)
+        record = documented_fields("<!-- example-record -->")
+        header = documented_fields("<!-- example-header -->")
+        data = b"".join(field for _, field in sorted(record.values()))
+        log_id = struct.unpack("<Q", header["logID"][1])[0]
+        offset, stored = record["crc"]
+        computed = eval(python, {"zlib": zlib, "struct": struct},
+                        {"record": data, "payload": record["payload"][1], "log_id": log_id})
+        self.assertEqual(computed, struct.unpack("<I", stored)[0],
+                         f"the recipe gives {computed:08x}, the example stores {struct.unpack('<I', stored)[0]:08x}")
+        self.assertEqual(covered, offset)
+
+    def test_the_quick_reference_checks_accept_the_examples(self) -> None:
+        """§17's checks of a header and of a record, run on §8.5's example header and record."""
+        rows = {row[0]: row[-1] for row in table_rows(section("## 17."))}
+        header_check, record_check = rows["check a header"], rows["check a record at `p`"]
+        header = b"".join(field for _, field in sorted(documented_fields("<!-- example-header -->").values()))
+        fields = documented_fields("<!-- example-record -->")
+        record = b"".join(field for _, field in sorted(fields.values()))
+        log_id = struct.unpack_from("<Q", header, 16)[0]
+        u32 = lambda data: struct.unpack("<I", data)[0]                     # noqa: E731 (the document's name)
+        for check in code_spans(header_check):
+            if check.startswith(("h[", "u32(h", "zlib.crc32(h")):
+                self.assertTrue(eval(check, {"zlib": zlib, "u32": u32}, {"h": header}), check)
+        version = re.search(r"u32\(h\[8:12\]\) == ([0-9]+)", header_check)
+        self.assertEqual(int(version.group(1)), Header.decode(new_log_header(self.directory)).version)
+        crc = next(span for span in code_spans(record_check) if span.startswith("zlib.crc32"))
+        # Run as written, with the document's shorthands spelled out: logID_le8, u32(p+N).
+        runnable = re.sub(r"u32\(p\+([0-9]+)\)", r"u32(rec[p + \1:p + \1 + 4])",
+                          crc.replace("logID_le8", "struct.pack('<Q', log_id)"))
+        _, payload = fields["payload"]
+        self.assertTrue(eval(runnable, {"zlib": zlib, "struct": struct, "u32": u32},
+                             {"rec": record, "payload": payload, "log_id": log_id, "p": 0}), crc)
+        self.assertEqual([int(n) for n in re.search(r"rec\[0:([0-9]+)\].*== u32\(p\+([0-9]+)\)", crc).groups()],
+                         [fields["crc"][0]] * 2)
+
+    def test_the_thresholds_of_a_new_log_are_the_documented(self) -> None:
+        """§10.1's and §8.5's thresholds add up and are what a new log's header holds."""
+        header = Header.decode(new_log_header(self.directory))
+        for marker in ("<!-- default-thresholds -->", "<!-- example-thresholds -->"):
+            spans = code_spans(paragraph_after(marker))
+            self.assertEqual(value_of(spans[0]), header.byte_threshold, f"{marker}: `{spans[0]}`")
+            self.assertEqual(value_of(spans[1]), header.record_threshold, f"{marker}: `{spans[1]}`")
+
+    def test_the_header_table_gives_the_values_a_new_log_holds(self) -> None:
+        """Every value §7.1's table gives a field is what a new log's header holds there."""
+        data = new_log_header(self.directory)
+        checked = []
+        for row in table_rows(section("### 7.1")):
+            if len(row) != 5 or not row[0].isdigit():
+                continue
+            offset, size, field, meaning = int(row[0]), int(row[1]), row[3], row[4]
+            spans = code_spans(meaning)
+            stored = data[offset:offset + size]
+            if meaning.startswith("`") and spans[0].isdigit():
+                self.assertEqual(int.from_bytes(stored, "little"), int(spans[0]), f"7.1 gives {field} as {spans[0]}")
+            elif meaning.startswith("ASCII `"):
+                self.assertEqual(stored, spans[0].encode(), f"7.1 gives {field} as {spans[0]}")
+            else:
+                continue
+            checked.append(field)
+        self.assertEqual(checked, ["magic", "version", "headerSize"])
+
+    def test_the_largest_queue_state_is_the_documented(self) -> None:
+        """§18.1's largest state, its entry count and its layout are the package's."""
+        text = section("### 18.1")
+        documented = evaluate(re.search(r"at most ([0-9][0-9, ]*) bytes", text).group(1))
+        self.assertEqual(documented, WorkQueueState.MAXIMUM_SIZE, f"18.1 says at most {documented} bytes")
+        rows = table_rows(text)
+        count = next(row for row in rows if len(row) > 4 and row[3] == "count")
+        self.assertEqual(int(re.search(r"at most ([0-9]+)", count[4]).group(1)), WorkQueueState.MAXIMUM_ENTRIES)
+        crc = next(row for row in rows if len(row) > 4 and row[3] == "crc")
+        self.assertEqual(evaluate(crc[0].replace("count", str(WorkQueueState.MAXIMUM_ENTRIES))) + 4, documented)
 
     def test_version_3_records_carry_uid_expiry_correlation_and_role(self) -> None:
         record = Record(7, 123, 99, 2, b'{"a":1}', uid=1000, expires_ns=456, correlation=0xABC, role=2)
@@ -131,6 +290,51 @@ class VersionConversionTests(ScratchTestCase):
         self.assertEqual([(r.sequence, r.payload, r.uid, r.pid) for r in records],
                          [(1, b"one", None, 4242), (2, b"\x00\xff", None, 4242), (3, b'{"n":3}', None, 4242),
                           (4, b"four", os.geteuid(), os.getpid())])
+
+    def test_the_documented_conversion(self) -> None:
+        """§2's example: a version 2 log converted by the next pass with the default
+        configuration gets the header and keeps the records the example shows."""
+        rows = {row[0].strip("`"): row for row in table_rows(paragraph_after("<!-- example-conversion -->"))}
+
+        def numbers(cell: str) -> list:
+            return [int(word, 0) for word in re.split(r"[ –:]", cell.replace("`", "")) if re.fullmatch(r"0x[0-9A-Fa-f]+|[0-9]+", word)]
+
+        before = {name: numbers(row[1]) for name, row in rows.items() if name}
+        after = {name: numbers(row[2]) for name, row in rows.items() if name}
+        os.mkdir(self.directory, 0o700)
+        path = os.path.join(self.directory, "old.wormhole")
+        log_id = before["logID"][0]
+        header = Header(log_id, before["baseSequence"][0], before["clearedThrough"][0],
+                        before["compactionByteThreshold"][0], before["compactionRecordThreshold"][0], version=2)
+        first, last = before["records"][:2]
+        with open(path, "wb") as handle:
+            handle.write(header.encode())
+            for sequence in range(first, last + 1):
+                record = Record(sequence, 1735689600 * 10 ** 9, 4242, 1, f"m{sequence}".encode())
+                handle.write(b"".join(encode_record(V2, log_id, record)))
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        self.assertEqual(wormhole.pass_message("next", "old"), last + 1)
+        with open(path, "rb") as handle:
+            converted = read_header(handle.fileno(), path)
+        self.assertEqual(converted.version, 3)
+        self.assertEqual([converted.log_id], after["logID"])
+        self.assertEqual([converted.base_sequence], after["baseSequence"])
+        self.assertEqual([converted.cleared_through], after["clearedThrough"])
+        self.assertEqual([converted.byte_threshold], after["compactionByteThreshold"])
+        self.assertEqual([converted.record_threshold], after["compactionRecordThreshold"])
+        kept_first, kept_last = after["records"][:2]
+        with open(path, "rb") as handle:
+            data = handle.read()
+        sequences, offset = [], HEADER_SIZE
+        while offset < len(data):                    # the file's records, each a whole version 3 record
+            length = V3.overhead + struct.unpack_from("<I", data, offset + 4)[0]
+            record, reason, _ = parse_record(V3, data[offset:offset + length], log_id)
+            self.assertIsNone(reason, f"at {offset}")
+            sequences.append(record.sequence)
+            offset += length
+        self.assertEqual((sequences[0], len(sequences)), (kept_first, kept_last - kept_first + 2))
+        self.assertEqual(sequences, list(range(kept_first, kept_last + 1)) + [last + 1])
 
     def test_a_listener_of_a_version_2_log_follows_it_through_the_conversion(self) -> None:
         os.mkdir(self.directory, 0o700)

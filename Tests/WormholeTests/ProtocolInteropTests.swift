@@ -3,14 +3,14 @@ import Testing
 @testable import Wormhole
 
 /// `Docs/Protocol.md` is complete enough to interoperate: `Tests/Interop/wormhole_log.py`,
-/// an independent implementation of version 2 written from the document alone, reads
+/// an independent implementation written from the document alone, reads
 /// what this library writes and writes what it reads, through the same files, locks,
 /// claims and inotify events, through compaction, torn tails and gaps.
 @Suite("On-disk protocol interoperability with the Python implementation", .serialized)
 struct ProtocolInteropTests {
     static let exampleLogID: UInt64 = 0x0123_4567_89AB_CDEF
     /// The thresholds of a new log with the default retention (Protocol.md §10.1):
-    /// 128 + 2 x (16 MiB + 40 x 1000), and 2 x 1000.
+    /// 128 + 2 x (16 MiB + 60 x 1000), and 2 x 1000.
     static let defaultByteThreshold: UInt64 = 33_674_560
     static let defaultRecordThreshold: UInt64 = 2000
 

@@ -7,8 +7,8 @@ import FoundationEssentials
 import Foundation
 #endif
 
-/// Version 2 of the on-disk message log: the byte layout that `Docs/Protocol.md`
-/// specifies. Every integer is little-endian.
+/// Version 3 of the on-disk message log (and version 2, which it reads): the byte layout
+/// that `Docs/Protocol.md` specifies. Every integer is little-endian.
 ///
 /// A log is a 128-byte header followed by records. The header is written when the file
 /// is created and when compaction writes its replacement, never by an append. A record
