@@ -68,4 +68,29 @@ struct ExpiryTests {
         let expired = reports.all.filter { $0.code == .messagesExpired }
         #expect(expired.map(\.missedMessageCount) == [2] && expired.map(\.sequence) == [second], "\(expired), \(first)")
     }
+
+    @Test("a running listener is not given a message whose expiry passed before it read it: a messagesExpired report, naming the newest, stands in its place (Protocol.md 11.3 R1)",
+          .timeLimit(.minutes(1)))
+    func aRunningListenerIsNotGivenAnExpiredMessage() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<String>()
+        let reports = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "news", as: String.self,
+                                                  onError: { reports.append($0) }) { received.append($0) }
+        defer { token.cancel() }
+        try await wormhole.passMessage("before", identifier: "news")
+        #expect(await received.wait(for: 1) == ["before"])
+        // Expired the moment they are passed: every read of them comes after their expiry.
+        let expired = WormholeRecordAttributes(expires: Date())
+        _ = try await wormhole.transiting.append(Data("\"stale 1\"".utf8), kind: .json, identifier: "news", attributes: expired)
+        let newest = try await wormhole.transiting.append(Data("\"stale 2\"".utf8), kind: .json, identifier: "news", attributes: expired).sequence
+        try await wormhole.passMessage("after", identifier: "news")
+        #expect(await received.wait(for: 2) == ["before", "after"])
+        await settle()
+        #expect(received.all == ["before", "after"])
+        let counted = reports.all.filter { $0.code == .messagesExpired }
+        #expect(counted.compactMap(\.missedMessageCount).reduce(0, +) == 2, "\(reports.all)")
+        #expect(counted.last?.sequence == newest)
+    }
 }
