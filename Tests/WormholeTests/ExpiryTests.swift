@@ -93,4 +93,25 @@ struct ExpiryTests {
         #expect(counted.compactMap(\.missedMessageCount).reduce(0, +) == 2, "\(reports.all)")
         #expect(counted.last?.sequence == newest)
     }
+
+    @Test("a durable name's position moves with handled messages only: an expired message after it is reported again each time the name resumes (Protocol.md 11.3 R1, 12.4 D5)",
+          .timeLimit(.minutes(1)))
+    func anExpiredMessageAfterADurablePositionIsReportedAgain() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try wormhole.listenForRecords(withIdentifier: "news", durableName: "archive") { _ in }.cancel()
+        try await wormhole.passMessage("kept", identifier: "news")
+        let stale = try await wormhole.transiting.append(Data("\"stale\"".utf8), kind: .json, identifier: "news",
+                                                         attributes: WormholeRecordAttributes(expires: Date())).sequence
+        let received = Collector<String>()
+        for round in 1...2 {
+            let reports = Collector<WormholeError>()
+            let token = try wormhole.listenForMessage(withIdentifier: "news", as: String.self, durableName: "archive", startingFrom: .history,
+                                                      onError: { reports.append($0) }) { received.append($0) }
+            let first = await reports.wait(for: 1)
+            token.cancel()
+            #expect(first.map(\.code) == [.messagesExpired] && first.map(\.sequence) == [stale], "round \(round): \(first)")
+        }
+        #expect(received.all == ["kept"])
+    }
 }
