@@ -9,11 +9,13 @@ import json
 import os
 import signal
 import threading
+import time
 import unittest
 
 from support import Collector, ScratchTestCase, eventually, scaled
 
 from wormhole import Configuration, Record, StartingPoint, Wormhole, WormholeError
+from wormhole.format import KIND_TEXT
 
 
 class StartingPointTests(ScratchTestCase):
@@ -82,6 +84,57 @@ class StartingPointTests(ScratchTestCase):
         self.assertEqual([record.value() for record in self.wormhole.retained_records("ttl")], ["kept"])
         self.wormhole.pass_message("new", "ttl")
         self.assertEqual(self.wormhole.message("ttl"), "new")
+
+
+    def expired_reports(self, reports: Collector) -> list:
+        return [(error.missed_message_count, error.sequence) for error in reports.items
+                if error.code == WormholeError.MESSAGES_EXPIRED]
+
+    def pass_expired(self, identifier: str, text: str) -> int:
+        """Passes a message whose expiry is the moment it was passed: every read of it
+        comes after its expiry."""
+        return self.wormhole._writer(identifier).append(KIND_TEXT, text.encode(), expires_ns=time.time_ns())
+
+    def test_a_running_listener_is_not_given_a_message_that_expired_before_it_read_it(self) -> None:
+        """§11.3 R1: expiry is checked when a listener reads a record, also for one that
+        was running when it was passed; an expired record is counted in a messagesExpired
+        report in its place, whose sequence is the newest of its run."""
+        received, reports = Collector(), Collector()
+        token = self.wormhole.listen_for_message("ttl", received.append, on_error=reports.append)
+        self.addCleanup(token.cancel)
+        self.wormhole.pass_message("before", "ttl")
+        self.assertEqual(received.wait_for(1), ["before"])
+        self.pass_expired("ttl", "stale 1")
+        newest = self.pass_expired("ttl", "stale 2")
+        self.wormhole.pass_message("after", "ttl")
+        self.assertEqual(received.wait_for(2), ["before", "after"])
+        self.assertTrue(eventually(lambda: self.expired_reports(reports) != []))
+        self.assertEqual(sum(count for count, _ in self.expired_reports(reports)), 2)
+        self.assertEqual(self.expired_reports(reports)[-1][1], newest)
+
+    def test_a_durable_listener_that_resumes_after_the_expiry_is_told_of_the_expired_message(self) -> None:
+        """§11.3 R1 with §12.4 D4: a durable name resumed after a message expired is not
+        given it, and gets a messagesExpired report in its place."""
+        self.wormhole.listen_for_message("ttl", print, durable_name="archive").cancel()
+        stale = self.pass_expired("ttl", "stale")
+        self.wormhole.pass_message("kept", "ttl")
+        received, reports = Collector(), Collector()
+        token = self.wormhole.listen_for_message("ttl", received.append, durable_name="archive",
+                                                 on_error=reports.append)
+        self.assertEqual(received.wait_for(1), ["kept"])
+        self.assertEqual(self.expired_reports(reports), [(1, stale)])
+        token.cancel()
+        # D5: the position moves with handled messages only; an expired record after it
+        # is read, and reported, again when the name resumes.
+        again = self.pass_expired("ttl", "stale again")
+        for _ in range(2):
+            reports.items.clear()
+            token = self.wormhole.listen_for_message("ttl", received.append, durable_name="archive",
+                                                     on_error=reports.append)
+            self.assertTrue(eventually(lambda: self.expired_reports(reports) != []))
+            token.cancel()
+            self.assertEqual(self.expired_reports(reports), [(1, again)])
+        self.assertEqual(received.items, ["kept"])
 
 
 class OrderTests(ScratchTestCase):

@@ -273,6 +273,29 @@ class VersionConversionTests(ScratchTestCase):
         self.assertEqual([r.sequence for r in items if isinstance(r, Record)], [1, 2, 4])
         self.assertEqual(len([r for r in items if not isinstance(r, Record)]), 1)
 
+    def test_a_damaged_last_record_holds_the_number_after_the_last_whole_record_and_is_the_latest(self) -> None:
+        """Protocol.md §9.3 and §11.1 L4: a damaged last record, whole, took the number one
+        above the last whole record, whatever its own (damaged) sequence field says, and
+        reading the latest reports it: the message before it is not the latest."""
+        os.mkdir(self.directory, 0o700)
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        for text in ("one", "two", "three"):
+            wormhole.pass_message(text, "note")
+        path = os.path.join(self.directory, "note.wormhole")
+        size = os.path.getsize(path)
+        with open(path, "r+b") as handle:      # "three"'s sequence field now says 9
+            handle.seek(size - (60 + len("three")) + 8)
+            handle.write(struct.pack("<Q", 9))
+        other = Wormhole(directory=self.directory)
+        self.addCleanup(other.close)
+        with self.assertRaises(WormholeError) as raised:
+            other.record("note")
+        self.assertEqual(raised.exception.code, WormholeError.CORRUPT_RECORD)
+        self.assertIn("the latest message of 'note' (3) is damaged", str(raised.exception))
+        self.assertEqual(other.pass_message("four", "note"), 4)
+        self.assertEqual(other.message("note"), "four")
+
     def test_a_version_2_log_is_read_and_converted_by_the_next_writer(self) -> None:
         os.mkdir(self.directory, 0o700)
         path = os.path.join(self.directory, "note.wormhole")

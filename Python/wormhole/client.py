@@ -120,7 +120,8 @@ class Wormhole:
         """Passes ``message`` to every listener of ``identifier`` and keeps it as the
         latest; returns its sequence number. bytes pass as data, str as text, any other
         value as JSON (keys sorted, dates as ISO 8601 UTC to the millisecond). With
-        ``time_to_live`` (seconds), listeners that start after it ran out do not get it."""
+        ``time_to_live`` (seconds), no reader is given it once it ran out: a listener gets
+        a ``MESSAGES_EXPIRED`` report in its place (Protocol.md §11.3 R1)."""
         identifiers.validate(identifier)
         kind, payload = coding.encode(message, identifier)
         return self._append(identifier, kind, payload, time_to_live)

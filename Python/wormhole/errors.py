@@ -24,7 +24,8 @@ class WormholeError(Exception):
         path: the file or directory involved, when there is one.
         errno: the underlying system error number, when a system call failed.
         missed_message_count: for ``MESSAGES_LOST`` (and ``LOG_CHANGED_OUTSIDE_WORMHOLE``
-            when known), how many messages the listener missed.
+            when known), how many messages the listener missed; for ``MESSAGES_EXPIRED``,
+            how many expired messages it was not given.
     """
 
     INVALID_IDENTIFIER = "invalidIdentifier"
@@ -38,6 +39,7 @@ class WormholeError(Exception):
     NOTIFICATION_LIMIT_REACHED = "notificationLimitReached"
     INVALID_CONFIGURATION = "invalidConfiguration"
     MESSAGES_LOST = "messagesLost"
+    MESSAGES_EXPIRED = "messagesExpired"
     DURABLE_NAME_IN_USE = "durableNameInUse"
     LOG_CHANGED_OUTSIDE_WORMHOLE = "logChangedOutsideWormhole"
     TIMED_OUT = "timedOut"

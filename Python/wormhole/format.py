@@ -501,14 +501,21 @@ def find_tail(fd: int, size: int, header: Header, maximum: int, path: str = "log
                                             offset=start, sequence=sequence, path=path)
                         return Tail(size, sequence, start, too_large)
     tail = empty
+    damage: Optional[WormholeError] = None
     walk = Walk(fd, HEADER_SIZE, header, maximum, path, identifier)
     for item in walk:
         if isinstance(item, Record):
             tail = Tail(item.offset + item.length, max(tail.last_sequence, item.sequence), item.offset, item)
         elif item.code == WormholeError.MESSAGE_TOO_LARGE:
             tail = Tail(item.offset, max(tail.last_sequence, item.sequence), item.offset, item)  # type: ignore
+        else:
+            damage = item
     if walk.end > tail.end:
-        # A damaged last record, whole (§9.3): it took the next number.
+        # A damaged last record, whole (§9.3): it took the number after the last whole
+        # record (whatever its own sequence field says), and it is the last record: the
+        # damage (as the Swift library's Tail.includeDamagedEnd).
         tail.last_sequence += 1
+        if damage is not None:
+            tail.last_offset, tail.last_record = damage.offset, damage   # type: ignore[attr-defined]
     tail.end = walk.end
     return tail

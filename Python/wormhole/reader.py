@@ -47,13 +47,19 @@ def _with_log(container: ContainerDirectory, identifier: str,
 
 def read_latest(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT
                 ) -> Optional[Record]:
-    """§11.1: the latest record, or None. One too large for this reader raises."""
+    """§11.1: the latest record, or None (none yet, cleared, or expired: an older one is
+    not the latest). One too large for this reader, or damaged, raises."""
     def latest(fd: int, status: os.stat_result, header: Header) -> Optional[Record]:
-        tail = find_tail(fd, status.st_size, header, configuration.maximum_message_size,
-                         container.file_path(identifier + LOG_SUFFIX), identifier)
+        path = container.file_path(identifier + LOG_SUFFIX)
+        tail = find_tail(fd, status.st_size, header, configuration.maximum_message_size, path, identifier)
         if tail.last_record is None or tail.last_sequence <= header.cleared_through:
             return None
         if isinstance(tail.last_record, WormholeError):
+            if tail.last_record.code == WormholeError.CORRUPT_RECORD:
+                raise problem(WormholeError.CORRUPT_RECORD,
+                              f"the latest message of '{identifier}' ({tail.last_sequence}) is damaged, at offset "
+                              f"{tail.last_offset}: {tail.last_record.message}",
+                              offset=tail.last_offset, sequence=tail.last_sequence, path=path)
             raise tail.last_record
         if tail.last_record.expired(time.time_ns()):
             return None
@@ -90,6 +96,36 @@ def read_all(container: ContainerDirectory, identifier: str, configuration: Conf
                               container.file_path(identifier + LOG_SUFFIX), identifier)
         if not (isinstance(item, Record) and (item.sequence <= header.cleared_through
                                               or (not expired and item.expired(now))))]) or []
+
+
+def without_expired(items: List[Item], identifier: str, path: Optional[str] = None) -> List[Item]:
+    """§11.3 R1: ``items`` without the records whose expiry has passed now, when they
+    are read, with one ``MESSAGES_EXPIRED`` report in place of each run of them (expired
+    records with nothing else between them), saying how many; its ``sequence`` is the
+    newest of the run. As the Swift library's ``WormholeRecord.withoutExpired``."""
+    if not any(isinstance(item, Record) and item.expires_ns for item in items):
+        return items
+    now = time.time_ns()
+    kept: List[Item] = []
+    run: List[int] = []
+
+    def end_run() -> None:
+        if run:
+            count = len(run)
+            kept.append(problem(WormholeError.MESSAGES_EXPIRED,
+                                f"{count} message{'' if count == 1 else 's'} of '{identifier}' expired before this "
+                                f"listener read {'it' if count == 1 else 'them'}; expired messages are not delivered",
+                                sequence=run[-1], lost=count, path=path))
+            run.clear()
+
+    for item in items:
+        if isinstance(item, Record) and item.expired(now):
+            run.append(item.sequence)
+            continue
+        end_run()
+        kept.append(item)
+    end_run()
+    return kept
 
 
 class StartingPoint:
@@ -156,7 +192,6 @@ class Cursor:
         self.checked_offset = -1
         self.sees_cleared = False
         self.deferred: Optional[WormholeError] = None
-        self.started_ns = time.time_ns()
         self.durable = durable
         # A queue's reader counts expired messages itself (§18.3): it reads them.
         self.drops_expired = True
@@ -251,7 +286,7 @@ class Cursor:
             else:
                 results.append(failure)
         self.claim.update(self.delivered, self.log_id or 0)                          # R4
-        return results
+        return without_expired(results, self.identifier, self.path) if self.drops_expired else results
 
     def _read(self, results: List[Item], one_log: bool) -> None:
         while True:
@@ -291,8 +326,6 @@ class Cursor:
                     found = True
                     self._report_gap(sequence, header, results)                             # §11.4
                     self.delivered = sequence
-                    if isinstance(item, Record) and self.drops_expired and item.expired(self.started_ns):
-                        continue          # expired before this listener started
                     results.append(item)
                 elif item.offset > self.reported_damage:                                   # type: ignore
                     self.reported_damage = item.offset                                     # type: ignore

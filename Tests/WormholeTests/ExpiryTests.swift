@@ -68,4 +68,50 @@ struct ExpiryTests {
         let expired = reports.all.filter { $0.code == .messagesExpired }
         #expect(expired.map(\.missedMessageCount) == [2] && expired.map(\.sequence) == [second], "\(expired), \(first)")
     }
+
+    @Test("a running listener is not given a message whose expiry passed before it read it: a messagesExpired report, naming the newest, stands in its place (Protocol.md 11.3 R1)",
+          .timeLimit(.minutes(1)))
+    func aRunningListenerIsNotGivenAnExpiredMessage() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<String>()
+        let reports = Collector<WormholeError>()
+        let token = try wormhole.listenForMessage(withIdentifier: "news", as: String.self,
+                                                  onError: { reports.append($0) }) { received.append($0) }
+        defer { token.cancel() }
+        try await wormhole.passMessage("before", identifier: "news")
+        #expect(await received.wait(for: 1) == ["before"])
+        // Expired the moment they are passed: every read of them comes after their expiry.
+        let expired = WormholeRecordAttributes(expires: Date())
+        _ = try await wormhole.transiting.append(Data("\"stale 1\"".utf8), kind: .json, identifier: "news", attributes: expired)
+        let newest = try await wormhole.transiting.append(Data("\"stale 2\"".utf8), kind: .json, identifier: "news", attributes: expired).sequence
+        try await wormhole.passMessage("after", identifier: "news")
+        #expect(await received.wait(for: 2) == ["before", "after"])
+        await settle()
+        #expect(received.all == ["before", "after"])
+        let counted = reports.all.filter { $0.code == .messagesExpired }
+        #expect(counted.compactMap(\.missedMessageCount).reduce(0, +) == 2, "\(reports.all)")
+        #expect(counted.last?.sequence == newest)
+    }
+
+    @Test("a durable name's position moves with handled messages only: an expired message after it is reported again each time the name resumes (Protocol.md 11.3 R1, 12.4 D5)",
+          .timeLimit(.minutes(1)))
+    func anExpiredMessageAfterADurablePositionIsReportedAgain() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try wormhole.listenForRecords(withIdentifier: "news", durableName: "archive") { _ in }.cancel()
+        try await wormhole.passMessage("kept", identifier: "news")
+        let stale = try await wormhole.transiting.append(Data("\"stale\"".utf8), kind: .json, identifier: "news",
+                                                         attributes: WormholeRecordAttributes(expires: Date())).sequence
+        let received = Collector<String>()
+        for round in 1...2 {
+            let reports = Collector<WormholeError>()
+            let token = try wormhole.listenForMessage(withIdentifier: "news", as: String.self, durableName: "archive", startingFrom: .history,
+                                                      onError: { reports.append($0) }) { received.append($0) }
+            let first = await reports.wait(for: 1)
+            token.cancel()
+            #expect(first.map(\.code) == [.messagesExpired] && first.map(\.sequence) == [stale], "round \(round): \(first)")
+        }
+        #expect(received.all == ["kept"])
+    }
 }

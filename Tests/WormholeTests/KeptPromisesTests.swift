@@ -366,6 +366,26 @@ struct KeptPromisesTests {
         token.cancel()
     }
 
+    @Test("a damaged last record holds the number one above the last whole record, not its own sequence field, and reading the latest reports it (Protocol.md 9.3, 11.1 L4)")
+    func damagedLastRecordHoldsTheNumberAfterTheLastWholeRecord() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        for text in ["one", "two", "three"] { try await wormhole.passMessage(text, identifier: "x") }
+        let path = directory.file("x.wormhole")
+        let size = try Data(contentsOf: URL(fileURLWithPath: path)).count
+        // "three" (text, 5 bytes) now says it is message 9: its checksum no longer matches.
+        let handle = try #require(FileHandle(forUpdatingAtPath: path))
+        try handle.seek(toOffset: UInt64(size - (LogFormat.recordOverhead + 5) + 8))
+        try handle.write(contentsOf: withUnsafeBytes(of: UInt64(9).littleEndian) { Data($0) })
+        try handle.close()
+        let other = try Wormhole(directory: directory.path)
+        let latest = #expect(throws: WormholeError.self) { try other.record(withIdentifier: "x") }
+        #expect(latest?.code == .corruptRecord && latest?.description.contains("the latest message of 'x' (3) is damaged") == true,
+                "\(String(describing: latest))")
+        #expect(try await other.passMessage("four", identifier: "x") == 4)
+        #expect(try await other.message(withIdentifier: "x", as: String.self) == "four")
+    }
+
     /// Starts the test agent in a PID namespace of its own (`unshare --pid --fork`).
     private static func inPIDNamespace(_ arguments: [String]) throws -> Process {
         let process = Process()
