@@ -168,6 +168,31 @@ class GapReasonTests(ScratchTestCase):
                       str(gap))
 
 
+class CaughtUpClaimTests(ScratchTestCase):
+    """§12.2: a listener that caught up writes its exact position at once (at most once
+    per idle interval), so that ``listeners()`` and ``status`` show it 0 behind, not as far
+    behind as the batch step (R/4 = 250 by default)."""
+
+    def test_a_caught_up_listener_shows_its_exact_position(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message(0, "chat")
+        received = Collector()
+        token = wormhole.listen_for_message("chat", received.append)
+        self.addCleanup(token.cancel)
+        # One at a time, each received before the next is passed: twenty reads of the
+        # same log, each far less than the step past the last claim written.
+        for index in range(1, 21):
+            wormhole.pass_message(index, "chat")
+            self.assertEqual(received.wait_for(index), list(range(1, index + 1)))
+
+        def exact() -> bool:
+            statuses = wormhole.listeners("chat")
+            return [(s.position, s.behind) for s in statuses] == [(21, 0)]
+        # Within the idle interval's re-read, well before the listener's 5 s safety wake.
+        self.assertTrue(eventually(exact, timeout=4.0), f"{wormhole.listeners('chat')}")
+
+
 class DurableTests(ScratchTestCase):
     CHILD = ("import sys, wormhole\n"
              "w = wormhole.Wormhole(directory=sys.argv[1])\n"

@@ -156,6 +156,8 @@ class Cursor:
         self.checked_offset = -1
         self.sees_cleared = False
         self.deferred: Optional[WormholeError] = None
+        self.more = False
+        self.unpublished = False
         self.started_ns = time.time_ns()
         self.durable = durable
         # A queue's reader counts expired messages itself (§18.3): it reads them.
@@ -251,6 +253,10 @@ class Cursor:
             else:
                 results.append(failure)
         self.claim.update(self.delivered, self.log_id or 0)                          # R4
+        # Caught up (nothing more to read without a wake-up): the exact position is
+        # written now, at most once per idle interval (§12.2); ``unpublished`` says it
+        # still lags, and the owner reads again after the interval.
+        self.unpublished = not self.more and self.claim.caught_up(self.delivered, self.log_id or 0)
         return results
 
     def _read(self, results: List[Item], one_log: bool) -> None:

@@ -5,6 +5,29 @@ import Testing
 /// Listeners: several per identifier, queues, starting points, async sequences, stalls.
 @Suite("Listening")
 struct ListeningTests {
+    @Test("a caught-up listener writes its exact position (§12.2): listeners() shows it 0 behind, not the batch step behind",
+          .timeLimit(.minutes(1)))
+    func caughtUpListenerShowsItsExactPosition() async throws {
+        let store = try Backend.file.makeStore()
+        let wormhole = try store.wormhole()
+        try await wormhole.passMessage(0, identifier: "chat")
+        let received = Collector<Int>()
+        let token = try wormhole.listenForMessage(withIdentifier: "chat", as: Int.self) { received.append($0) }
+        defer { token.cancel() }
+        // One at a time, each received before the next is passed: twenty reads of the same
+        // log, each far less than the step (R/4) past the last claim written.
+        for value in 1...20 {
+            try await wormhole.passMessage(value, identifier: "chat")
+            #expect(await received.wait(for: value) == Array(1...value))
+        }
+        var statuses: [WormholeListenerStatus] = []
+        let exact = await eventually(seconds: 4) {
+            statuses = try wormhole.listeners(identifier: "chat")
+            return statuses.map { [$0.position, $0.behind] } == [[21, 0]]
+        }
+        #expect(exact, "position 21, 0 behind: \(statuses)")
+    }
+
     @Test("large messages reach a listener once each, in order, across compactions that keep delivered ones",
           .timeLimit(.minutes(1)),
           arguments: Backend.all)
