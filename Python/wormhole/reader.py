@@ -353,7 +353,9 @@ class Cursor:
                 self.delivered = header.base_sequence
         else:
             if header is not None and header.log_id == self.log_id:
-                what = (f"cut by another program ({size} bytes where this listener had read {self.offset}); it goes "
+                # Shorter than what was read: cut; as long or longer (bytes that are no
+                # record appended, or written over what was read): rewritten.
+                what = (f"{'cut' if size < self.offset else 'rewritten'} by another program ({size} bytes where this listener had read {self.offset}); it goes "
                         f"on after message {self.delivered}, and is told of any message it had not read that is gone")
             elif header is not None:
                 what = ("emptied by another program and started again as a new log; messages this listener had not "
