@@ -193,6 +193,28 @@ class CaughtUpClaimTests(ScratchTestCase):
         self.assertTrue(eventually(exact, timeout=4.0), f"{wormhole.listeners('chat')}")
 
 
+class PIDNamespaceTests(ScratchTestCase):
+    """§12.2: a claim names its PID namespace by the inode /proc/self/ns/pid links to
+    (``stat``, following the link), not by the link's own inode (``lstat``)."""
+
+    def test_a_claim_names_the_namespace_by_stat_not_lstat(self) -> None:
+        import struct
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message(1, "chat")
+        token = wormhole.listen_for_message("chat", lambda _: None)
+        self.addCleanup(token.cancel)
+        followed, link = os.stat("/proc/self/ns/pid").st_ino, os.lstat("/proc/self/ns/pid").st_ino
+        self.assertNotEqual(followed, link)
+        claims = os.path.join(self.directory, ".listeners", "chat")
+        names = [name for name in os.listdir(claims) if not name.startswith(".")]
+        self.assertEqual(len(names), 1)
+        with open(os.path.join(claims, names[0]), "rb") as claim:
+            data = claim.read()
+        self.assertEqual(len(data), 24)
+        self.assertEqual(struct.unpack_from("<Q", data, 16)[0], followed, f"lstat gives {link}")
+
+
 class DurableTests(ScratchTestCase):
     CHILD = ("import sys, wormhole\n"
              "w = wormhole.Wormhole(directory=sys.argv[1])\n"

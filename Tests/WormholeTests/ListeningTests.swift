@@ -28,6 +28,27 @@ struct ListeningTests {
         #expect(exact, "position 21, 0 behind: \(statuses)")
     }
 
+    @Test("a claim's PID namespace is the inode of the namespace /proc/self/ns/pid links to (stat, following the link), not the link's own (lstat) (§12.2)",
+          .timeLimit(.minutes(1)))
+    func claimNamesThePIDNamespaceByStatNotLstat() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try await wormhole.passMessage(1, identifier: "chat")
+        let token = try wormhole.listenForRecords(withIdentifier: "chat") { _ in }
+        defer { token.cancel() }
+        var followed = stat(), link = stat()
+        #expect(stat("/proc/self/ns/pid", &followed) == 0 && lstat("/proc/self/ns/pid", &link) == 0)
+        #expect(followed.st_ino != link.st_ino, "the namespace and the link are different inodes")
+        let claims = directory.file(".listeners/chat")
+        let names = try FileManager.default.contentsOfDirectory(atPath: claims).filter { !$0.hasPrefix(".") }
+        #expect(names.count == 1)
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: claims + "/" + names[0]))
+        #expect(bytes.count == 24)
+        let namespace = bytes.count == 24 ? bytes[16..<24].enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) } : 0
+        #expect(namespace == UInt64(followed.st_ino), "bytes 16-23: \(namespace), stat: \(followed.st_ino), lstat: \(link.st_ino)")
+        #expect(Syscalls.pidNamespace == UInt64(followed.st_ino))
+    }
+
     @Test("large messages reach a listener once each, in order, across compactions that keep delivered ones",
           .timeLimit(.minutes(1)),
           arguments: Backend.all)
