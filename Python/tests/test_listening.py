@@ -215,6 +215,31 @@ class PIDNamespaceTests(ScratchTestCase):
         self.assertEqual(struct.unpack_from("<Q", data, 16)[0], followed, f"lstat gives {link}")
 
 
+class TemporaryNameTests(ScratchTestCase):
+    """§12.3 Q4: a compactor reads the pid of both temporary names, ``.<pid>-<hex>`` and
+    ``.durable-<name>.<pid>-<hex>`` (dots and dashes in the name), and removes an unlocked
+    one only when that process is gone."""
+
+    def test_a_compaction_keeps_the_temporary_names_of_live_processes(self) -> None:
+        import subprocess
+        from wormhole import claims
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message(1, "chat")
+        finished = subprocess.Popen(["/bin/true"])
+        finished.wait()
+        alive, dead = os.getpid(), finished.pid
+        directory = claims.open_claims_directory(wormhole.container, "chat", create=True)
+        self.addCleanup(os.close, directory)
+        names = {f".{alive}-1f": True, f".durable-a-b.c.{alive}-1f": True,
+                 f".{dead}-1f": False, f".durable-a-b.c.{dead}-1f": False}
+        for name in names:
+            os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=directory))
+        claims.lowest_live_claim(wormhole.container, "chat", 0)
+        left = set(os.listdir(directory))
+        self.assertEqual({name for name in names if name in left}, {name for name, kept in names.items() if kept})
+
+
 class DurableTests(ScratchTestCase):
     CHILD = ("import sys, wormhole\n"
              "w = wormhole.Wormhole(directory=sys.argv[1])\n"

@@ -116,8 +116,11 @@ def for_each_claim_file(container: ContainerDirectory, identifier: str,
 
 
 def _process_may_be_alive(pid_text: str) -> bool:
+    """§12.3 Q4: ``pid_text`` is a temporary name without its leading ``.``: ``<pid>-<hex>``
+    (a claim) or ``durable-<name>.<pid>-<hex>`` (a durable position): the pid is the
+    decimal number between the last ``.`` (or the start) and the ``-`` that follows it."""
     try:
-        pid = int(pid_text.split("-", 1)[0].split(".")[-1])
+        pid = int(pid_text.rsplit(".", 1)[-1].split("-", 1)[0])
     except ValueError:
         return False
     if pid <= 0:

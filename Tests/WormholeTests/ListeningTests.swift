@@ -49,6 +49,22 @@ struct ListeningTests {
         #expect(Syscalls.pidNamespace == UInt64(followed.st_ino))
     }
 
+    @Test("a compactor reads the pid of both temporary names, .<pid>-<hex> and .durable-<name>.<pid>-<hex>, with dots and dashes in the name (§12.3 Q4)",
+          .timeLimit(.minutes(1)))
+    func temporaryNamesCarryTheirPID() async throws {
+        let finished = Process()
+        finished.executableURL = URL(fileURLWithPath: "/bin/true")
+        try finished.run()
+        finished.waitUntilExit()
+        let alive = getpid(), dead = finished.processIdentifier
+        #expect(ListenerCursor.processMayBeAlive("\(alive)-1f"[...]))
+        #expect(ListenerCursor.processMayBeAlive("durable-w\(alive).\(alive)-1f"[...]))
+        #expect(ListenerCursor.processMayBeAlive("durable-a-b.c.\(alive)-1f"[...]))
+        #expect(!ListenerCursor.processMayBeAlive("durable-a-b.c.\(dead)-1f"[...]))
+        #expect(!ListenerCursor.processMayBeAlive("\(dead)-1f"[...]))
+        #expect(!ListenerCursor.processMayBeAlive("durable-w"[...]))
+    }
+
     @Test("large messages reach a listener once each, in order, across compactions that keep delivered ones",
           .timeLimit(.minutes(1)),
           arguments: Backend.all)
