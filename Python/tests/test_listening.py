@@ -221,6 +221,78 @@ class GapReasonTests(ScratchTestCase):
                       str(gap))
 
 
+class CaughtUpClaimTests(ScratchTestCase):
+    """§12.2: a listener that caught up writes its exact position at once (at most once
+    per idle interval), so that ``listeners()`` and ``status`` show it 0 behind, not as far
+    behind as the batch step (R/4 = 250 by default)."""
+
+    def test_a_caught_up_listener_shows_its_exact_position(self) -> None:
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message(0, "chat")
+        received = Collector()
+        token = wormhole.listen_for_message("chat", received.append)
+        self.addCleanup(token.cancel)
+        # One at a time, each received before the next is passed: twenty reads of the
+        # same log, each far less than the step past the last claim written.
+        for index in range(1, 21):
+            wormhole.pass_message(index, "chat")
+            self.assertEqual(received.wait_for(index), list(range(1, index + 1)))
+
+        def exact() -> bool:
+            statuses = wormhole.listeners("chat")
+            return [(s.position, s.behind) for s in statuses] == [(21, 0)]
+        # Within the idle interval's re-read, well before the listener's 5 s safety wake.
+        self.assertTrue(eventually(exact, timeout=4.0), f"{wormhole.listeners('chat')}")
+
+
+class PIDNamespaceTests(ScratchTestCase):
+    """§12.2: a claim names its PID namespace by the inode /proc/self/ns/pid links to
+    (``stat``, following the link), not by the link's own inode (``lstat``)."""
+
+    def test_a_claim_names_the_namespace_by_stat_not_lstat(self) -> None:
+        import struct
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message(1, "chat")
+        token = wormhole.listen_for_message("chat", lambda _: None)
+        self.addCleanup(token.cancel)
+        followed, link = os.stat("/proc/self/ns/pid").st_ino, os.lstat("/proc/self/ns/pid").st_ino
+        self.assertNotEqual(followed, link)
+        claims = os.path.join(self.directory, ".listeners", "chat")
+        names = [name for name in os.listdir(claims) if not name.startswith(".")]
+        self.assertEqual(len(names), 1)
+        with open(os.path.join(claims, names[0]), "rb") as claim:
+            data = claim.read()
+        self.assertEqual(len(data), 24)
+        self.assertEqual(struct.unpack_from("<Q", data, 16)[0], followed, f"lstat gives {link}")
+
+
+class TemporaryNameTests(ScratchTestCase):
+    """§12.3 Q4: a compactor reads the pid of both temporary names, ``.<pid>-<hex>`` and
+    ``.durable-<name>.<pid>-<hex>`` (dots and dashes in the name), and removes an unlocked
+    one only when that process is gone."""
+
+    def test_a_compaction_keeps_the_temporary_names_of_live_processes(self) -> None:
+        import subprocess
+        from wormhole import claims
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        wormhole.pass_message(1, "chat")
+        finished = subprocess.Popen(["/bin/true"])
+        finished.wait()
+        alive, dead = os.getpid(), finished.pid
+        directory = claims.open_claims_directory(wormhole.container, "chat", create=True)
+        self.addCleanup(os.close, directory)
+        names = {f".{alive}-1f": True, f".durable-a-b.c.{alive}-1f": True,
+                 f".{dead}-1f": False, f".durable-a-b.c.{dead}-1f": False}
+        for name in names:
+            os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=directory))
+        claims.lowest_live_claim(wormhole.container, "chat", 0)
+        left = set(os.listdir(directory))
+        self.assertEqual({name for name in names if name in left}, {name for name, kept in names.items() if kept})
+
+
 class DurableTests(ScratchTestCase):
     CHILD = ("import sys, wormhole\n"
              "w = wormhole.Wormhole(directory=sys.argv[1])\n"

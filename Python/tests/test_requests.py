@@ -31,6 +31,29 @@ time.sleep(120)
 """
 
 
+class ResponderStartTests(WormholeTestCase):
+    """§19: a new ``responders`` queue starts at the retained history: a request passed
+    before any responder ran is answered; a role 0 message is acknowledged unanswered."""
+
+    def test_a_new_responder_answers_earlier_requests_and_skips_plain_messages(self) -> None:
+        from wormhole.reader import log_summary
+        self.wormhole.pass_message("plain", "svc")
+        answers: list = []
+        requester = threading.Thread(target=lambda: answers.append(self.wormhole.request("early", "svc", timeout=20)))
+        requester.start()
+        self.assertTrue(eventually(lambda: (log_summary(self.wormhole.container, "svc") or (0, 0))[1] >= 2))
+        seen = Collector()
+
+        def answer(message):
+            seen.append(message)
+            return f"re: {message}"
+        token = self.wormhole.respond("svc", answer)
+        self.addCleanup(token.cancel)
+        requester.join(30)
+        self.assertEqual(answers, ["re: early"])
+        self.assertEqual(seen.items, ["early"], "the plain message is not run as a request")
+
+
 class RequestTests(WormholeTestCase):
     def respond(self, callback, **arguments):
         member = self.wormhole.respond("svc", callback, **arguments)

@@ -35,6 +35,21 @@ time.sleep(120)
 """
 
 
+class QueueClaimTests(unittest.TestCase):
+    """§18.4: a state whose logID is 0 claims ``taken`` (or an entry's sequence − 1) on any
+    log, as a durable position of logID 0 does; a state of another log claims 0."""
+
+    def test_a_state_of_log_id_zero_claims_on_any_log(self) -> None:
+        from wormhole.queues import Entry, WorkQueueState
+        state = WorkQueueState(taken=5)
+        self.assertEqual(state.lowest_unhandled(123), 5)
+        state.entries.append(Entry(3, 0, 1, 0))
+        self.assertEqual(state.lowest_unhandled(123), 2)
+        state.log_id = 7
+        self.assertEqual(state.lowest_unhandled(123), 0)
+        self.assertEqual(state.lowest_unhandled(7), 2)
+
+
 class WorkQueueTests(WormholeTestCase):
     def member(self, handler, name: str = "workers", **options) -> object:
         errors = options.pop("errors", None)

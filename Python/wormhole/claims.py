@@ -9,6 +9,7 @@ import fcntl
 import os
 import stat
 import struct
+import time
 from typing import Callable, List, Optional, Tuple
 
 from . import identifiers
@@ -17,6 +18,8 @@ from .errors import WormholeError
 from .format import crc32, pwrite_all, random_u64
 
 CLAIMS = ".listeners"
+# §12.2: at most one write of a caught-up claim per this many seconds (as in Swift).
+IDLE_INTERVAL = 0.05
 DURABLE_PREFIX = "durable-"
 DURABLE_SIZE = 36
 DURABLE_LEGACY_SIZE = 24
@@ -113,8 +116,11 @@ def for_each_claim_file(container: ContainerDirectory, identifier: str,
 
 
 def _process_may_be_alive(pid_text: str) -> bool:
+    """§12.3 Q4: ``pid_text`` is a temporary name without its leading ``.``: ``<pid>-<hex>``
+    (a claim) or ``durable-<name>.<pid>-<hex>`` (a durable position): the pid is the
+    decimal number between the last ``.`` (or the start) and the ``-`` that follows it."""
     try:
-        pid = int(pid_text.split("-", 1)[0].split(".")[-1])
+        pid = int(pid_text.rsplit(".", 1)[-1].split("-", 1)[0])
     except ValueError:
         return False
     if pid <= 0:
@@ -225,6 +231,7 @@ class Claim:
             raise
         self.written = 0
         self.written_log = 0
+        self.written_at = 0.0
         self.namespace = pid_namespace()
 
     def update(self, delivered: int, log_id: int, force: bool = False) -> None:
@@ -237,6 +244,18 @@ class Claim:
             except OSError:
                 return      # a lagging claim only makes compaction keep more
             self.written, self.written_log = delivered, log_id
+            self.written_at = time.monotonic()
+
+    def caught_up(self, delivered: int, log_id: int) -> bool:
+        """§12.2: the reader caught up at ``delivered``: the claim is written at once unless
+        it was written less than ``IDLE_INTERVAL`` ago, so that ``status`` shows an idle
+        listener's exact position without a write at every wake-up of a busy one. Returns
+        whether the claim still lags: the owner then reads again after the interval."""
+        if self.fd is None or (delivered == self.written and log_id == self.written_log):
+            return False
+        if time.monotonic() - self.written_at >= IDLE_INTERVAL:
+            self.update(delivered, log_id, force=True)
+        return delivered != self.written or log_id != self.written_log
 
     def close(self) -> None:
         if self.fd is not None:
@@ -258,6 +277,9 @@ class NoClaim:
 
     def update(self, delivered: int, log_id: int, force: bool = False) -> None:
         pass
+
+    def caught_up(self, delivered: int, log_id: int) -> bool:
+        return False
 
     def close(self) -> None:
         pass

@@ -484,8 +484,9 @@ class ListenerToken(LogSubscription):
                 if getattr(cursor, "more", False):
                     continue
                 # The wake-up is inotify (the container's watch and its parent's); the
-                # timeout is a safety net only.
-                self._wake.wait(self.SAFETY_WAKE)
+                # timeout is a safety net only, or the idle interval when the claim
+                # still lags the position read (§12.2).
+                self._wake.wait(claims.IDLE_INTERVAL if cursor.unpublished else self.SAFETY_WAKE)
                 self._wake.clear()
         finally:
             self._watch.close()

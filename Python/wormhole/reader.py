@@ -192,6 +192,8 @@ class Cursor:
         self.checked_offset = -1
         self.sees_cleared = False
         self.deferred: Optional[WormholeError] = None
+        self.more = False
+        self.unpublished = False
         self.durable = durable
         # A queue's reader counts expired messages itself (§18.3): it reads them.
         self.drops_expired = True
@@ -286,6 +288,10 @@ class Cursor:
             else:
                 results.append(failure)
         self.claim.update(self.delivered, self.log_id or 0)                          # R4
+        # Caught up (nothing more to read without a wake-up): the exact position is
+        # written now, at most once per idle interval (§12.2); ``unpublished`` says it
+        # still lags, and the owner reads again after the interval.
+        self.unpublished = not self.more and self.claim.caught_up(self.delivered, self.log_id or 0)
         return without_expired(results, self.identifier, self.path) if self.drops_expired else results
 
     def _read(self, results: List[Item], one_log: bool) -> None:
@@ -380,8 +386,11 @@ class Cursor:
                 self.delivered = header.base_sequence
         else:
             if header is not None and header.log_id == self.log_id:
-                what = (f"cut by another program ({size} bytes where this listener had read {self.offset}); it goes "
-                        f"on after message {self.delivered}, and is told of any message it had not read that is gone")
+                # Shorter than what was read: cut; as long or longer (bytes that are no
+                # record appended, or written over what was read): rewritten.
+                what = (f"{'cut' if size < self.offset else 'rewritten'} by another program ({size} bytes where this "
+                        f"listener had read {self.offset}); it goes on after message {self.delivered}, and is told of "
+                        f"any message it had not read that is gone")
             elif header is not None:
                 what = ("emptied by another program and started again as a new log; messages this listener had not "
                         "read before that are gone, how many is not known")

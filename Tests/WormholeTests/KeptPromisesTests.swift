@@ -147,6 +147,26 @@ struct KeptPromisesTests {
         token.cancel()
     }
 
+    @Test("bytes that are no record appended to a log: its listeners are told it was rewritten, never cut, since it did not get shorter (§11.3 R5)",
+          .timeLimit(.minutes(1)))
+    func appendedGarbageIsReportedAsRewrittenNotCut() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        let received = Collector<WormholeRecord>()
+        let errors = Collector<WormholeError>()
+        let token = try wormhole.listenForRecords(withIdentifier: "app", onError: { errors.append($0) }) { received.append($0) }
+        defer { token.cancel() }
+        for index in 1...3 { try await wormhole.passMessage("m\(index)", identifier: "app") }
+        #expect(await received.wait(for: 3).count == 3)
+        let handle = try #require(FileHandle(forWritingAtPath: directory.file("app.wormhole")))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(repeating: 0xAB, count: 16))
+        try handle.close()
+        #expect(await eventually { errors.all.contains { $0.code == .logChangedOutsideWormhole } }, "the listener noticed")
+        let text = errors.all.map { "\($0)" }.joined(separator: "\n")
+        #expect(text.contains("rewritten by another program") && !text.contains("cut by"), "\(text)")
+    }
+
     @Test("a log emptied under a long-lived writer (copytruncate): the writer writes its header again and numbers on; listeners are told, lose nothing they had read, and others read the log",
           .timeLimit(.minutes(1)))
     func logEmptiedUnderALongLivedWriter() async throws {

@@ -5,6 +5,66 @@ import Testing
 /// Listeners: several per identifier, queues, starting points, async sequences, stalls.
 @Suite("Listening")
 struct ListeningTests {
+    @Test("a caught-up listener writes its exact position (§12.2): listeners() shows it 0 behind, not the batch step behind",
+          .timeLimit(.minutes(1)))
+    func caughtUpListenerShowsItsExactPosition() async throws {
+        let store = try Backend.file.makeStore()
+        let wormhole = try store.wormhole()
+        try await wormhole.passMessage(0, identifier: "chat")
+        let received = Collector<Int>()
+        let token = try wormhole.listenForMessage(withIdentifier: "chat", as: Int.self) { received.append($0) }
+        defer { token.cancel() }
+        // One at a time, each received before the next is passed: twenty reads of the same
+        // log, each far less than the step (R/4) past the last claim written.
+        for value in 1...20 {
+            try await wormhole.passMessage(value, identifier: "chat")
+            #expect(await received.wait(for: value) == Array(1...value))
+        }
+        var statuses: [WormholeListenerStatus] = []
+        let exact = await eventually(seconds: 4) {
+            statuses = try wormhole.listeners(identifier: "chat")
+            return statuses.map { [$0.position, $0.behind] } == [[21, 0]]
+        }
+        #expect(exact, "position 21, 0 behind: \(statuses)")
+    }
+
+    @Test("a claim's PID namespace is the inode of the namespace /proc/self/ns/pid links to (stat, following the link), not the link's own (lstat) (§12.2)",
+          .timeLimit(.minutes(1)))
+    func claimNamesThePIDNamespaceByStatNotLstat() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try await wormhole.passMessage(1, identifier: "chat")
+        let token = try wormhole.listenForRecords(withIdentifier: "chat") { _ in }
+        defer { token.cancel() }
+        var followed = stat(), link = stat()
+        #expect(stat("/proc/self/ns/pid", &followed) == 0 && lstat("/proc/self/ns/pid", &link) == 0)
+        #expect(followed.st_ino != link.st_ino, "the namespace and the link are different inodes")
+        let claims = directory.file(".listeners/chat")
+        let names = try FileManager.default.contentsOfDirectory(atPath: claims).filter { !$0.hasPrefix(".") }
+        #expect(names.count == 1)
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: claims + "/" + names[0]))
+        #expect(bytes.count == 24)
+        let namespace = bytes.count == 24 ? bytes[16..<24].enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) } : 0
+        #expect(namespace == UInt64(followed.st_ino), "bytes 16-23: \(namespace), stat: \(followed.st_ino), lstat: \(link.st_ino)")
+        #expect(Syscalls.pidNamespace == UInt64(followed.st_ino))
+    }
+
+    @Test("a compactor reads the pid of both temporary names, .<pid>-<hex> and .durable-<name>.<pid>-<hex>, with dots and dashes in the name (§12.3 Q4)",
+          .timeLimit(.minutes(1)))
+    func temporaryNamesCarryTheirPID() async throws {
+        let finished = Process()
+        finished.executableURL = URL(fileURLWithPath: "/bin/true")
+        try finished.run()
+        finished.waitUntilExit()
+        let alive = getpid(), dead = finished.processIdentifier
+        #expect(ListenerCursor.processMayBeAlive("\(alive)-1f"[...]))
+        #expect(ListenerCursor.processMayBeAlive("durable-w\(alive).\(alive)-1f"[...]))
+        #expect(ListenerCursor.processMayBeAlive("durable-a-b.c.\(alive)-1f"[...]))
+        #expect(!ListenerCursor.processMayBeAlive("durable-a-b.c.\(dead)-1f"[...]))
+        #expect(!ListenerCursor.processMayBeAlive("\(dead)-1f"[...]))
+        #expect(!ListenerCursor.processMayBeAlive("durable-w"[...]))
+    }
+
     @Test("large messages reach a listener once each, in order, across compactions that keep delivered ones",
           .timeLimit(.minutes(1)),
           arguments: Backend.all)

@@ -8,6 +8,24 @@ struct RequestReplyTests {
     struct Answer: Codable, Sendable, Equatable { var square: Int; var responder: String }
     struct Refused: Error, CustomStringConvertible { var description: String { "odd numbers are refused" } }
 
+    @Test("a new responders queue starts at the retained history (§19): a request passed before any responder ran is answered; a role 0 message is acknowledged unanswered",
+          .timeLimit(.minutes(1)))
+    func newRespondersStartAtTheHistory() async throws {
+        let store = try Backend.file.makeStore()
+        let wormhole = try store.wormhole()
+        try await wormhole.passMessage(Query(number: 0), identifier: "square")
+        let requester = Task { try await wormhole.request(Query(number: 3), identifier: "square", as: Answer.self, timeout: 20) }
+        #expect(await eventually { try wormhole.summaries().first { $0.identifier == "square" }?.messageCount ?? 0 >= 2 })
+        let calls = Collector<Int>()
+        let responder = try wormhole.respond(toIdentifier: "square", as: Query.self) { query in
+            calls.append(query.number)
+            return Answer(square: query.number * query.number, responder: "late")
+        }
+        defer { responder.cancel() }
+        #expect(try await requester.value == Answer(square: 9, responder: "late"))
+        #expect(calls.all == [3], "the role 0 message is not run as a request")
+    }
+
     @Test("a request is answered once by one of two responders; concurrent requests get their own replies; a thrown error reaches the requester",
           .timeLimit(.minutes(1)), arguments: Backend.all)
     func answeredOnceAndCorrelated(backend: Backend) async throws {

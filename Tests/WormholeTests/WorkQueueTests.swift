@@ -4,6 +4,18 @@ import Testing
 
 @Suite("Work queues")
 struct WorkQueueTests {
+    @Test("a queue state whose logID is 0 claims taken (or an entry's sequence − 1) on any log, as a durable position of logID 0 does; a state of another log claims 0 (§18.4)")
+    func stateOfLogIDZeroClaimsOnAnyLog() {
+        var state = WorkQueueState()
+        state.taken = 5
+        #expect(state.lowestUnhandled(in: 123) == 5)
+        state.entries.append(WorkQueueState.Entry(sequence: 3, member: 0, deliveries: 1, delivered: 0))
+        #expect(state.lowestUnhandled(in: 123) == 2)
+        state.logID = 7
+        #expect(state.lowestUnhandled(in: 123) == 0)
+        #expect(state.lowestUnhandled(in: 7) == 2)
+    }
+
     @Test("each message to exactly one member; acknowledged when the closure returns; status counts them", .timeLimit(.minutes(1)),
           arguments: Backend.all)
     func eachMessageToOneMember(backend: Backend) async throws {

@@ -396,7 +396,9 @@ final class FileLogReader: WormholeTransitingReader {
         }
         let what: String
         if let header, header.logID == logID {
-            what = "cut by another program (\(size) bytes where this listener had read \(offset)); it goes on after message \(delivered), and is told of any message it had not read that is gone"
+            // Shorter than what was read: cut; as long or longer (bytes that are no record
+            // appended, or written over what was read): rewritten.
+            what = "\(size < offset ? "cut" : "rewritten") by another program (\(size) bytes where this listener had read \(offset)); it goes on after message \(delivered), and is told of any message it had not read that is gone"
         } else if header != nil {
             what = "emptied by another program and started again as a new log; messages this listener had not read before that are gone, how many is not known"
         } else {

@@ -283,8 +283,12 @@ final class ListenerCursor {
 
     /// Whether a process whose id starts `name` (`<pid>-<hex>`) may exist in this PID
     /// namespace: a hint for claims of earlier versions only, never proof of death.
-    private static func processMayBeAlive(_ name: Substring) -> Bool {
-        guard let dash = name.firstIndex(of: "-"), let pid = Int32(name[..<dash]), pid > 0 else { return false }
+    /// `name` is a temporary name without its leading `.`: `<pid>-<hex>` (a claim) or
+    /// `durable-<name>.<pid>-<hex>` (a durable position, §12.4 D1): the pid is the decimal
+    /// number between the last `.` (or the start) and the `-` that follows it (§12.3 Q4).
+    static func processMayBeAlive(_ name: Substring) -> Bool {
+        let tail = name.lastIndex(of: ".").map { name[name.index(after: $0)...] } ?? name
+        guard let dash = tail.firstIndex(of: "-"), let pid = Int32(tail[..<dash]), pid > 0 else { return false }
         return kill(pid, 0) == 0 || Glibc.errno != ESRCH
     }
 
