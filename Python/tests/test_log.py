@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import struct
+import threading
 import time
 import unittest
 import zlib
@@ -601,6 +602,35 @@ class ChangedOutsideTests(ScratchTestCase):
         self.assertEqual(wormhole.pass_message(6, "note"), 6)                # W3': not 1 again
         self.assertEqual(received.wait_for(6), [1, 2, 3, 4, 5, 6])
         self.assertEqual(wormhole.message("note"), 6)
+
+    def test_appended_garbage_is_reported_once_as_rewritten_and_listening_goes_on(self) -> None:
+        """§11.3 R5: bytes that are no record, appended, are a rewrite (the file is not
+        shorter), reported once; the listener neither reports it again nor reads for
+        ever, and hears the next message (its writer cuts the garbage, §9.1 W5)."""
+        wormhole = Wormhole(directory=self.directory)
+        self.addCleanup(wormhole.close)
+        received, errors = Collector(), Collector()
+        token = wormhole.listen_for_message("note", received.append, on_error=errors.append)
+        for index in range(1, 4):
+            wormhole.pass_message(f"m{index}", "note")
+        self.assertEqual(received.wait_for(3), ["m1", "m2", "m3"])
+        with open(os.path.join(self.directory, "note.wormhole"), "ab") as handle:
+            handle.write(b"\xab" * 16)
+        self.assertTrue(eventually(lambda: any(e.code == WormholeError.LOG_CHANGED_OUTSIDE_WORMHOLE
+                                                 for e in errors.items)))
+        time.sleep(0.3)       # a listener that read on for ever would report it again meanwhile
+        changed = [str(e) for e in errors.items if e.code == WormholeError.LOG_CHANGED_OUTSIDE_WORMHOLE]
+        self.assertEqual(len(changed), 1, changed[:3])
+        self.assertIn("rewritten by another program", changed[0])
+        self.assertNotIn("cut by", changed[0])
+        other = Wormhole(directory=self.directory)
+        self.addCleanup(other.close)
+        other.pass_message("m4", "note")
+        self.assertEqual(received.wait_for(4), ["m1", "m2", "m3", "m4"])
+        cancelled = threading.Thread(target=token.cancel, daemon=True)
+        cancelled.start()
+        cancelled.join(10)
+        self.assertFalse(cancelled.is_alive(), "cancel() returned")
 
     def test_a_new_writer_finds_the_numbers_listeners_passed_in_a_cut_log(self) -> None:
         wormhole = Wormhole(directory=self.directory, configuration=Configuration(retained_message_count=4))

@@ -405,8 +405,10 @@ class Cursor:
         else:
             self.header = None
         self.claim.update(self.delivered, self.log_id or 0, force=True)
+        # Read again from the first record; ``checked_offset`` stays where the change was
+        # found, so that the walk ending there again (bytes that are no record still
+        # follow) does not find it again, report it again and read again, for ever.
         self.offset = HEADER_SIZE
-        self.checked_offset = self.offset
         self.reported_damage = -1
         return header is not None
 
