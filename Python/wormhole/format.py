@@ -371,6 +371,8 @@ class Walk:
             local = position - base
             length = None
             damage = None
+            # A record that runs past the end of the file: incomplete, or damage (§9.3).
+            past_end = False
             if buffer[local:local + 4] != marker:
                 damage = "no record marker at this offset"
             else:
@@ -384,12 +386,7 @@ class Walk:
                     total = overhead + payload_length
                     trailer = pread(fd, 4, position + total - 4)
                     if len(trailer) < 4:
-                        verdict = past_the_end(payload_length)
-                        if verdict is True:
-                            continue
-                        if verdict is False:
-                            return
-                        damage = verdict
+                        past_end = True
                     elif _U32.unpack(trailer)[0] != payload_length:
                         damage = f"a record of {payload_length} bytes whose trailer does not repeat its length"
                     else:
@@ -411,12 +408,14 @@ class Walk:
                     if not ensure(total):
                         if len(buffer) - (position - base) < 16:
                             return
-                        verdict = past_the_end(payload_length)
-                        if verdict is True:
-                            continue
-                        if verdict is False:
-                            return
-                        damage = verdict
+                        past_end = True
+                if past_end:
+                    verdict = past_the_end(payload_length)
+                    if verdict is True:
+                        continue
+                    if verdict is False:
+                        return
+                    damage = verdict
                 if damage is None:
                     local = position - base
                     record, reason, skippable = parse_record(layout, memoryview(buffer)[local:local + total],
