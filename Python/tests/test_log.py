@@ -529,6 +529,10 @@ class DamagedLengthTests(ScratchTestCase):
         for payload in PAYLOADS[:2]:
             wormhole.pass_message(payload, "log")
         parked.wait_for(2)
+        # Its position is stored once a message is handled, after the callback returns:
+        # cancelled before that, it would get m2 (or m1) again, as the guarantee says.
+        self.assertTrue(eventually(lambda: any(status.durable_name == "parked" and status.position == 2
+                                               for status in wormhole.listeners("log"))))
         token.cancel()
         for payload in PAYLOADS[2:]:
             wormhole.pass_message(payload, "log")

@@ -36,6 +36,9 @@ struct DamagedLengthTests {
         let first = try wormhole.listenForRecords(withIdentifier: "log", durableName: "parked", startingFrom: .history) { parked.append($0) }
         for text in payloads.prefix(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
         await parked.wait(for: 2)
+        // Its position is stored once a message is handled, after the callback returns:
+        // cancelled before that, it would get m2 (or m1) again, as the guarantee says.
+        #expect(await eventually { try wormhole.listeners(identifier: "log").contains { $0.durableName == "parked" && $0.position == 2 } })
         first.cancel()
         for text in payloads.dropFirst(2) { _ = try await wormhole.passMessage(text, identifier: "log") }
         try damageLength(directory.file("log.wormhole"), of: 3, to: 1 << 20)
