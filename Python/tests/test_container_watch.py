@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from support import Collector, ScratchTestCase, eventually, remove_tree
 
@@ -42,6 +43,9 @@ class ContainerWatchTests(ScratchTestCase):
         self.writer(self.directory).pass_message("before", "note")
         self.assertEqual(received.wait_for(1), ["before"])
         remove_tree(self.directory)                   # the listener holds its descriptor
+        # §4: a listener follows the directory at the path but never makes it (a pass does).
+        time.sleep(0.3)
+        self.assertFalse(os.path.exists(self.directory), "the listener made the removed container again")
         self.writer(self.directory).pass_message("after", "note")   # a new container at the path
         self.assertEqual(received.wait_for(2, timeout=10), ["before", "after"])
         claims = self.claims(self.directory)

@@ -216,6 +216,70 @@ class FormatTests(ScratchTestCase):
         crc = next(row for row in rows if len(row) > 4 and row[3] == "crc")
         self.assertEqual(evaluate(crc[0].replace("count", str(WorkQueueState.MAXIMUM_ENTRIES))) + 4, documented)
 
+    def test_the_example_claim_position_and_queue_state_are_the_packages(self) -> None:
+        """§12.2's claim, §12.4's durable position and §18.1's state, as the document shows
+        them, are what the package reads and writes; each field's offset is the bytes
+        before it, and the tables' offsets are the examples'."""
+        from wormhole.claims import DurableValue, read_claim
+        from wormhole.queues import Entry
+
+        def values(marker: str):
+            document = read_document()
+            start = document.index(marker)
+            block = document[document.index("```", start) + 3:]
+            block = block[:block.index("```")]
+            data, named = b"", {}
+            for line in block.strip().splitlines():
+                hex_part, note = line.split("|", 1)
+                words = note.split()
+                field = bytes.fromhex(hex_part)
+                self.assertEqual(int(words[0]), len(data), f"{marker} {words[1]}")
+                if len(words) > 2 and re.fullmatch(r"0x[0-9A-Fa-f]+|[0-9]+", words[2]):
+                    value = int(words[2], 0)
+                    self.assertEqual(int.from_bytes(field, "little"), value, f"{marker} {words[1]}")
+                    named.setdefault(words[1], (int(words[0]), value))
+                data += field
+            return data, {name: value for name, (_, value) in named.items()}, {name: offset for name, (offset, _) in named.items()}
+
+        def table_offsets(heading: str) -> dict:
+            return {row[3]: int(row[0]) for row in table_rows(section(heading)) if len(row) > 4 and row[0].isdigit()}
+
+        data, claim, _ = values("<!-- example-claim -->")
+        path = os.path.join(self.scratch, "claim")
+        with open(path, "wb") as handle:
+            handle.write(data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.assertEqual(read_claim(fd), (claim["delivered"], claim["logID"], claim["pidns"]))
+        finally:
+            os.close(fd)
+
+        data, durable, offsets = values("<!-- example-durable -->")
+        value = DurableValue(durable["position"], durable["logID"], durable["pid"], durable["pidns"])
+        self.assertEqual(value.encode(), data)
+        decoded = DurableValue.decode(data)
+        assert decoded is not None
+        self.assertEqual((decoded.position, decoded.log_id, decoded.pid, decoded.pid_namespace),
+                         (value.position, value.log_id, value.pid, value.pid_namespace))
+        table = table_offsets("### 12.4")
+        for name in ("position", "logID", "pid", "pidns"):
+            self.assertEqual(table[name], offsets[name], f"12.4's table puts {name} at {table[name]}")
+
+        data, queue, offsets = values("<!-- example-queue-state -->")
+        self.assertEqual(data[:4], b"WHQ1")
+        self.assertEqual(queue["count"], 1)
+        state = WorkQueueState(taken=queue["taken"], acknowledged=queue["acknowledged"],
+                               dead_lettered=queue["deadLettered"], expired=queue["expired"], lost=queue["lost"],
+                               log_id=queue["logID"], entries=[Entry(queue["sequence"], queue["member"],
+                                                                     queue["deliveries"], queue["delivered"])])
+        self.assertEqual(state.encode(), data)
+        decoded_state = WorkQueueState.decode(data)
+        assert decoded_state is not None
+        self.assertEqual(decoded_state.key(), state.key())
+        table = table_offsets("### 18.1")
+        for name in ("count", "taken", "acknowledged", "deadLettered", "expired", "lost", "logID"):
+            self.assertEqual(table[name], offsets[name], f"18.1's table puts {name} at {table[name]}")
+
     def test_version_3_records_carry_uid_expiry_correlation_and_role(self) -> None:
         record = Record(7, 123, 99, 2, b'{"a":1}', uid=1000, expires_ns=456, correlation=0xABC, role=2)
         data = b"".join(encode_record(V3, 42, record))

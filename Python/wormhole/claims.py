@@ -142,9 +142,12 @@ def lowest_live_claim(container: ContainerDirectory, identifier: str, log_id: in
 
     def visit(name: str, fd: int, status: os.stat_result, directory: int) -> None:
         if name.startswith(DURABLE_PREFIX):
+            # Q1: kept whether its listener runs or not; a position of another log (the
+            # log was made anew while it was stopped) keeps all of this one, which it
+            # reads from its start (§12.4 D4).
             value = read_durable(fd)
-            if value is not None and value.log_id in (0, log_id):
-                lowest.append(value.position)
+            if value is not None:
+                lowest.append(value.position if value.log_id in (0, log_id) else 0)
             return
         being_created = name.startswith(".")
         try:

@@ -21,8 +21,8 @@ from .coding import iso8601_ns
 from .configuration import Configuration
 from .container import ContainerDirectory
 from .errors import WormholeError
-from .format import Item, Record, crc32, pread, pwrite_all, random_u64
-from .reader import Cursor, StartingPoint, log_summary, read_record
+from .format import LOG_SUFFIX, Header, Item, Record, crc32, find_tail, pread, pwrite_all, random_u64
+from .reader import Cursor, StartingPoint, log_summary, read_record, with_log
 
 __all__ = ["WorkQueueState", "WorkQueueFile", "WorkQueueStatus", "WorkQueueMemberStatus", "Delivery",
            "lowest_unhandled", "statuses"]
@@ -180,7 +180,7 @@ class WorkQueueFile:
             assert members is not None
             self.members = members
             opened.append(members)
-            self._create_state(_starting_sequence(start, container, identifier))
+            self._create_state(*_starting_position(start, container, identifier, configuration))
             try:
                 self.state_fd = os.open(STATE, os.O_RDWR | _OPEN_FLAGS, dir_fd=self.queue_fd)
             except OSError as error:
@@ -219,7 +219,7 @@ class WorkQueueFile:
             return token, fd
         raise WormholeError(WormholeError.SYSTEM_ERROR, f"cannot find a free member name in '{path}'", path=path)
 
-    def _create_state(self, taken: int) -> None:
+    def _create_state(self, taken: int, log_id: int) -> None:
         """§18.1: made whole under a temporary name, then linked; nothing when it exists."""
         try:
             os.close(os.open(STATE, os.O_RDONLY | _OPEN_FLAGS, dir_fd=self.queue_fd))
@@ -233,7 +233,7 @@ class WorkQueueFile:
             raise WormholeError.system("create the work queue state", error, self.state_path) from None
         try:
             try:
-                pwrite_all(fd, WorkQueueState(taken=taken).encode(), 0)
+                pwrite_all(fd, WorkQueueState(taken=taken, log_id=log_id).encode(), 0)
             except OSError as error:
                 if error.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise WormholeError(WormholeError.SYSTEM_ERROR,
@@ -316,7 +316,7 @@ class WorkQueueFile:
                         and entry.sequence in self.dead_letter_failures):
                     unmoved.add(entry.sequence)
                     continue
-                record = read_record(self.container, self.identifier, entry.sequence, self.configuration)
+                record = read_record(self.container, self.identifier, entry.sequence, self.configuration, state.log_id)
                 if record is None:
                     state.entries.remove(entry)
                     state.lost += 1
@@ -357,7 +357,7 @@ class WorkQueueFile:
                 return None
             self.reported_full = False
             while True:                                                                            # T3
-                item, log_id = self._next(state.taken)
+                item, log_id = self._next(state.taken, state.log_id)
                 if item is None:
                     return None
                 if not isinstance(item, Record):
@@ -407,7 +407,7 @@ class WorkQueueFile:
                     if entry.deliveries < maximum_deliveries:
                         entry.member = 0
                         return
-                    record = read_record(self.container, self.identifier, sequence, self.configuration)
+                    record = read_record(self.container, self.identifier, sequence, self.configuration, state.log_id)
                     if record is not None:
                         try:
                             self._dead_letter(record, entry.deliveries, dead_letters, reason)
@@ -499,13 +499,14 @@ class WorkQueueFile:
             except ValueError:
                 continue
 
-    def _next(self, taken: int) -> Tuple[Optional[Item], Optional[int]]:
-        """The next record (or problem) of the log after ``taken``, one at a time, with
-        the logID it belongs to; (None, None) when there is none yet."""
+    def _next(self, taken: int, log_id: int) -> Tuple[Optional[Item], Optional[int]]:
+        """The next record (or problem) of the log after ``taken`` (of the log ``log_id``),
+        one at a time, with the logID it belongs to; (None, None) when there is none yet."""
         if self.reader is None:
-            # No listener claim: the queue's state is the member's claim (§18.4).
+            # No listener claim: the queue's state is the member's claim (§18.4), which kept
+            # what a clear hid after ``taken`` (T3).
             self.reader = Cursor(self.container, self.identifier, StartingPoint.after(taken), self.configuration,
-                                 claiming=False)
+                                 claiming=False, position_log_id=log_id)
             self.reader.drops_expired = False
         while not self.buffered:
             items = self.reader.read(one_log=True)
@@ -555,17 +556,27 @@ class WorkQueueFile:
                              f"message{'' if count == 1 else 's'}: {reason}", missed_message_count=count)
 
 
-def _starting_sequence(start: StartingPoint, container: ContainerDirectory, identifier: str) -> int:
-    """Where a new queue starts: before the retained messages for "history", after the
-    last one for "now"."""
-    if start.kind == "history":
-        return 0
-    if start.kind == "after":
-        return start.sequence
-    summary = log_summary(container, identifier)
-    if start.kind == "now":
-        return summary[1] if summary else 0
-    return max(0, (summary[1] if summary else 1) - 1)
+def _starting_position(start: StartingPoint, container: ContainerDirectory, identifier: str,
+                       configuration: Configuration) -> Tuple[int, int]:
+    """Where a new queue starts (§18.1): ``taken`` and the log it belongs to. A new queue
+    is a reader that starts now: what was cleared before is not its to handle (§10.3),
+    so its start is never below the log's clearedThrough. Once made, its claim keeps what
+    it has not handled, and a later clear does not withdraw it."""
+    def position(fd: int, status: os.stat_result, header: Header) -> Tuple[int, int]:
+        cleared = header.cleared_through
+        if start.kind == "history":
+            return cleared, header.log_id
+        if start.kind == "after":
+            return max(start.sequence, cleared), header.log_id
+        last = find_tail(fd, status.st_size, header, configuration.maximum_message_size,
+                         container.file_path(identifier + LOG_SUFFIX), identifier).last_sequence
+        if start.kind == "latest" and last > cleared:
+            return last - 1, header.log_id
+        return max(last, cleared), header.log_id
+    found = with_log(container, identifier, position)
+    if found is not None:
+        return found
+    return (start.sequence if start.kind == "after" else 0), 0
 
 
 def open_directories(container: ContainerDirectory, components: List[str]) -> int:

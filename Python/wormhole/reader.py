@@ -31,7 +31,7 @@ def open_log(container: ContainerDirectory, identifier: str) -> Optional[Tuple[i
     return fd, status, header
 
 
-def _with_log(container: ContainerDirectory, identifier: str,
+def with_log(container: ContainerDirectory, identifier: str,
               body: Callable[[int, os.stat_result, Header], T]) -> Optional[T]:
     """``body(fd, stat, header)`` on the open log, or None when there is no log (or an
     empty one)."""
@@ -65,24 +65,31 @@ def read_latest(container: ContainerDirectory, identifier: str, configuration: C
             return None
         return tail.last_record
 
-    return _with_log(container, identifier, latest)
+    return with_log(container, identifier, latest)
 
 
 def log_summary(container: ContainerDirectory, identifier: str) -> Optional[Tuple[int, int]]:
     """(logID, last sequence number) of the log of ``identifier``, or None when there is
     no log (or an empty one)."""
-    return _with_log(container, identifier, lambda fd, status, header: (
+    return with_log(container, identifier, lambda fd, status, header: (
         header.log_id, find_tail(fd, status.st_size, header, MAXIMUM_PAYLOAD).last_sequence))
 
 
 def read_record(container: ContainerDirectory, identifier: str, sequence: int,
-                configuration: Configuration = DEFAULT) -> Optional[Record]:
-    """The record ``sequence`` of the log, when it is still there (not cleared, not
-    compacted away, not damaged), expired or not (a work queue counts expired ones)."""
-    for item in read_all(container, identifier, configuration, expired=True):
-        if isinstance(item, Record) and item.sequence >= sequence:
-            return item if item.sequence == sequence else None
-    return None
+                configuration: Configuration = DEFAULT, log_id: int = 0) -> Optional[Record]:
+    """The record ``sequence`` of the log, when it is still there (not compacted away, not
+    damaged), cleared or not and expired or not: a work queue's claim kept it, and the
+    queue counts expired ones (§18.3 T2). With ``log_id``, only in that log (in a log
+    made anew the same number is another message)."""
+    def find(fd: int, status: os.stat_result, header: Header) -> Optional[Record]:
+        if log_id not in (0, header.log_id):
+            return None
+        for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
+                         container.file_path(identifier + LOG_SUFFIX), identifier):
+            if isinstance(item, Record) and item.sequence >= sequence:
+                return item if item.sequence == sequence else None
+        return None
+    return with_log(container, identifier, find)
 
 
 def read_all(container: ContainerDirectory, identifier: str, configuration: Configuration = DEFAULT,
@@ -91,7 +98,7 @@ def read_all(container: ContainerDirectory, identifier: str, configuration: Conf
     that cannot be read. Records whose expiry has passed are left out (§8.1), unless
     ``expired``."""
     now = time.time_ns()
-    return _with_log(container, identifier, lambda fd, status, header: [
+    return with_log(container, identifier, lambda fd, status, header: [
         item for item in Walk(fd, HEADER_SIZE, header, configuration.maximum_message_size,
                               container.file_path(identifier + LOG_SUFFIX), identifier)
         if not (isinstance(item, Record) and (item.sequence <= header.cleared_through
@@ -174,7 +181,12 @@ class Cursor:
 
     def __init__(self, container: ContainerDirectory, identifier: str, start: StartingPoint = StartingPoint("now"),
                  configuration: Configuration = DEFAULT, durable: Optional[claims.DurablePosition] = None,
-                 claiming: bool = True) -> None:
+                 claiming: bool = True, position_log_id: Optional[int] = None) -> None:
+        """``position_log_id``: for a position kept elsewhere (a work queue's state,
+        §18.4), with ``start`` after its sequence number: the log that number belongs to
+        (0: none yet). Such a position claims what follows it, so it is not raised to what
+        a clear hid; in another log (made anew) it starts at that log's first message, as
+        the queue's claim of another log kept everything."""
         self.container = container
         self.identifier = identifier
         self.name = identifier + LOG_SUFFIX
@@ -191,6 +203,7 @@ class Cursor:
         self.reported_damage = -1
         self.checked_offset = -1
         self.sees_cleared = False
+        self.position_log_id = position_log_id
         self.deferred: Optional[WormholeError] = None
         self.more = False
         self.unpublished = False
@@ -215,28 +228,32 @@ class Cursor:
     def _look(self, start: StartingPoint) -> None:
         stored = self.durable.stored if self.durable is not None else None
         opened = open_log(self.container, self.identifier)                              # S3
-        if opened is None:
-            if stored is None and start.kind == "after":
-                self.delivered = start.sequence
-            elif stored is not None:
-                self.delivered, self.sees_cleared = stored.position, True
-            self._store_durable()
-            return
-        self.fd, status, self.header = opened
-        self.inode = (status.st_dev, status.st_ino)
+        if opened is not None:
+            self.fd, status, self.header = opened
+            self.inode = (status.st_dev, status.st_ino)
         header = self.header
         if header is None:
+            # No log, or one whose header is being written: its first record is new. A
+            # position of a log that is gone counts for nothing in the one made next.
             if stored is not None:
-                self.delivered, self.sees_cleared = stored.position, True
+                self.delivered, self.sees_cleared = (0 if stored.log_id else stored.position), True
+            elif self.position_log_id is not None:
+                self.delivered, self.sees_cleared = (0 if self.position_log_id else start.sequence), True
             elif start.kind == "after":
                 self.delivered = start.sequence
             self._store_durable()
             return
         self.log_id = header.log_id
         if stored is not None:
-            # D4: a resumed name: after its position in the same log, from the start of a new one.
+            # D4: a resumed name: after its position in the same log (or a position of no
+            # log yet), from the start of a new one; cleared messages included, as its
+            # claim kept them (§12.3 Q1: 0, everything, in another log).
             self.delivered = stored.position if stored.log_id in (0, header.log_id) else 0
             self.sees_cleared = True
+        elif self.position_log_id is not None:
+            # A work queue's state (T2, T3): its claim kept what a clear hid.
+            same = self.position_log_id in (0, header.log_id)
+            self.delivered, self.sees_cleared = (start.sequence if same else 0), True
         else:
             kind = start.kind
             if kind in ("now", "latest", "history"):
@@ -418,7 +435,8 @@ class Cursor:
         at a later wake-up): numbering of a log deleted and made again starts at 1 too."""
         if self.log_id is not None and header.log_id != self.log_id:
             self.delivered = 0
-            self.sees_cleared = False
+            # A work queue's state of another log claimed all of the new one (§18.4).
+            self.sees_cleared = self.position_log_id is not None
         self.log_id = header.log_id
 
     def _claim_again_if_replaced(self) -> None:

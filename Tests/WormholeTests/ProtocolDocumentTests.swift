@@ -310,3 +310,93 @@ extension ProtocolDocumentTests {
         #expect(sequences == Array(kept...keptLast) + [last + 1])
     }
 }
+
+// MARK: - §12.2, §12.4, §18.1: a claim, a durable position and a work queue's state
+
+extension ProtocolDocumentTests {
+    /// The hex block after `marker`, field by field, with the value its note gives (the
+    /// word after the field's name: decimal or `0x` hexadecimal; `nil` for other words).
+    static func documentedValues(after marker: String) throws -> [(offset: Int, name: String, bytes: [UInt8], value: UInt64?)] {
+        let document = try document()
+        let afterMarker = try #require(document.range(of: marker)).upperBound
+        let open = try #require(document.range(of: "```", range: afterMarker..<document.endIndex)).upperBound
+        let close = try #require(document.range(of: "```", range: open..<document.endIndex)).lowerBound
+        return try document[open..<close].split(separator: "\n").map { line in
+            let parts = line.split(separator: "|", maxSplits: 1)
+            let bytes = try parts[0].split(separator: " ").map { try #require(UInt8($0, radix: 16)) }
+            let words = parts.count > 1 ? parts[1].split(separator: " ").map(String.init) : []
+            let value = words.count > 2 ? (words[2].hasPrefix("0x") ? UInt64(words[2].dropFirst(2), radix: 16) : UInt64(words[2])) : nil
+            return (try #require(Int(words.first ?? "")), words.count > 1 ? words[1] : "", bytes, value)
+        }
+    }
+
+    /// The documented fields after `marker` as a name → value table, each field's bytes
+    /// checked against its value (little-endian) and its offset against the bytes before it.
+    static func checkedValues(after marker: String) throws -> (bytes: [UInt8], values: [String: UInt64]) {
+        var all: [UInt8] = []
+        var values: [String: UInt64] = [:]
+        for field in try documentedValues(after: marker) {
+            #expect(field.offset == all.count, "\(marker) \(field.name) at \(field.offset), after \(all.count) bytes")
+            if let value = field.value {
+                #expect(littleEndian(field.bytes) == value, "\(marker) \(field.name): its bytes are not \(value)")
+                values[field.name] = value
+            }
+            all += field.bytes
+        }
+        return (all, values)
+    }
+
+    /// The offsets of the layout table of the section `heading`, by field name.
+    static func layoutOffsets(_ heading: String) throws -> [String: Int] {
+        var offsets: [String: Int] = [:]
+        for row in tableRows(try section(heading)) where row.count > 4 {
+            if let offset = Int(row[0]) { offsets[row[3]] = offset }
+        }
+        return offsets
+    }
+
+    @Test("§12.2's example claim is what the library reads from a claim file")
+    func exampleClaimIsTheLibrarys() throws {
+        let (bytes, values) = try Self.checkedValues(after: "<!-- example-claim -->")
+        #expect(bytes.count == ListenerCursor.claimSize)
+        let directory = TemporaryDirectory()
+        try Data(bytes).write(to: URL(fileURLWithPath: directory.file("claim")))
+        let container = try ContainerDirectory(path: directory.path, create: false)
+        let (fd, _) = try #require(try container.openFile("claim", .readOnly))
+        defer { try? fd.close() }
+        let claim = ListenerCursor.readClaim(fd)
+        #expect(claim.sequence == values["delivered"] && claim.logID == values["logID"] && claim.pidNamespace == values["pidns"])
+    }
+
+    @Test("§12.4's example durable position is what the library writes, and reads back; its offsets are the table's")
+    func exampleDurablePositionIsTheLibrarys() throws {
+        let (bytes, values) = try Self.checkedValues(after: "<!-- example-durable -->")
+        let value = DurablePosition.Value(position: try #require(values["position"]), logID: try #require(values["logID"]),
+                                          processID: UInt32(try #require(values["pid"])), pidNamespace: try #require(values["pidns"]))
+        #expect(DurablePosition.encode(value) == bytes)
+        #expect(bytes.withUnsafeBytes { DurablePosition.decode($0) } == value)
+        let offsets = try Self.layoutOffsets("### 12.4")
+        for field in try Self.documentedValues(after: "<!-- example-durable -->") where field.name != "crc" {
+            #expect(offsets[field.name] == field.offset, "12.4's table puts \(field.name) at \(String(describing: offsets[field.name]))")
+        }
+    }
+
+    @Test("§18.1's example state is what the library writes, and reads back; its header offsets are the table's")
+    func exampleQueueStateIsTheLibrarys() throws {
+        let (bytes, values) = try Self.checkedValues(after: "<!-- example-queue-state -->")
+        func value(_ name: String) throws -> UInt64 { try #require(values[name], "no \(name) in 18.1's example") }
+        let state = WorkQueueState(
+            taken: try value("taken"), acknowledged: try value("acknowledged"), deadLettered: try value("deadLettered"),
+            expired: try value("expired"), lost: try value("lost"), logID: try value("logID"),
+            entries: [.init(sequence: try value("sequence"), member: try value("member"), deliveries: UInt32(try value("deliveries")),
+                            delivered: Int64(try value("delivered")))])
+        #expect(try value("count") == 1)
+        #expect(Array(bytes.prefix(4)) == Array("WHQ1".utf8))
+        #expect(state.encoded() == bytes)
+        #expect(bytes.withUnsafeBytes { WorkQueueState.decode($0) } == state)
+        let offsets = try Self.layoutOffsets("### 18.1")
+        for field in try Self.documentedValues(after: "<!-- example-queue-state -->") where field.offset < WorkQueueState.headerSize {
+            #expect(offsets[field.name] == field.offset, "18.1's table puts \(field.name) at \(String(describing: offsets[field.name]))")
+        }
+    }
+}
