@@ -216,6 +216,23 @@ class FormatTests(ScratchTestCase):
         crc = next(row for row in rows if len(row) > 4 and row[3] == "crc")
         self.assertEqual(evaluate(crc[0].replace("count", str(WorkQueueState.MAXIMUM_ENTRIES))) + 4, documented)
 
+    def test_the_json_form_snippet_reads_the_documented_example(self) -> None:
+        """§8.2's Python snippet, run as the document gives it, on the object of its
+        examples (the keys' example with the dates' example in it)."""
+        import datetime
+        text = section("#### The JSON form")
+        rows = {row[0].split()[0].strip("`"): code_spans(row[2])[0] for row in table_rows(text)[1:]}
+        date = rows["dates"]
+        payload = rows["object"].replace("...", date).encode()
+        snippet = text[text.index("```python") + len("```python"):]
+        snippet = snippet[:snippet.index("```")]
+        scope: dict = {"payload": payload}
+        exec(snippet, scope)
+        self.assertEqual(scope["value"]["zone"], "kitchen")
+        self.assertEqual(scope["updated"], datetime.datetime.fromisoformat(date.strip('"').replace("Z", "+00:00")))
+        self.assertEqual(scope["updated"].utcoffset(), datetime.timedelta(0))
+        self.assertEqual(list(scope["value"]), sorted(scope["value"]), "keys in order")
+
     def test_the_example_claim_position_and_queue_state_are_the_packages(self) -> None:
         """§12.2's claim, §12.4's durable position and §18.1's state, as the document shows
         them, are what the package reads and writes; each field's offset is the bytes

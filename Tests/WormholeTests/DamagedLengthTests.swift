@@ -81,6 +81,12 @@ struct DamagedLengthTests {
         #expect(report.missedMessageCount == 1 && report.sequence == 3)
         #expect(report.description.contains("1048576 bytes") && report.description.contains("message 3 of 'log'"),
                 "\(report.description)")
+        // Protocol.md §11.4 quotes this report, word for word.
+        let document = try ProtocolDocumentTests.document()
+        let quoted = try #require(try Regex(#"```\n(corrupt record in '<dir>/log\.wormhole'[^\n]*)\n```"#).firstMatch(in: document),
+                                  "§11.4 quotes no such report")
+        let path = try #require(wormhole.directory)
+        #expect(report.message.replacingOccurrences(of: path, with: "<dir>") == String(quoted.output[1].substring ?? ""))
         print("the report: \(report.description)")
 
         let summary = try #require(try await wormhole.summaries().first { $0.identifier == "log" })

@@ -400,3 +400,45 @@ extension ProtocolDocumentTests {
         }
     }
 }
+
+// MARK: - §8.2: the JSON form of Swift values
+
+extension ProtocolDocumentTests {
+    struct Reading: Codable {
+        var zone: String
+        var updated: Date
+        var level: Int
+        var ratio: Double
+        var raw: Data
+    }
+
+    @Test("8.2's examples of the JSON form are what the library writes: sorted keys, ISO 8601 dates to the millisecond, base64 bytes, '/' not escaped")
+    func jsonFormExamplesAreTheLibrarys() throws {
+        let rows = Self.tableRows(try Self.section("#### The JSON form"))
+        func example(_ what: String) throws -> String {
+            let row = try #require(rows.first { $0.first?.hasPrefix(what) == true }, "no row for \(what)")
+            return try #require(Self.codeSpans(row[2]).first)
+        }
+        let date = try example("dates")
+        let text = date.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let instant = try #require(formatter.date(from: text))
+        let bytes = try #require(Data(base64Encoded: try example("bytes").trimmingCharacters(in: CharacterSet(charactersIn: "\""))))
+        let zone = try example("`/` in strings").trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        let number = try #require(Double(try example("numbers")))
+        // A few microseconds more: rounded to the millisecond, as the table says.
+        let value = Reading(zone: zone, updated: instant.addingTimeInterval(0.000_2), level: 7, ratio: number, raw: bytes)
+        let written = String(decoding: try WormholeJSONCoding.standard.encoder.encode(value), as: UTF8.self)
+        // The keys' example, its date being the dates' example: declared in another order.
+        struct Keys: Encodable { var zone: String; var updated: Date; var level: Int }
+        let keys = try example("object keys").replacingOccurrences(of: "...", with: date)
+        let zoneOnly = try #require(try Regex(#""zone":"([^"]*)""#).firstMatch(in: keys)?.output[1].substring.map(String.init))
+        let sorted = try WormholeJSONCoding.standard.encoder.encode(Keys(zone: zoneOnly, updated: instant, level: 7))
+        #expect(String(decoding: sorted, as: UTF8.self) == keys)
+        for expected in [date, try example("bytes"), "\"\(zone)\"", try example("numbers")] {
+            #expect(written.contains(expected), "\(written) holds no \(expected)")
+        }
+        #expect(written == #"{"level":7,"ratio":\#(try example("numbers")),"raw":\#(try example("bytes")),"updated":\#(date),"zone":"\#(zone)"}"#)
+    }
+}
