@@ -93,13 +93,55 @@ struct ActivationTests {
         #expect(!FileManager.default.fileExists(atPath: refused))
     }
 
+    @Test("a system unit for a shared group runs as the given user with the group's Unix group; a group that is not shared is refused with another user",
+          .enabled(if: hasAnalyzer && geteuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd"),
+                   "needs systemd-analyze, root and useradd"))
+    func systemUnitForASharedGroup() async throws {
+        let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        let (unixGroup, user, group) = ("wha\(suffix)", "whasvc\(suffix)", "group.test.activation-\(suffix)")
+        let sandbox = Sandbox()
+        defer {
+            _ = try? SharedGroupTests.Deployment.system([Products.path("wormhole"), "share", group, "--revoke"])
+            _ = try? SharedGroupTests.Deployment.system(["/usr/sbin/userdel", user])
+            _ = try? SharedGroupTests.Deployment.system(["/usr/sbin/groupdel", unixGroup])
+        }
+        #expect(try SharedGroupTests.Deployment.system(["/usr/sbin/groupadd", unixGroup]) == 0)
+        #expect(try SharedGroupTests.Deployment.system(["/usr/sbin/useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                                                        "--groups", unixGroup, user]) == 0)
+        // Without the sandbox's override: a shared group's container is /run/wormhole/app-groups/<group>.
+        var environment = sandbox.environment
+        environment.removeValue(forKey: "WORMHOLE_APP_GROUPS_DIRECTORY")
+        func run(_ arguments: [String]) async throws -> CommandResult {
+            try await RunningCommand("wormhole", arguments, environment: environment, input: nil, in: sandbox.root).finish()
+        }
+        let shared = try await run(["share", group, "--unix-group", unixGroup])
+        #expect(shared.status == 0, "\(shared.stderr)")
+        let units = sandbox.root.file("units")
+        let written = try await run(["activation", "--system", "--run-as", user, "--group", group, "jobs", "--output", units, "--",
+                                     Products.path("wormhole"), "listen", "--queue", "workers", "--exit-when-idle", "60", "jobs"])
+        #expect(written.status == 0, "\(written.stderr)")
+        let service = try String(contentsOfFile: units + "/wormhole-jobs.service", encoding: .utf8)
+        #expect(service.contains("\nUser=\(user)\nGroup=\(unixGroup)\n"), "\(service)")
+        #expect(service.contains("\nEnvironment=\"WORMHOLE_GROUP=\(group)\"\n") && !service.contains("WORMHOLE_APP_GROUPS_DIRECTORY"), "\(service)")
+        let path = try String(contentsOfFile: units + "/wormhole-jobs.path", encoding: .utf8)
+        #expect(path.contains("\nPathModified=/run/wormhole/app-groups/\(group)/jobs.wormhole\n"), "\(path)")
+        let verify = try await sandbox.run(["verify", units + "/wormhole-jobs.path", units + "/wormhole-jobs.service"], product: Self.analyzer)
+        #expect(verify.status == 0 && verify.stderr.isEmpty && verify.output.isEmpty, "\(verify.output)\(verify.stderr)")
+
+        // A group that is not shared: the user would find a container of its own.
+        let refused = try await run(["activation", "--system", "--run-as", user, "--group", "group.test.not-shared-\(suffix)", "jobs",
+                                     "--output", sandbox.root.file("refused"), "--", "/bin/true"])
+        #expect(refused.status == 64 && refused.stderr.contains("depends on the user") && refused.stderr.contains("wormhole share"), "\(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: sandbox.root.file("refused")))
+    }
+
     // MARK: - Started on demand
 
     @Test("a durable listener started by a message gets what was passed while nothing ran, in order, exits 0 when idle, and resumes after it next time")
     func drainThenExit() async throws {
         let sandbox = Sandbox()
         let unit = try await UnitCommand.written(by: sandbox, identifier: "jobs",
-                                                 command: ["listen", "--durable", "worker", "--history", "--exit-when-idle", "1", "jobs"])
+                                                 command: ["listen", "--durable", "worker", "--history", "--exit-when-idle", "3", "jobs"])
         let standIn = try PathUnitStandIn(unit: unit, sandbox: sandbox)
         defer { standIn.stop() }
         // The log does not exist yet: the first message creates it, and that starts the service.
@@ -126,7 +168,7 @@ struct ActivationTests {
     func requestStartsTheResponder() async throws {
         let sandbox = Sandbox()
         let unit = try await UnitCommand.written(by: sandbox, identifier: "greet",
-                                                 command: ["respond", "--exit-when-idle", "1", "greet", "--", "tr", "a-z", "A-Z"])
+                                                 command: ["respond", "--exit-when-idle", "3", "greet", "--", "tr", "a-z", "A-Z"])
         let standIn = try PathUnitStandIn(unit: unit, sandbox: sandbox)
         defer { standIn.stop() }
         let reply = try await sandbox.run(["request", "--timeout", "30", "greet", "hello"])
@@ -151,7 +193,7 @@ struct ActivationTests {
         }
         // A work queue member ends when idle too, after the queue's backlog.
         #expect(try await sandbox.run(["send", "jobs", "q1"]).status == 0)
-        let member = try await sandbox.run(["listen", "--queue", "workers", "--exit-when-idle", "0.5", "jobs"])
+        let member = try await sandbox.run(["listen", "--queue", "workers", "--exit-when-idle", "3", "jobs"])
         #expect(member.status == 0 && member.lines == ["q1"], "\(member.status): \(member.stderr)")
     }
 }

@@ -25,17 +25,29 @@ struct IdleWaitTests {
         let wormhole = try store.wormhole()
         let handled = Collector<Int>()
         let lastReturn = Locked(ContinuousClock.now)
+        let handlingTwo = DispatchSemaphore(value: 0)
         let token = try wormhole.listenForMessage(withIdentifier: "jobs", as: Int.self, durableName: "worker", startingFrom: .history,
                                                   queue: DispatchQueue(label: "idle.test")) { value in
             // Message 2 is handled for longer than the idle time asked for.
-            if value == 2 { Thread.sleep(forTimeInterval: 0.6) }
+            if value == 2 {
+                handlingTwo.signal()
+                Thread.sleep(forTimeInterval: 1)
+            }
             handled.append(value)
             lastReturn.withLock { $0 = .now }
         }
-        let returned = await Self.idle(wormhole, for: 0.3)
+        // The wait starts while message 2 is being handled (the idle time counts from the
+        // call: started before the backlog is read, on a loaded machine, it could pass first).
+        await withCheckedContinuation { continuation in
+            Thread {
+                handlingTwo.wait()
+                continuation.resume()
+            }.start()
+        }
+        let returned = await Self.idle(wormhole, for: 0.5)
         #expect(handled.all == [1, 2, 3])
         let quiet = returned - lastReturn.withLock { $0 }
-        #expect(quiet >= .milliseconds(300), "returned \(quiet) after the last handler returned")
+        #expect(quiet >= .milliseconds(500), "returned \(quiet) after the last handler returned")
         token.cancel()
     }
 
@@ -45,13 +57,21 @@ struct IdleWaitTests {
         let store = try backend.makeStore()
         let service = try store.wormhole()
         let answered = Locked<ContinuousClock.Instant?>(nil)
+        let answering = DispatchSemaphore(value: 0)
         let responder = try service.respond(toIdentifier: "slow", as: String.self, queue: DispatchQueue(label: "idle.responder")) { request in
+            answering.signal()
             Thread.sleep(forTimeInterval: 0.5)
             answered.withLock { $0 = .now }
             return request.uppercased()
         }
         let requester = try store.wormhole()
         async let reply = requester.request("hi", identifier: "slow", as: String.self, timeout: 20)
+        await withCheckedContinuation { continuation in
+            Thread {
+                answering.wait()
+                continuation.resume()
+            }.start()
+        }
         let returned = await Self.idle(service, for: 0.2)
         #expect(try await reply == "HI")
         let end = try #require(answered.withLock { $0 }, "returned before the request was answered")

@@ -83,6 +83,8 @@ extension Wormhole {
     /// token.cancel()
     /// ```
     ///
+    /// The time counts from the call when nothing has been handled yet: give seconds, long
+    /// enough for a listener made just before to begin reading what it has to deliver.
     /// It waits on its own thread (not one of Swift concurrency's pool) and is woken only
     /// when a handler returns.
     public func waitUntilIdle(for seconds: Double) {
