@@ -66,9 +66,23 @@ struct Activation: ParsableCommand {
     @Flag(name: .long, help: "Print the units on standard output instead of writing them.")
     var print = false
 
-    @OptionGroup(title: "Container") var container: NotificationContainerOptions
+    @OptionGroup(title: "Container") var directoryOptions: DirectoryOptions
+
+    /// Never listed: parsed only to say why it is refused.
+    @Option(name: .long, help: .private) var postgres: String?
+
+    /// The container options as ``ContainerOptions/Choice`` (no PostgreSQL: a database has
+    /// no file for a path unit to watch).
+    var choice: ContainerOptions.Choice {
+        ContainerOptions.Choice(group: directoryOptions.group, directory: directoryOptions.directory,
+                                optionalDirectory: directoryOptions.optionalDirectory)
+    }
 
     func validate() throws {
+        if postgres != nil {
+            throw ValidationError("activation watches a log file in a container directory, which PostgreSQL does not have; give --group or --directory.")
+        }
+        try choice.validate()
         if user && system {
             throw ValidationError("--user and --system choose which systemd instance runs the units; give only one of them.")
         }
@@ -159,10 +173,10 @@ struct Activation: ParsableCommand {
     func watchedContainer() throws -> (directory: String, environment: [(String, String)], unixGroup: String?) {
         var environment: [(String, String)] = []
         let current = WormholeContainer.currentEnvironment()
-        if let base = current[WormholeContainer.environmentOverride], !base.isEmpty, container.choice.directory == nil {
+        if let base = current[WormholeContainer.environmentOverride], !base.isEmpty, choice.directory == nil {
             environment.append((WormholeContainer.environmentOverride, base))
         }
-        switch try container.choice.location() {
+        switch try choice.location() {
         case .directory(let path):
             let absolute = path.hasPrefix("/") ? path : Self.currentDirectory() + "/" + path
             environment.append((ContainerOptions.directoryVariable, absolute))
@@ -191,7 +205,7 @@ struct Activation: ParsableCommand {
     /// own, not this user's (Protocol.md §4): only a shared group's, or a directory, is
     /// the same for both. A directory is that user's to check; a group is refused here.
     func checkRunAsOwnUser(_ directory: String) throws {
-        guard system, let runAs, case .group(let group, _) = try container.choice.location(),
+        guard system, let runAs, case .group(let group, _) = try choice.location(),
               WormholeContainer.currentEnvironment()[WormholeContainer.environmentOverride] == nil else { return }
         guard let entry = getpwnam(runAs) else {
             throw CommandFailure("--run-as '\(runAs)': no such user", exitCode: WormholeExitCode.usage)

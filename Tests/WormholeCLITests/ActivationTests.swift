@@ -85,6 +85,7 @@ struct ActivationTests {
             (["--directory", "/tmp/x\n[Service]", "jobs"], "control character"),
             (["--group", "g", "bad/identifier"], "identifier"),
             (["--group", "g", "jobs", "--run-as", "root"], "--run-as"),
+            (["--postgres", "postgres://db/x", "jobs"], "activation watches a log file in a container directory, which PostgreSQL does not have"),
         ]
         for (arguments, text) in cases {
             let result = try await sandbox.run(["activation"] + arguments + ["--output", refused, "--", "/bin/true"])
