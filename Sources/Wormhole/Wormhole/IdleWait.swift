@@ -11,6 +11,9 @@ final class HandlingActivity: @unchecked Sendable {
     private var handling = 0
     /// When the last handler returned (``MonotonicCondition/now()``). Guarded likewise.
     private var lastHandled: UInt64 = 0
+    /// How many threads wait in ``waitUntilIdle(for:)``: a handler's return wakes them
+    /// only when there are some. Guarded likewise.
+    private var waiting = 0
 
     /// `handler`, counted: while it runs the wormhole is not idle, and its return starts
     /// the idle time again.
@@ -41,7 +44,7 @@ final class HandlingActivity: @unchecked Sendable {
         condition.lock()
         handling -= 1
         lastHandled = MonotonicCondition.now()
-        condition.broadcast()
+        if waiting > 0 { condition.broadcast() }
         condition.unlock()
     }
 
@@ -51,7 +54,11 @@ final class HandlingActivity: @unchecked Sendable {
         let span = seconds.isFinite ? UInt64(clamping: Int64(max(0, min(seconds, 1e9)) * 1e9)) : UInt64(1e18)
         let start = MonotonicCondition.now()
         condition.lock()
-        defer { condition.unlock() }
+        waiting += 1
+        defer {
+            waiting -= 1
+            condition.unlock()
+        }
         while true {
             if handling > 0 {
                 condition.wait()
