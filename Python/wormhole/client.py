@@ -29,6 +29,44 @@ Start = Union[StartingPoint, str]
 ErrorHandler = Callable[[WormholeError], None]
 
 
+class _HandlingActivity:
+    """When a wormhole's listeners, work queue members and responders last handled a
+    message, and how many are handling one now: what ``Wormhole.wait_until_idle`` waits
+    on (as the Swift library's ``waitUntilIdle(for:)``)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._handling = 0
+        self._last_handled = 0.0
+
+    def counting(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """``handler``, counted: while it runs the wormhole is not idle, and its return
+        starts the idle time again."""
+        def counted(*arguments: Any) -> Any:
+            with self._condition:
+                self._handling += 1
+            try:
+                return handler(*arguments)
+            finally:
+                with self._condition:
+                    self._handling -= 1
+                    self._last_handled = time.monotonic()
+                    self._condition.notify_all()
+        return counted
+
+    def wait_until_idle(self, seconds: float) -> None:
+        start = time.monotonic()
+        with self._condition:
+            while True:
+                if self._handling > 0:
+                    self._condition.wait()
+                    continue
+                remaining = max(start, self._last_handled) + seconds - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._condition.wait(remaining)
+
+
 def _log_error(error: WormholeError) -> None:
     _log.warning("%s", error)
 
@@ -80,6 +118,7 @@ class Wormhole:
         self._writers: Dict[str, Writer] = {}
         self._lock = threading.Lock()
         self._tokens: List[LogSubscription] = []
+        self._activity = _HandlingActivity()
         self._routers: Dict[str, requesting.ReplyRouter] = {}
         self._notifications: Optional[NotificationCenter] = None
 
@@ -226,8 +265,8 @@ class Wormhole:
             return self._join_work_queue(identifier, work_queue, options or WorkQueueOptions(), handler, on_error)
         if options is not None:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION, "options are those of a work queue: give work_queue")
-        token = ListenerToken(self, identifier, callback, StartingPoint.parse(start), durable_name,
-                              on_error or _log_error, records)
+        token = ListenerToken(self, identifier, self._activity.counting(callback), StartingPoint.parse(start),
+                              durable_name, on_error or _log_error, records)
         with self._lock:
             self._tokens.append(token)
         return token
@@ -236,7 +275,8 @@ class Wormhole:
                          on_error: Optional[ErrorHandler]) -> WorkQueueMember:
         """A member of the work queue ``name`` of ``identifier``, the responders' queue
         included (``listen_for_message`` refuses that name to others)."""
-        member = WorkQueueMember(self, identifier, name, options, handler, on_error or _log_error)
+        member = WorkQueueMember(self, identifier, name, options, self._activity.counting(handler),
+                                 on_error or _log_error)
         with self._lock:
             self._tokens.append(member)
         return member
@@ -383,6 +423,16 @@ class Wormhole:
 
         options = WorkQueueOptions(maximum_deliveries=3, start="history")
         return self._join_work_queue(identifier, requesting.RESPONDERS_QUEUE, options, handler, on_error)
+
+    def wait_until_idle(self, seconds: float) -> None:
+        """Blocks until this wormhole has been idle for ``seconds``: none of its
+        listeners, durable listeners, work queue members or responders has handled a
+        message for that long (counted from the later of this call and the last
+        callback's return, on the monotonic clock), and none is handling one. For a
+        service started on demand (a systemd path unit, Activation.md): listen with a
+        durable name, a work queue or ``respond``, wait until idle, cancel, exit; what is
+        passed afterwards is kept for the next run."""
+        self._activity.wait_until_idle(seconds)
 
     def stop_listening_for_message(self, identifier: str) -> None:
         """Cancels this wormhole's listeners of ``identifier``."""

@@ -173,13 +173,13 @@ _wormhole() {
     unset 'unparsed_words[0]'
     unparsed_words=("${unparsed_words[@]}")
     case "${subcommand}" in
-    send|listen|request|respond|read|clear|list|status|forget|doctor|share|top|post|observe|path|help)
+    send|listen|request|respond|read|clear|list|status|forget|doctor|share|top|post|observe|path|activation|help)
         # Offer subcommand argument completions
         "_wormhole_${subcommand}"
         ;;
     *)
         # Offer subcommand completions
-        COMPREPLY+=($(compgen -W 'send listen request respond read clear list status forget doctor share top post observe path help' -- "${cur}"))
+        COMPREPLY+=($(compgen -W 'send listen request respond read clear list status forget doctor share top post observe path activation help' -- "${cur}"))
         ;;
     esac
 }
@@ -218,7 +218,7 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--all --history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identifier-file --count -c --timeout -t --durable --queue --max-deliveries --dead-letters --group --directory --optional-directory)
+    non_repeating_options=(--identifier-file --count -c --timeout -t --durable --queue --max-deliveries --dead-letters --exit-when-idle --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -242,6 +242,9 @@ _wormhole_listen() {
         return
         ;;
     '--dead-letters')
+        return
+        ;;
+    '--exit-when-idle')
         return
         ;;
     '--group')
@@ -290,7 +293,7 @@ _wormhole_respond() {
     repeating_flags=()
     non_repeating_flags=(--verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identifier-file --count -c --group --directory --optional-directory)
+    non_repeating_options=(--identifier-file --count -c --exit-when-idle --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -299,6 +302,9 @@ _wormhole_respond() {
         return
         ;;
     '--count'|'-c')
+        return
+        ;;
+    '--exit-when-idle')
         return
         ;;
     '--group')
@@ -541,6 +547,36 @@ _wormhole_path() {
 
     # Offer option value completions
     case "${prev}" in
+    '--group')
+        return
+        ;;
+    '--directory')
+        return
+        ;;
+    '--optional-directory')
+        return
+        ;;
+    esac
+}
+
+_wormhole_activation() {
+    repeating_flags=()
+    non_repeating_flags=(--user --system --print --version -h --help)
+    repeating_options=()
+    non_repeating_options=(--name --run-as --output -o --group --directory --optional-directory)
+    __wormhole_offer_flags_options -1
+
+    # Offer option value completions
+    case "${prev}" in
+    '--name')
+        return
+        ;;
+    '--run-as')
+        return
+        ;;
+    '--output'|'-o')
+        return
+        ;;
     '--group')
         return
         ;;

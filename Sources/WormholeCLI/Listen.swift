@@ -61,6 +61,11 @@ struct Listen: ParsableCommand {
             --history or --latest say (default: new messages only). One process at a \
             time uses a name. 'wormhole status' shows the names; 'wormhole forget NAME' \
             removes one.
+
+            With --exit-when-idle SECONDS (and --durable or --queue) it exits with \
+            status 0 once no message has arrived for that long: a service that a \
+            systemd path unit starts when a message arrives ('wormhole activation') \
+            prints what was passed while it did not run, then ends when idle.
             """)
 
     @Argument(help: "The identifiers to listen to.")
@@ -95,6 +100,9 @@ struct Listen: ParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp("With --queue: where messages the queue gave up on go (default: ID.dead-letters).", valueName: "identifier"))
     var deadLetters: String?
+
+    @Option(name: .long, help: ArgumentHelp("With --durable or --queue: exit (status 0) once no message has arrived for this many seconds, after what was passed while it did not run (for a service started on demand).", valueName: "seconds"))
+    var exitWhenIdle: Double?
 
     @Flag(name: .long, help: "Stop after the messages already there (the history, the latest, or what a durable name has not printed yet) instead of following new ones.")
     var noFollow = false
@@ -145,8 +153,18 @@ struct Listen: ParsableCommand {
         if maxDeliveries < 1 {
             throw ValidationError("--max-deliveries must be at least 1, not \(maxDeliveries).")
         }
+        try Self.validateIdle(exitWhenIdle)
+        if exitWhenIdle != nil && durable == nil && queue == nil {
+            throw ValidationError("--exit-when-idle needs --durable NAME or --queue NAME: a plain listener started on demand would not hear what was passed before it started.")
+        }
         if [json, raw, prefix].filter({ $0 }).count > 1 {
             throw ValidationError("--json, --raw and --prefix choose the output format; give only one of them.")
+        }
+    }
+
+    static func validateIdle(_ seconds: Double?) throws {
+        if let seconds, !(seconds > 0 && seconds.isFinite && seconds < 1e9) {
+            throw ValidationError("--exit-when-idle must be a positive number of seconds, not \(seconds).")
         }
     }
 
@@ -237,6 +255,7 @@ struct Listen: ParsableCommand {
             }
             session.queue.resume()
             suspended = false
+            try session.finishWhenIdle(wormhole, after: exitWhenIdle)
             announce(Self.names(identifiers), in: wormhole)
             try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
                 tokens.withLock { $0 }.forEach { $0.cancel() }
@@ -350,6 +369,7 @@ struct Listen: ParsableCommand {
         }
         session.queue.resume()
         suspended = false
+        try session.finishWhenIdle(wormhole, after: exitWhenIdle)
         if verbose || Output.errorIsTerminal {
             Output.error("taking messages of \(Self.names(identifiers)) from the work queue '\(name)' in \(container.place(of: wormhole))\(verbose ? "" : "; Ctrl-C stops")")
         }

@@ -18,6 +18,8 @@ final class ListeningSession: Sendable {
         case interrupted(Int32)
         /// Listening cannot go on (out of inotify watches, the container's parent gone).
         case failed(String)
+        /// `--exit-when-idle`: nothing was handled for that long.
+        case idle
     }
 
     private struct State {
@@ -72,6 +74,19 @@ final class ListeningSession: Sendable {
         if first { ended.signal() }
     }
 
+    /// `--exit-when-idle`: ends the session once `wormhole` has handled nothing for
+    /// `seconds` (``Wormhole/waitUntilIdle(for:)``), on a thread of its own.
+    func finishWhenIdle(_ wormhole: Wormhole, after seconds: Double?) throws {
+        guard let seconds else { return }
+        let started = DetachedThread.start { [weak self] in
+            wormhole.waitUntilIdle(for: seconds)
+            self?.finish(.idle)
+        }
+        if started != 0 {
+            throw CommandFailure("cannot start the thread that waits for --exit-when-idle: \(String(cString: strerror(started)))")
+        }
+    }
+
     /// Blocks the calling thread until the session ends: the count is reached, `timeout`
     /// seconds pass, or a termination signal arrives. A blocking wait, not a task: an
     /// idle `wormhole listen` then has no thread of Swift's cooperative pool and no
@@ -103,7 +118,7 @@ final class ListeningSession: Sendable {
         stop()
         queue.sync {}
         switch outcome {
-        case .reachedCount:
+        case .reachedCount, .idle:
             return
         case .timedOut:
             let received = self.received

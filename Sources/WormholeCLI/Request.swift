@@ -110,7 +110,10 @@ struct Respond: ParsableCommand {
             error; the requester reports it. No shell is involved: give the command and \
             its arguments after '--'. Several responders may serve one identifier, in \
             any processes: each request goes to one of them, and to another if its \
-            responder dies before answering. Runs until interrupted.
+            responder dies before answering. Runs until interrupted, or with \
+            --exit-when-idle SECONDS until no request has arrived for that long (exit \
+            status 0): a responder started on demand ('wormhole activation') answers \
+            the requests passed while it did not run, then ends when idle.
 
             A reply holds at most the container's message size limit (8 MiB by \
             default): a command that writes more is not read further, and an error \
@@ -139,6 +142,9 @@ struct Respond: ParsableCommand {
     @Option(name: .shortAndLong, help: "Exit after answering this many requests.")
     var count: Int?
 
+    @Option(name: .long, help: ArgumentHelp("Exit (status 0) once no request has arrived for this many seconds, after those passed while it did not run (for a responder started on demand).", valueName: "seconds"))
+    var exitWhenIdle: Double?
+
     @Flag(name: .shortAndLong, help: "Say on standard error when it serves, and each request's outcome.")
     var verbose = false
 
@@ -155,6 +161,7 @@ struct Respond: ParsableCommand {
             throw ValidationError("Name the command to run for each request after '--', such as 'wormhole respond \(identifier ?? "ID") -- cat'.")
         }
         if let count, count < 1 { throw ValidationError("--count must be at least 1, not \(count).") }
+        try Listen.validateIdle(exitWhenIdle)
     }
 
     func run() throws {
@@ -185,6 +192,7 @@ struct Respond: ParsableCommand {
                 let text = String(validating: result.output, as: UTF8.self)
                 return (Data(result.output), text == nil ? .data : .text)
             }
+            try session.finishWhenIdle(wormhole, after: exitWhenIdle)
             if verbose || Output.errorIsTerminal {
                 Output.error("answering requests to '\(identifier)' with '\(command.joined(separator: " "))' in \(container.place(of: wormhole))\(verbose ? "" : "; Ctrl-C stops")")
             }

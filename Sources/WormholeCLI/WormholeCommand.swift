@@ -24,7 +24,7 @@ struct WormholeCommand: ParsableCommand {
             timed out, read found nothing); 64 usage error.
             """,
         version: "0.1.0",
-        subcommands: [Send.self, Listen.self, Request.self, Respond.self, Read.self, Clear.self, List.self, Status.self, Forget.self, Doctor.self, Share.self, Top.self, Post.self, Observe.self, Path.self])
+        subcommands: [Send.self, Listen.self, Request.self, Respond.self, Read.self, Clear.self, List.self, Status.self, Forget.self, Doctor.self, Share.self, Top.self, Post.self, Observe.self, Path.self, Activation.self])
 
     /// The names of the subcommands, in their order. Each names itself in its
     /// configuration: without a name there, argument-parser derives one from the type's

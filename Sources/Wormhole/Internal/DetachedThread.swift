@@ -8,11 +8,11 @@ import Glibc
 /// library needs; and a plain thread needs no file descriptor to start (a process may
 /// have none left when a listener retries). No name is set: glibc's
 /// `pthread_setname_np` is not visible through Swift's Glibc module.
-enum DetachedThread {
+package enum DetachedThread {
     /// Runs `body` on a new detached thread.
     /// - Returns: 0, or the error number of `pthread_create` when no thread could be
     ///   started (`body` is then not run).
-    static func start(_ body: @escaping @Sendable () -> Void) -> Int32 {
+    package static func start(_ body: @escaping @Sendable () -> Void) -> Int32 {
         final class Start {
             let body: @Sendable () -> Void
             init(_ body: @escaping @Sendable () -> Void) { self.body = body }

@@ -97,7 +97,7 @@ extension Wormhole {
         let id = makeRegistrationID()
         let member = try WorkQueueMember(transiting: transiting, identifier: identifier, name: name, options: options, queue: queue,
                                          drainsOnWakingThread: drainsOnWakingThread,
-                                         onError: onError ?? Self.logError, handler: listener,
+                                         onError: onError ?? Self.logError, handler: handlingActivity.counting(listener),
                                          onCancel: { [weak self] in self?.unregister(id) })
         register(id, identifier) { member.cancel() }
         if member.isCancelled { unregister(id) }

@@ -63,6 +63,9 @@ public final class Wormhole: Sendable {
     /// The listeners of reply identifiers that complete this wormhole's requests.
     let replyRouters = ReplyRouters()
     private let nextRegistration = Atomic<UInt64>(1)
+    /// What ``waitUntilIdle(for:)`` waits on: the handlers of this wormhole's listeners
+    /// and work queue members, counted.
+    let handlingActivity = HandlingActivity()
 
     /// A wormhole in an application group's container, as MMWormhole's
     /// `initWithApplicationGroupIdentifier:optionalDirectory:`.
@@ -393,7 +396,7 @@ public final class Wormhole: Sendable {
         let token = try ListenerToken(
             transiting: transiting, identifier: identifier, start: start, durableName: durableName,
             observeOnDemand: observeOnDemand, makeReader: makeReader, queue: queue,
-            onError: onError, listener: listener,
+            onError: onError, listener: handlingActivity.counting(listener),
             onCancel: { [weak self] in self?.unregister(id) })
         // The wormhole keeps the token: a listener lives until it is cancelled, stopped,
         // or the wormhole goes, whether or not the caller keeps the token.
@@ -411,7 +414,7 @@ public final class Wormhole: Sendable {
         let id = makeRegistrationID()
         let token = try await ListenerToken.make(
             transiting: transiting, identifier: identifier, start: start, queue: queue,
-            onError: onError, listener: listener,
+            onError: onError, listener: handlingActivity.counting(listener),
             onCancel: { [weak self] in self?.unregister(id) })
         register(id, identifier) { token.cancel() }
         if token.isCancelled { unregister(id) }
