@@ -51,6 +51,38 @@ struct IdleWaitTests {
         token.cancel()
     }
 
+    @Test("a listener's or queue member's first read that has not run yet is no idleness, however long it is held up: the wait ends the idle time after it",
+          arguments: ["durable", "queue"])
+    func firstReadHeldUpIsNotIdleness(kind: String) async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.path)
+        try await wormhole.passMessage("waiting", identifier: "jobs")
+        // Its queue held: the read that delivers what was passed cannot start, as on a
+        // machine too loaded to run it for longer than the idle time.
+        let held = DispatchQueue(label: "idle.held")
+        held.suspend()
+        let handled = Collector<String>()
+        let cancel: () -> Void
+        if kind == "durable" {
+            let token = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, durableName: "worker",
+                                                      startingFrom: .history, queue: held) { handled.append($0) }
+            cancel = token.cancel
+        } else {
+            let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "workers",
+                                                       options: WorkQueueOptions(startingFrom: .history), queue: held) { handled.append($0) }
+            cancel = member.cancel
+        }
+        let waited = ContinuousClock.now
+        async let returned = Self.idle(wormhole, for: 0.2)
+        try await Task.sleep(for: .milliseconds(800))
+        #expect(handled.all.isEmpty)
+        held.resume()
+        #expect(await handled.wait(for: 1) == ["waiting"])
+        let end = await returned
+        #expect(end - waited >= .milliseconds(800), "returned \(end - waited) after the call, before the held read ran")
+        cancel()
+    }
+
     @Test("a responder counts: idle only once the request it answers has been answered, and the idle time after it",
           arguments: Backend.all)
     func responderHoldsIdle(backend: Backend) async throws {

@@ -34,16 +34,21 @@ final class HandlingActivity: @unchecked Sendable {
         }
     }
 
-    private func begin() {
+    /// A handler, or a listener's read (a drain, from when it is scheduled), begins: the
+    /// wormhole is not idle until the matching ``end(handled:)``.
+    func begin() {
         condition.lock()
         handling += 1
         condition.unlock()
     }
 
-    private func end() {
+    /// What ``begin()`` began ends. A handler's end (`handled`) starts the idle time
+    /// again; a drain's does not (a drain that found nothing is no activity), it only
+    /// lets the idle time run out.
+    func end(handled: Bool = true) {
         condition.lock()
         handling -= 1
-        lastHandled = MonotonicCondition.now()
+        if handled { lastHandled = MonotonicCondition.now() }
         if waiting > 0 { condition.broadcast() }
         condition.unlock()
     }
@@ -90,8 +95,10 @@ extension Wormhole {
     /// token.cancel()
     /// ```
     ///
-    /// The time counts from the call when nothing has been handled yet: give seconds, long
-    /// enough for a listener made just before to begin reading what it has to deliver.
+    /// The time counts from the call when nothing has been handled yet; a listener's read
+    /// that is scheduled or running counts as handling, so that the first read of a
+    /// listener made just before (what a durable name resumed has to deliver) is never
+    /// taken for idleness, however loaded the machine.
     /// It waits on its own thread (not one of Swift concurrency's pool) and is woken only
     /// when a handler returns.
     public func waitUntilIdle(for seconds: Double) {

@@ -38,6 +38,10 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
     private let onError: @Sendable (WormholeError) -> Void
     private let listener: @Sendable (WormholeRecord) -> Void
     private let onCancel: @Sendable () -> Void
+    /// Counts this listener's drains, from when one is scheduled to when it ends, so that
+    /// ``Wormhole/waitUntilIdle(for:)`` does not end a service whose first read has not
+    /// run yet (what a durable name resumed has to deliver).
+    private let activity: HandlingActivity?
     /// A durable listener's position moves after each call of the listener returns.
     private let isDurable: Bool
     /// The one lock: the state machine, and the condition a cancel waits on for a drain
@@ -54,6 +58,7 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         queue: DispatchQueue?,
         onError: @escaping @Sendable (WormholeError) -> Void,
         listener: @escaping @Sendable (WormholeRecord) -> Void,
+        activity: HandlingActivity? = nil,
         onCancel: @escaping @Sendable () -> Void
     ) throws(WormholeError) {
         // Watch first, then find the starting position: a message passed in between
@@ -83,7 +88,7 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
             throw error
         }
         self.init(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: durableName != nil,
-                  queue: queue, onError: onError, listener: listener, onCancel: onCancel)
+                  queue: queue, onError: onError, listener: listener, activity: activity, onCancel: onCancel)
     }
 
     /// The listener for asynchronous callers: watching and finding the starting position
@@ -95,6 +100,7 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         queue: DispatchQueue?,
         onError: @escaping @Sendable (WormholeError) -> Void,
         listener: @escaping @Sendable (WormholeRecord) -> Void,
+        activity: HandlingActivity? = nil,
         onCancel: @escaping @Sendable () -> Void
     ) async throws(WormholeError) -> ListenerToken {
         let relay = EventRelay()
@@ -107,7 +113,7 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
             throw error
         }
         return ListenerToken(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: false,
-                             queue: queue, onError: onError, listener: listener, onCancel: onCancel)
+                             queue: queue, onError: onError, listener: listener, activity: activity, onCancel: onCancel)
     }
 
     private init(
@@ -119,9 +125,11 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         queue: DispatchQueue?,
         onError: @escaping @Sendable (WormholeError) -> Void,
         listener: @escaping @Sendable (WormholeRecord) -> Void,
+        activity: HandlingActivity?,
         onCancel: @escaping @Sendable () -> Void
     ) {
         self.identifier = identifier
+        self.activity = activity
         self.queue = queue.map { DispatchQueue(label: "Wormhole.listener.\(identifier)", target: $0) }
         self.startQueue = self.queue ?? DispatchQueue(label: "Wormhole.listener.\(identifier).start")
         self.onError = onError
@@ -174,7 +182,10 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         switch state.withLock({ $0.wake(replaced: replaced, thread: UInt(pthread_self())) }) {
         case .none: break
         case .schedule: scheduleDrain()
-        case .drainHere(let invalidate): drain(invalidate: invalidate)
+        case .drainHere(let invalidate):
+            activity?.begin()
+            defer { activity?.end(handled: false) }
+            drain(invalidate: invalidate)
         }
     }
 
@@ -193,7 +204,9 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
     }
 
     private func scheduleDrain() {
+        activity?.begin()
         (queue ?? startQueue).async { [self] in
+            defer { activity?.end(handled: false) }
             guard let invalidate = state.withLock({ $0.beginScheduled(thread: UInt(pthread_self())) }) else { return }
             drain(invalidate: invalidate)
         }

@@ -68,6 +68,9 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     private let options: WorkQueueOptions
     private let deadLetters: String
     private let handler: @Sendable (WormholeRecord, Int) throws -> Void
+    /// Counts this member's drains for ``Wormhole/waitUntilIdle(for:)``, from when one is
+    /// scheduled to when it ends: its first take is never taken for idleness.
+    private let activity: HandlingActivity?
     private let onError: @Sendable (WormholeError) -> Void
     private let onCancel: @Sendable () -> Void
     private let state: ListenerState
@@ -86,6 +89,7 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
          drainsOnWakingThread: Bool = false,
          onError: @escaping @Sendable (WormholeError) -> Void,
          handler: @escaping @Sendable (WormholeRecord, Int) throws -> Void,
+         activity: HandlingActivity? = nil,
          onCancel: @escaping @Sendable () -> Void) throws(WormholeError) {
         guard options.maximumDeliveries >= 1 else {
             throw WormholeError(.invalidConfiguration, "maximumDeliveries is \(options.maximumDeliveries); a message must be handed out at least once")
@@ -103,6 +107,7 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         self.options = options
         self.deadLetters = deadLetters
         self.handler = handler
+        self.activity = activity
         self.onError = onError
         self.onCancel = onCancel
         self.state = ListenerState(ListenerStateMachine(hasQueue: !drainsOnWakingThread || queue != nil))
@@ -184,12 +189,21 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         switch state.withLock({ $0.wake(replaced: replaced, thread: UInt(pthread_self())) }) {
         case .none: break
         case .schedule: scheduleDrain()
-        case .drainHere(let invalidate): drain(invalidate: invalidate)
+        case .drainHere(let invalidate):
+            activity?.begin()
+            defer { activity?.end(handled: false) }
+            drain(invalidate: invalidate)
         }
     }
 
+    /// A drain for a wake-up (or the first, at joining), counted from now until it ends
+    /// (``Wormhole/waitUntilIdle(for:)``); the redelivery timer's are not counted.
     private func scheduleDrain() {
-        work.async { [self] in beginScheduledDrain(asked: false) }
+        activity?.begin()
+        work.async { [self] in
+            defer { activity?.end(handled: false) }
+            beginScheduledDrain(asked: false)
+        }
     }
 
     /// Starts a drain on `work`: one scheduled (`asked` false), or the redelivery timer's,

@@ -98,7 +98,7 @@ extension Wormhole {
         let member = try WorkQueueMember(transiting: transiting, identifier: identifier, name: name, options: options, queue: queue,
                                          drainsOnWakingThread: drainsOnWakingThread,
                                          onError: onError ?? Self.logError, handler: handlingActivity.counting(listener),
-                                         onCancel: { [weak self] in self?.unregister(id) })
+                                         activity: handlingActivity, onCancel: { [weak self] in self?.unregister(id) })
         register(id, identifier) { member.cancel() }
         if member.isCancelled { unregister(id) }
         return member

@@ -396,7 +396,7 @@ public final class Wormhole: Sendable {
         let token = try ListenerToken(
             transiting: transiting, identifier: identifier, start: start, durableName: durableName,
             observeOnDemand: observeOnDemand, makeReader: makeReader, queue: queue,
-            onError: onError, listener: handlingActivity.counting(listener),
+            onError: onError, listener: handlingActivity.counting(listener), activity: handlingActivity,
             onCancel: { [weak self] in self?.unregister(id) })
         // The wormhole keeps the token: a listener lives until it is cancelled, stopped,
         // or the wormhole goes, whether or not the caller keeps the token.
@@ -414,7 +414,7 @@ public final class Wormhole: Sendable {
         let id = makeRegistrationID()
         let token = try await ListenerToken.make(
             transiting: transiting, identifier: identifier, start: start, queue: queue,
-            onError: onError, listener: handlingActivity.counting(listener),
+            onError: onError, listener: handlingActivity.counting(listener), activity: handlingActivity,
             onCancel: { [weak self] in self?.unregister(id) })
         register(id, identifier) { token.cancel() }
         if token.isCancelled { unregister(id) }
