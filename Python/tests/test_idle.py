@@ -35,6 +35,45 @@ class WaitUntilIdleTests(WormholeTestCase):
         self.assertGreaterEqual(returned - last_return[0], 0.3)
         token.cancel()
 
+    def test_a_first_read_held_up_is_no_idleness(self) -> None:
+        """A listener's (a queue member's) first read that has not ended is no idleness,
+        however long it is held up: here it is held until released, as on a machine too
+        loaded to run it within the idle time."""
+        from wormhole.queues import WorkQueueFile
+        from wormhole.reader import Cursor
+        for kind, owner, method in (("durable", Cursor, "read"), ("queue", WorkQueueFile, "take")):
+            with self.subTest(kind):
+                self.wormhole.pass_message("waiting", "jobs-" + kind)
+                release = threading.Event()
+                original = getattr(owner, method)
+
+                def held(this, *arguments, original=original, release=release, **keywords):
+                    if threading.current_thread().name.startswith(("wormhole-listener", "wormhole-queue")):
+                        release.wait(10)
+                    return original(this, *arguments, **keywords)
+
+                setattr(owner, method, held)
+                self.addCleanup(setattr, owner, method, original)
+                service = Wormhole(directory=self.directory)
+                self.addCleanup(service.close)
+                handled = Collector()
+                if kind == "durable":
+                    token = service.listen_for_message("jobs-durable", handled.append, start="history", durable_name="w")
+                else:
+                    token = service.listen_for_message("jobs-queue", handled.append, work_queue="workers")
+                started = time.monotonic()
+                returned = []
+                waiter = threading.Thread(target=lambda: (service.wait_until_idle(0.2), returned.append(time.monotonic())))
+                waiter.start()
+                time.sleep(0.8)
+                self.assertEqual((handled.items, returned), ([], []), "returned before the held read ran")
+                release.set()
+                self.assertEqual(handled.wait_for(1), ["waiting"])
+                waiter.join(10)
+                self.assertGreaterEqual(returned[0] - started, 0.8)
+                token.cancel()
+                setattr(owner, method, original)
+
     def test_a_responder_counts_until_its_answer(self) -> None:
         service = Wormhole(directory=self.directory)
         self.addCleanup(service.close)

@@ -39,6 +39,18 @@ class _HandlingActivity:
         self._handling = 0
         self._last_handled = 0.0
 
+    def begin(self) -> None:
+        """A listener's first read is scheduled: the wormhole is not idle until ``end``."""
+        with self._condition:
+            self._handling += 1
+
+    def end(self) -> None:
+        """That read ended. It starts no idle time (a read that found nothing is no
+        activity); it only lets the idle time run out."""
+        with self._condition:
+            self._handling -= 1
+            self._condition.notify_all()
+
     def counting(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         """``handler``, counted: while it runs the wormhole is not idle, and its return
         starts the idle time again."""
@@ -533,6 +545,7 @@ class ListenerToken(LogSubscription):
                         self.on_error(item)
                 if getattr(cursor, "more", False):
                     continue
+                self._first_read_done()
                 # The wake-up is inotify (the container's watch and its parent's); the
                 # timeout is a safety net only, or the idle interval when the claim
                 # still lags the position read (§12.2).

@@ -31,10 +31,27 @@ class LogSubscription:
         self._failure: Optional[WormholeError] = None
         self._watch = ContainerWatch(wormhole.container, self._events, self._container_replaced)
         self._thread = threading.Thread()
+        self._reading_first = False
 
     def _start(self, name: str) -> None:
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # Until its first read has ended, the wormhole is not idle (``wait_until_idle``):
+        # a service whose backlog is not read yet is never taken for idle.
+        self._reading_first = True
+        self.wormhole._activity.begin()
+        self._thread = threading.Thread(target=self._run_counted, name=name, daemon=True)
         self._thread.start()
+
+    def _run_counted(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._first_read_done()
+
+    def _first_read_done(self) -> None:
+        """The first read (the backlog, or a first take) ended: counted once."""
+        if self._reading_first:
+            self._reading_first = False
+            self.wormhole._activity.end()
 
     def _run(self) -> None:
         raise NotImplementedError

@@ -100,6 +100,7 @@ class WorkQueueMember(LogSubscription):
                     self.on_error(failure)      # its shared container was revoked: it leaves
                     return
                 self._drain()
+                self._first_read_done()
                 self._wake.wait(self.options.redelivery_interval)
                 self._wake.clear()
         finally:
