@@ -91,6 +91,7 @@ public enum WormholeContainer {
         environment: [String: String] = currentEnvironment()
     ) throws(WormholeError) -> String {
         let resolution = try resolve(applicationGroupIdentifier: applicationGroupIdentifier, environment: environment)
+        if let unbound = unboundInSandbox(resolution, applicationGroupIdentifier: applicationGroupIdentifier) { throw unbound }
         if resolution.source != .sharedGroup {
             let groups = try ContainerPath(resolution.path).parent
             try prepare(groups, createParents: resolution.source == .environmentOverride)
@@ -197,6 +198,24 @@ public enum WormholeContainer {
     /// The environment of this process.
     public static func currentEnvironment() -> [String: String] {
         ProcessInfo.processInfo.environment
+    }
+
+    /// Inside a user namespace other than the initial one (a sandbox: Flatpak, `bwrap
+    /// --unshare-user`), the error for a group whose container the sandbox did not bind:
+    /// no container of the group exists here (rules 3 to 5), nor the groups directory
+    /// where rules 6 and 7 would make one. A container made here would be the sandbox's
+    /// alone (its `/run` and `/dev/shm` are its own), and no process outside would hear
+    /// it; a shared group's container is made by `wormhole share` alone. `nil` outside a
+    /// user namespace, with `WORMHOLE_APP_GROUPS_DIRECTORY` set (an override the sandbox
+    /// chose), or when a container or groups directory is there (bound in).
+    static func unboundInSandbox(_ resolution: Resolution, applicationGroupIdentifier: String) -> WormholeError? {
+        guard UserNamespace.isNested, !resolution.exists, resolution.source != .environmentOverride,
+              let groups = try? ContainerPath(resolution.path).parent,
+              case .failure(.noSuchFileOrDirectory) = Syscalls.linkStatus(groups) else { return nil }
+        let shared = sharedGroupsDirectory + "/" + applicationGroupIdentifier
+        return WormholeError(.containerUnavailable,
+            "no container of group '\(applicationGroupIdentifier)' in this sandbox: this process runs in a user namespace (Flatpak, bwrap --unshare-user), and neither '\(shared)' (a shared group's, made by 'wormhole share') nor this user's own ('\(runtimeGroupsDirectory)/\(applicationGroupIdentifier)', '\(fallbackGroupsDirectory)/\(applicationGroupIdentifier)') is here, nor '\(groups)'. One made here would be private to the sandbox, and no process outside it would hear it: the sandbox must bind the group's container (for a shared group, bwrap --bind \(shared) \(shared); Flatpak: the finish-arg --filesystem=\(shared)), or set \(environmentOverride) to a directory it shares (Docs/Security.md, \"Sandboxes\")",
+            path: shared)
     }
 
     // MARK: - The rule's directories
