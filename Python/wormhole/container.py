@@ -237,7 +237,7 @@ class Access:
                                 f"container '{path}' belongs to {_hidden_owner(owner)}, has mode {mode:o}, and this "
                                 f"process may not read, write and search it: the sandbox bound a directory that is "
                                 f"not this user's, nor of a Unix group this user is in. Bind the group's own container "
-                                f"(Docs/Security.md, \"Sandboxes\")", path=path)
+                                f"(Docs/Sandboxes.md)", path=path)
         if hidden and personal_mode:
             return Access()
         if shared_mode and (owner in (me, 0) or hidden):
@@ -257,7 +257,7 @@ class Access:
                                 f"container '{path}' belongs to {_hidden_owner(owner)} and has mode {mode:o}, neither a "
                                 f"personal container's (no write for group or others) nor a shared one's (setgid, group "
                                 f"rwx, nothing for others): the sandbox bound a directory that is not a container. Bind "
-                                f"the group's own container (Docs/Security.md, \"Sandboxes\")", path=path)
+                                f"the group's own container (Docs/Sandboxes.md)", path=path)
         if owner != me:
             raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                 f"container '{path}' belongs to user {owner}, not to this user ({me}); another user may "

@@ -101,7 +101,7 @@ def _refuse_unbound_sandbox(application_group_identifier: str) -> None:
                         f"the sandbox, and no process outside it would hear it: the sandbox must bind the group's "
                         f"container (for a shared group, bwrap --bind {shared} {shared}; Flatpak: the finish-arg "
                         f"--filesystem={shared}), or set {ENVIRONMENT_OVERRIDE} to a directory it shares "
-                        f"(Docs/Security.md, \"Sandboxes\")", path=shared)
+                        f"(Docs/Sandboxes.md)", path=shared)
 
 
 def _override(environment: Mapping[str, str]) -> Optional[str]:

@@ -69,7 +69,7 @@ enum ContainerAccess: Sendable, Hashable {
         let hiddenOwner = owner != me && UserNamespace.hidesOwner(owner)
         if hiddenOwner && (personalMode || sharedMode) && !usable() {
             throw WormholeError(.containerInsecure,
-                "container '\(path)' belongs to \(UserNamespace.ownerDescription(owner)), has mode \(String(mode, radix: 8)), and this process may not read, write and search it: the sandbox bound a directory that is not this user's, nor of a Unix group this user is in. Bind the group's own container (Docs/Security.md, \"Sandboxes\")",
+                "container '\(path)' belongs to \(UserNamespace.ownerDescription(owner)), has mode \(String(mode, radix: 8)), and this process may not read, write and search it: the sandbox bound a directory that is not this user's, nor of a Unix group this user is in. Bind the group's own container (Docs/Sandboxes.md)",
                 path: path)
         }
         if hiddenOwner && personalMode { return .personal }
@@ -86,7 +86,7 @@ enum ContainerAccess: Sendable, Hashable {
         }
         if hiddenOwner {
             throw WormholeError(.containerInsecure,
-                "container '\(path)' belongs to \(UserNamespace.ownerDescription(owner)) and has mode \(String(mode, radix: 8)), neither a personal container's (no write for group or others) nor a shared one's (setgid, group rwx, nothing for others): the sandbox bound a directory that is not a container. Bind the group's own container (Docs/Security.md, \"Sandboxes\")",
+                "container '\(path)' belongs to \(UserNamespace.ownerDescription(owner)) and has mode \(String(mode, radix: 8)), neither a personal container's (no write for group or others) nor a shared one's (setgid, group rwx, nothing for others): the sandbox bound a directory that is not a container. Bind the group's own container (Docs/Sandboxes.md)",
                 path: path)
         }
         if owner != me {

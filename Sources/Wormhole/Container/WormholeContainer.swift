@@ -214,7 +214,7 @@ public enum WormholeContainer {
               case .failure(.noSuchFileOrDirectory) = Syscalls.linkStatus(groups) else { return nil }
         let shared = sharedGroupsDirectory + "/" + applicationGroupIdentifier
         return WormholeError(.containerUnavailable,
-            "no container of group '\(applicationGroupIdentifier)' in this sandbox: this process runs in a user namespace (Flatpak, bwrap --unshare-user), and neither '\(shared)' (a shared group's, made by 'wormhole share') nor this user's own ('\(runtimeGroupsDirectory)/\(applicationGroupIdentifier)', '\(fallbackGroupsDirectory)/\(applicationGroupIdentifier)') is here, nor '\(groups)'. One made here would be private to the sandbox, and no process outside it would hear it: the sandbox must bind the group's container (for a shared group, bwrap --bind \(shared) \(shared); Flatpak: the finish-arg --filesystem=\(shared)), or set \(environmentOverride) to a directory it shares (Docs/Security.md, \"Sandboxes\")",
+            "no container of group '\(applicationGroupIdentifier)' in this sandbox: this process runs in a user namespace (Flatpak, bwrap --unshare-user), and neither '\(shared)' (a shared group's, made by 'wormhole share') nor this user's own ('\(runtimeGroupsDirectory)/\(applicationGroupIdentifier)', '\(fallbackGroupsDirectory)/\(applicationGroupIdentifier)') is here, nor '\(groups)'. One made here would be private to the sandbox, and no process outside it would hear it: the sandbox must bind the group's container (for a shared group, bwrap --bind \(shared) \(shared); Flatpak: the finish-arg --filesystem=\(shared)), or set \(environmentOverride) to a directory it shares (Docs/Sandboxes.md)",
             path: shared)
     }
 

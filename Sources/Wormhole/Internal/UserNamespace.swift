@@ -13,7 +13,7 @@ import SystemPackage
 /// inside. ``ContainerAccess`` then checks what can be: the mode, and that the kernel lets
 /// this process read, write and search the directory (``usable(_:name:)``); the owner is
 /// vouched for by whoever bound the directory into the sandbox (Security.md,
-/// "Sandboxes"). In the initial user namespace (`/proc/self/uid_map` is `0 0 4294967295`)
+/// "Sandboxes: user namespaces"). In the initial user namespace (`/proc/self/uid_map` is `0 0 4294967295`)
 /// every owner is seen as it is, and nothing here applies.
 enum UserNamespace {
     /// Whether this process is in a user namespace other than the initial one: its
