@@ -85,6 +85,30 @@ from wormhole import Wormhole
 Wormhole(application_group_identifier=sys.argv[1]).pass_message(sys.argv[3], sys.argv[2])
 """
 
+# Runs argv[1:] as root of a user namespace that maps the host's 100000-165535 to 0-65535
+# (as a rootless container's does): its overflow uid 65534 is a mapped user there.
+MAPPED_RANGE = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+go_read, go_write = os.pipe()
+ready_read, ready_write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    if libc.unshare(0x10000000) != 0:          # CLONE_NEWUSER
+        os._exit(70)
+    os.write(ready_write, b"u")
+    os.read(go_read, 1)
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    os.execv(sys.argv[1], sys.argv[1:])
+os.read(ready_read, 1)
+for name in ("uid_map", "gid_map"):
+    with open(f"/proc/{pid}/{name}", "w") as file:
+        file.write("0 100000 65536\n")
+os.write(go_write, b"g")
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
 OPEN = r"""
 import sys
 from wormhole import Wormhole, WormholeError
@@ -258,6 +282,25 @@ class SandboxTests(unittest.TestCase):
         for user in (self.member, None):
             output = self.run_code(user, code, container)
             self.assertIn(f"containerInsecure container '{container}' belongs to user 65534, not to this user", output)
+
+
+    def test_in_a_user_namespace_that_maps_the_overflow_uid_a_container_it_shows_is_still_refused(self) -> None:
+        # A rootless container's namespace maps a whole range, 65534 included: a directory
+        # that shows as 65534 there may be that user's, so nothing is relaxed. Root (host
+        # uid 0, unmapped there) owns it; its group is the namespace's root's (host 100000).
+        parent = tempfile.mkdtemp(prefix="wormhole-python-sandbox-range-")
+        self.addCleanup(shutil.rmtree, parent, True)
+        os.chmod(parent, 0o755)
+        container = os.path.join(parent, "c")
+        os.mkdir(container)
+        os.chown(container, 0, 100000)
+        os.chmod(container, 0o2770)
+        code = OPEN.replace("application_group_identifier=sys.argv[1]", "directory=sys.argv[2]")
+        process = subprocess.run([PYTHON, "-c", MAPPED_RANGE, "/usr/bin/env", "-i", f"PYTHONPATH={self.path}", PYTHON, "-c",
+                                  code, self.group, container], capture_output=True, timeout=60)
+        self.assertEqual(process.returncode, 0, process.stderr.decode())
+        self.assertIn(f"containerInsecure container '{container}' belongs to user 65534, not to this user (0)",
+                      process.stdout.decode())
 
 
 if __name__ == "__main__":

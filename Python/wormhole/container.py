@@ -132,12 +132,25 @@ def _read_proc(path: str) -> Optional[str]:
         return None
 
 
-def _overflow(path: str) -> Optional[int]:
-    text = _read_proc(path)
+def _overflow(path: str, map_path: str) -> Optional[int]:
+    """The overflow id in ``path``, unless a range of ``map_path`` (/proc/self/uid_map or
+    gid_map: "first inside, first outside, count" per line) maps it: only an unmapped
+    overflow id means an owner that cannot be seen (a rootless container that maps a whole
+    range has a real 'nobody')."""
+    text, ranges = _read_proc(path), _read_proc(map_path)
     try:
-        return int(text.strip()) if text is not None else None
+        overflow = int(text.strip()) if text is not None else None
     except ValueError:
         return None
+    if overflow is None or ranges is None:
+        return None
+    for line in ranges.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and all(field.isdigit() for field in fields):
+            first, _, count = (int(field) for field in fields)
+            if first <= overflow < first + count:
+                return None
+    return overflow
 
 
 # Inside a user namespace other than the initial one (a sandbox: Flatpak, bwrap
@@ -148,13 +161,13 @@ def _overflow(path: str) -> Optional[int]:
 # cannot be read, nothing is relaxed.
 _UID_MAP = _read_proc("/proc/self/uid_map")
 IN_USER_NAMESPACE = _UID_MAP is not None and _UID_MAP.split() != ["0", "0", "4294967295"]
-OVERFLOW_UID = _overflow("/proc/sys/kernel/overflowuid")
-OVERFLOW_GID = _overflow("/proc/sys/kernel/overflowgid")
+OVERFLOW_UID = _overflow("/proc/sys/kernel/overflowuid", "/proc/self/uid_map")
+OVERFLOW_GID = _overflow("/proc/sys/kernel/overflowgid", "/proc/self/gid_map")
 
 
 def hides_owner(uid: int) -> bool:
     """Whether the owner ``uid`` of a file cannot be seen: this process is in a nested user
-    namespace and ``uid`` is the overflow uid."""
+    namespace and ``uid`` is the overflow uid, which that namespace does not map."""
     return IN_USER_NAMESPACE and uid == OVERFLOW_UID
 
 

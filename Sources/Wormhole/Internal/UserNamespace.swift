@@ -25,24 +25,40 @@ enum UserNamespace {
         return fields != ["0", "0", "4294967295"]
     }()
 
-    /// `/proc/sys/kernel/overflowuid`, read once; `nil` when it cannot be read.
-    static let overflowUserID: UInt32? = read("/proc/sys/kernel/overflowuid").flatMap { UInt32($0.filter { !$0.isWhitespace }) }
+    /// `/proc/sys/kernel/overflowuid`, read once, when it is not itself mapped into this
+    /// user namespace (`/proc/self/uid_map`): only then does a file of that uid mean an
+    /// owner that cannot be seen, rather than a user of the namespace (a rootless
+    /// container that maps a whole range has a real `nobody`). `nil` otherwise.
+    static let overflowUserID: UInt32? = unmappedOverflow("/proc/sys/kernel/overflowuid", map: "/proc/self/uid_map")
 
-    /// `/proc/sys/kernel/overflowgid`, read once; `nil` when it cannot be read.
-    static let overflowGroupID: UInt32? = read("/proc/sys/kernel/overflowgid").flatMap { UInt32($0.filter { !$0.isWhitespace }) }
+    /// `/proc/sys/kernel/overflowgid`, read once, when it is not mapped into this user
+    /// namespace (`/proc/self/gid_map`); `nil` otherwise.
+    static let overflowGroupID: UInt32? = unmappedOverflow("/proc/sys/kernel/overflowgid", map: "/proc/self/gid_map")
 
     /// Whether the owner `user` of a file is one that this process cannot see: it runs in
-    /// a nested user namespace and `user` is the overflow uid.
+    /// a nested user namespace and `user` is the overflow uid, which it does not map.
     static func hidesOwner(_ user: UInt32) -> Bool {
         isNested && overflowUserID == user
     }
 
     /// Whether the group `group` of a file is one that this process cannot see: it runs
-    /// in a nested user namespace and `group` is the overflow gid (the group of a shared
-    /// container whose Unix group is one of this process's supplementary groups, which
-    /// are kept but not mapped).
+    /// in a nested user namespace and `group` is the overflow gid, which it does not map
+    /// (the group of a shared container whose Unix group is one of this process's
+    /// supplementary groups, which are kept but not mapped).
     static func hidesGroup(_ group: UInt32) -> Bool {
         isNested && overflowGroupID == group
+    }
+
+    /// The overflow id in `path`, unless one of the ranges of `map` (lines of "first id
+    /// inside, first id outside, count") holds it.
+    private static func unmappedOverflow(_ path: String, map: String) -> UInt32? {
+        guard let overflow = read(path).flatMap({ UInt64($0.filter { !$0.isWhitespace }) }), overflow <= UInt32.max,
+              let ranges = read(map) else { return nil }
+        for line in ranges.split(separator: "\n") {
+            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).compactMap { UInt64($0) }
+            if fields.count == 3 && fields[0] <= overflow && overflow < fields[0] + fields[2] { return nil }
+        }
+        return UInt32(overflow)
     }
 
     /// Whether this process may read, write and search the directory `name` in
