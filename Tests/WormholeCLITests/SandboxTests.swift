@@ -200,6 +200,14 @@ struct SandboxTests {
         #expect(worked.status == 0 && worked.lines == ["job 1", "job 2"], "\(worked.stderr)")
         let queues = try await parties.outOfSandbox(["status", "--json", "jobs"]).finish()
         #expect(queues.output.contains("\"acknowledged\":2"), "the queue's state, written inside, read outside: \(queues.output) \(queues.stderr)")
+
+        // doctor, inside, says the owner cannot be seen there rather than name 'nobody'.
+        if inside == .memberInUserNamespace && kind == .shared {
+            let doctor = try await parties.inSandbox(["doctor"]).finish()
+            #expect(doctor.output.contains("owner: not visible from inside this user namespace (uid 65534 is the overflow uid)")
+                    && doctor.output.contains("shared with the members of a Unix group not visible from inside this user namespace"),
+                    "\(doctor.output) \(doctor.stderr)")
+        }
     }
 
     @Test("a sandbox in a user namespace that did not bind the group's container is told to bind it: nothing is made in its private /run or /dev/shm",

@@ -200,6 +200,24 @@ public enum WormholeContainer {
         ProcessInfo.processInfo.environment
     }
 
+    /// Whether `userID`, the owner of a file as `stat` shows it to this process, stands
+    /// for an owner it cannot see: the process runs in a user namespace other than the
+    /// initial one (a sandbox: Flatpak, `bwrap --unshare-user`) that does not map the
+    /// overflow uid, and `userID` is that uid (`/proc/sys/kernel/overflowuid`). Root's
+    /// shared container shows so inside a sandbox, and is checked by its mode and access
+    /// instead (Docs/Security.md, "Sandboxes: user namespaces"). Always `false` outside a
+    /// user namespace.
+    public static func ownerIsHiddenByUserNamespace(_ userID: UInt32) -> Bool {
+        UserNamespace.hidesOwner(userID)
+    }
+
+    /// Whether `groupID`, the group of a file as `stat` shows it, stands for a group this
+    /// process cannot see, as ``ownerIsHiddenByUserNamespace(_:)`` says of owners (the
+    /// overflow gid, `/proc/sys/kernel/overflowgid`).
+    public static func groupIsHiddenByUserNamespace(_ groupID: UInt32) -> Bool {
+        UserNamespace.hidesGroup(groupID)
+    }
+
     /// Inside a user namespace other than the initial one (a sandbox: Flatpak, `bwrap
     /// --unshare-user`), the error for a group whose container the sandbox did not bind:
     /// no container of the group exists here (rules 3 to 5), nor the groups directory
