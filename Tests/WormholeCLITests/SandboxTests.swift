@@ -34,6 +34,11 @@ struct SandboxTests {
         var testDescription: String { rawValue }
     }
 
+    /// A command that sets a test up failed.
+    struct SetupFailure: Error, CustomStringConvertible {
+        let description: String
+    }
+
     /// A Unix group, a member, an outsider and a group name, made for one test and
     /// removed after it, with the shared container when the group is shared.
     final class Setup: Sendable {
@@ -47,9 +52,11 @@ struct SandboxTests {
         let program = Products.runnableByAnyone("wormhole")
 
         init() throws {
-            try SharedGroupTests.Deployment.system(["/usr/sbin/groupadd", unixGroup])
-            try SharedGroupTests.Deployment.system(["/usr/sbin/useradd", "--no-create-home", "--groups", unixGroup, member])
-            try SharedGroupTests.Deployment.system(["/usr/sbin/useradd", "--no-create-home", outsider])
+            for command in [["/usr/sbin/groupadd", unixGroup], ["/usr/sbin/useradd", "--no-create-home", "--groups", unixGroup, member],
+                            ["/usr/sbin/useradd", "--no-create-home", outsider]] {
+                let status = try SharedGroupTests.Deployment.system(command)
+                guard status == 0 else { throw SetupFailure(description: "\(command.joined(separator: " ")) exited with status \(status)") }
+            }
         }
 
         deinit {
