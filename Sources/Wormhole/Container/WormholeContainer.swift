@@ -32,7 +32,11 @@ import SystemPackage
 /// that other users may write to is refused with ``WormholeError/Code/containerInsecure``
 /// and a message that says what to do; a shared container must be root's, setgid, mode
 /// 2770, of a Unix group this process is in (``WormholeError/Code/containerInsecure``
-/// otherwise, naming the group to join).
+/// otherwise, naming the group to join). Inside a sandbox's user namespace, where root's
+/// and other users' files show as the overflow uid, the mode and the process's access are
+/// checked instead of an owner it cannot see, and a group whose container the sandbox did
+/// not bind is ``WormholeError/Code/containerUnavailable``, not a new container only the
+/// sandbox would see (Docs/Sandboxes.md).
 ///
 /// ```swift
 /// let path = try WormholeContainer.directory(forApplicationGroupIdentifier: "group.com.example.notes")
