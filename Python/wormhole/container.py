@@ -124,6 +124,76 @@ def _is_member(gid: int) -> bool:
     return os.getegid() == gid or gid in os.getgroups()
 
 
+def _read_proc(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as file:
+            return file.read(4096).decode("ascii", "replace")
+    except OSError:
+        return None
+
+
+def _overflow(path: str, map_path: str) -> Optional[int]:
+    """The overflow id in ``path``, unless a range of ``map_path`` (/proc/self/uid_map or
+    gid_map: "first inside, first outside, count" per line) maps it: only an unmapped
+    overflow id means an owner that cannot be seen (a rootless container that maps a whole
+    range has a real 'nobody')."""
+    text, ranges = _read_proc(path), _read_proc(map_path)
+    try:
+        overflow = int(text.strip()) if text is not None else None
+    except ValueError:
+        return None
+    if overflow is None or ranges is None:
+        return None
+    for line in ranges.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and all(field.isdigit() for field in fields):
+            first, _, count = (int(field) for field in fields)
+            if first <= overflow < first + count:
+                return None
+    return overflow
+
+
+# Inside a user namespace other than the initial one (a sandbox: Flatpak, bwrap
+# --unshare-user), an owner or group not mapped into it shows as the overflow id
+# (/proc/sys/kernel/overflowuid, overflowgid): root's shared container and another user's
+# look alike, and their owner cannot be checked from inside (the Swift ``UserNamespace``).
+# The initial namespace's /proc/self/uid_map is the one line "0 0 4294967295"; where /proc
+# cannot be read, nothing is relaxed.
+_UID_MAP = _read_proc("/proc/self/uid_map")
+IN_USER_NAMESPACE = _UID_MAP is not None and _UID_MAP.split() != ["0", "0", "4294967295"]
+OVERFLOW_UID = _overflow("/proc/sys/kernel/overflowuid", "/proc/self/uid_map")
+OVERFLOW_GID = _overflow("/proc/sys/kernel/overflowgid", "/proc/self/gid_map")
+
+
+def hides_owner(uid: int) -> bool:
+    """Whether the owner ``uid`` of a file cannot be seen: this process is in a nested user
+    namespace and ``uid`` is the overflow uid, which that namespace does not map."""
+    return IN_USER_NAMESPACE and uid == OVERFLOW_UID
+
+
+def hides_group(gid: int) -> bool:
+    """Whether the group ``gid`` of a file cannot be seen (the overflow gid in a nested user
+    namespace: unmapped supplementary groups all show as it)."""
+    return IN_USER_NAMESPACE and gid == OVERFLOW_GID
+
+
+def _usable(path: str, directory_fd: Optional[int]) -> bool:
+    """Whether the kernel lets this process read, write and search the directory (``"."``
+    of ``directory_fd`` when given, else ``path``), with its effective ids and every group it
+    holds, mapped or not: faccessat(AT_EACCESS | AT_SYMLINK_NOFOLLOW)."""
+    try:
+        if directory_fd is not None:
+            return os.access(".", os.R_OK | os.W_OK | os.X_OK, dir_fd=directory_fd, effective_ids=True)
+        return os.access(path, os.R_OK | os.W_OK | os.X_OK, effective_ids=True, follow_symlinks=False)
+    except (OSError, NotImplementedError):
+        return False
+
+
+def _hidden_owner(uid: int) -> str:
+    return (f"a user not mapped into this user namespace (uid {uid} is the overflow uid, /proc/sys/kernel/overflowuid: "
+            f"the owner cannot be seen from inside a sandbox)")
+
+
 class Access:
     """Who may use a container (Protocol.md §4, §4.2; the Swift ``ContainerAccess``): one
     Unix user (``group`` None: files 0600, directories 0700), or the members of one Unix
@@ -155,25 +225,52 @@ class Access:
         return "Access.personal" if self.group is None else f"Access.shared(group={self.group})"
 
     @staticmethod
-    def of(status: os.stat_result, path: str) -> "Access":
+    def of(status: os.stat_result, path: str, opened: Optional[int] = None) -> "Access":
         """The access the directory ``status`` describes gives this process, or the error
-        that says why it may not be used."""
+        that says why it may not be used.
+
+        Inside a user namespace other than the initial one (a sandbox), an owner shown as
+        the overflow uid cannot be checked: such a directory is taken as root's (shared) or
+        this user's (personal) when what can be checked holds: the container's mode, and
+        that this process may read, write and search it (faccessat with the effective ids,
+        of ``opened``, the directory's own descriptor, when given, else of ``path``). A group
+        shown as the overflow gid is checked so too. Outside one, nothing of this applies."""
         if not stat.S_ISDIR(status.st_mode):
             raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                 f"container '{path}' is not a directory; move that file away", path=path)
         me = os.geteuid()
         owner, mode = status.st_uid, stat.S_IMODE(status.st_mode)
-        if owner == me and mode & 0o022 == 0:
+        shared_mode = mode & 0o2070 == 0o2070 and mode & 0o007 == 0
+        personal_mode = mode & 0o022 == 0
+        if owner == me and personal_mode:
             return Access()
-        if mode & 0o2070 == 0o2070 and mode & 0o007 == 0 and owner in (me, 0):
+        hidden = owner != me and hides_owner(owner)
+        if hidden and (personal_mode or shared_mode) and not _usable(path, opened):
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"container '{path}' belongs to {_hidden_owner(owner)}, has mode {mode:o}, and this "
+                                f"process may not read, write and search it: the sandbox bound a directory that is "
+                                f"not this user's, nor of a Unix group this user is in. Bind the group's own container "
+                                f"(Docs/Sandboxes.md)", path=path)
+        if hidden and personal_mode:
+            return Access()
+        if shared_mode and (owner in (me, 0) or hidden):
             group = status.st_gid
-            if me != 0 and not _is_member(group):
+            # A group that cannot be seen cannot be looked up in this process's groups: the
+            # kernel decides.
+            member = _usable(path, opened) if hides_group(group) else _is_member(group)
+            if me != 0 and not member:
                 name = _group_name(group)
                 raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                     f"container '{path}' is shared with Unix group {name} (gid {group}), and this user "
                                     f"(uid {me}) is not a member: ask an administrator to add it ('usermod -aG {name} "
                                     f"{_user_name(me)}'), then log in again", path=path)
             return Access(group)
+        if hidden:
+            raise WormholeError(WormholeError.CONTAINER_INSECURE,
+                                f"container '{path}' belongs to {_hidden_owner(owner)} and has mode {mode:o}, neither a "
+                                f"personal container's (no write for group or others) nor a shared one's (setgid, group "
+                                f"rwx, nothing for others): the sandbox bound a directory that is not a container. Bind "
+                                f"the group's own container (Docs/Sandboxes.md)", path=path)
         if owner != me:
             raise WormholeError(WormholeError.CONTAINER_INSECURE,
                                 f"container '{path}' belongs to user {owner}, not to this user ({me}); another user may "
@@ -232,6 +329,13 @@ class Access:
         user = _user_name(owner)
         is_directory = stat.S_ISDIR(status.st_mode)
         wanted = self.directory_mode if is_directory else self.file_mode
+        if hides_owner(owner):
+            # Inside a sandbox: the owner cannot be named, nor asked to repair it from here.
+            return WormholeError(WormholeError.CONTAINER_INSECURE,
+                                 f"'{path}' belongs to {_hidden_owner(owner)} and has mode "
+                                 f"{stat.S_IMODE(status.st_mode):o}, so this process may not use it: its owner's next "
+                                 f"Wormhole process outside the sandbox repairs it, or its owner or root runs 'chmod "
+                                 f"{wanted:o}' on it outside the sandbox", path=path, errno=error.errno)
         message = (f"'{path}' belongs to user {user} (uid {owner}) and has mode {stat.S_IMODE(status.st_mode):o}, so "
                    f"the other members of Unix group {_group_name(self.group)} may not use it (a process of {user}'s "
                    f"ended before it gave it the group's access, or an earlier Wormhole made it). {user}'s next "
@@ -244,7 +348,9 @@ class Access:
         """§4 Parent: nobody but this user or root may replace the container."""
         sticky = status.st_mode & stat.S_ISVTX
         others_may_write = status.st_mode & 0o022
-        someone_else = status.st_uid not in (os.geteuid(), 0)
+        # An owner hidden by a user namespace cannot be checked: the sandbox that bound the
+        # container vouches for it; the modes are still checked.
+        someone_else = status.st_uid not in (os.geteuid(), 0) and not hides_owner(status.st_uid)
         mode = stat.S_IMODE(status.st_mode)
         if self.shared and (others_may_write or someone_else):
             raise WormholeError(WormholeError.CONTAINER_INSECURE,
@@ -455,7 +561,7 @@ class ContainerDirectory:
                     status = os.fstat(fd)
                 shared_parent.check_subdirectory(status, path)
                 return fd, status, shared_parent
-            access = Access.of(status, path)
+            access = Access.of(status, path, fd)
             access.check_parent(parent_status, parent_path, path)
         except BaseException:
             os.close(fd)

@@ -23,7 +23,7 @@ import stat
 from typing import Mapping, Optional
 
 from . import identifiers
-from .container import check_ownership, make_directories, symbolic_link_refused
+from .container import IN_USER_NAMESPACE, check_ownership, make_directories, symbolic_link_refused
 from .errors import WormholeError
 
 __all__ = ["ENVIRONMENT_OVERRIDE", "directory_for_group", "groups_directory"]
@@ -54,6 +54,7 @@ def directory_for_group(application_group_identifier: str, environment: Optional
         if _exists(path):
             _prepare(path, create_parents=False)
             return path
+    _refuse_unbound_sandbox(application_group_identifier)
     base = groups_directory(environment)
     path = base + "/" + application_group_identifier
     _prepare(path, create_parents=False)
@@ -76,6 +77,31 @@ def groups_directory(environment: Optional[Mapping[str, str]] = None) -> str:
         path = _fallback_groups_directory()
     _prepare(path, create_parents=False)
     return path
+
+
+def _refuse_unbound_sandbox(application_group_identifier: str) -> None:
+    """Inside a user namespace other than the initial one (a sandbox: Flatpak, bwrap
+    --unshare-user), a group none of whose containers is here, nor the groups directory
+    where one would be made, is one the sandbox did not bind: a container made here would
+    be the sandbox's alone, and no process outside would hear it (a shared group's is made
+    by 'wormhole share' alone). The error says what the sandbox must bind, as the Swift
+    ``WormholeContainer.unboundInSandbox`` does."""
+    if not IN_USER_NAMESPACE:
+        return
+    groups = _runtime_groups_directory() if _has_runtime_directory() else _fallback_groups_directory()
+    if _exists(groups):
+        return
+    shared = SHARED_GROUPS_DIRECTORY + "/" + application_group_identifier
+    raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
+                        f"no container of group '{application_group_identifier}' in this sandbox: this process runs in "
+                        f"a user namespace (Flatpak, bwrap --unshare-user), and neither '{shared}' (a shared group's, "
+                        f"made by 'wormhole share') nor this user's own ('{_runtime_groups_directory()}/"
+                        f"{application_group_identifier}', '{_fallback_groups_directory()}/"
+                        f"{application_group_identifier}') is here, nor '{groups}'. One made here would be private to "
+                        f"the sandbox, and no process outside it would hear it: the sandbox must bind the group's "
+                        f"container (for a shared group, bwrap --bind {shared} {shared}; Flatpak: the finish-arg "
+                        f"--filesystem={shared}), or set {ENVIRONMENT_OVERRIDE} to a directory it shares "
+                        f"(Docs/Sandboxes.md)", path=shared)
 
 
 def _override(environment: Mapping[str, str]) -> Optional[str]:

@@ -61,11 +61,19 @@ struct Doctor: ParsableCommand {
             var status = stat()
             if lstat(path, &status) == 0 {
                 let mode = String(status.st_mode & 0o7777, radix: 8)
+                // Inside a sandbox's user namespace, an owner or group it does not map shows
+                // as the overflow id: say so rather than name 'nobody'.
+                let hiddenOwner = WormholeContainer.ownerIsHiddenByUserNamespace(status.st_uid)
+                let hiddenGroup = WormholeContainer.groupIsHiddenByUserNamespace(status.st_gid)
                 let owner = getpwuid(status.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
-                line("  owner: \(owner) (uid \(status.st_uid)), mode 0\(mode)")
+                line(hiddenOwner
+                     ? "  owner: not visible from inside this user namespace (uid \(status.st_uid) is the overflow uid); its mode and access are checked instead, mode 0\(mode)"
+                     : "  owner: \(owner) (uid \(status.st_uid)), mode 0\(mode)")
                 if status.st_mode & S_ISGID != 0 && status.st_mode & 0o070 == 0o070 {
-                    let group = getgrgid(status.st_gid).map { String(cString: $0.pointee.gr_name) } ?? String(status.st_gid)
-                    line("  shared with the members of Unix group \(group) (gid \(status.st_gid))")
+                    let group = hiddenGroup ? "GROUP" : getgrgid(status.st_gid).map { String(cString: $0.pointee.gr_name) } ?? String(status.st_gid)
+                    line(hiddenGroup
+                         ? "  shared with the members of a Unix group not visible from inside this user namespace (gid \(status.st_gid) is the overflow gid)"
+                         : "  shared with the members of Unix group \(group) (gid \(status.st_gid))")
                     // ACL entries give access the modes do not show; a file with several
                     // links may be another's outside the container.
                     let shared = if case .group(let identifier, nil) = location { identifier } else { "GROUP" }
@@ -77,7 +85,7 @@ struct Doctor: ParsableCommand {
                             problems.append("\(finding): remove it")
                         }
                     }
-                } else if status.st_uid != geteuid() {
+                } else if status.st_uid != geteuid() && !hiddenOwner {
                     problems.append("the container belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): run as that user, or choose a container of your own with --group or --directory")
                 }
             }

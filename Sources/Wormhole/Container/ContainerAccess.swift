@@ -42,7 +42,17 @@ enum ContainerAccess: Sendable, Hashable {
 
     /// The access the container `status` (taken with `fstat` or `lstat`) gives this
     /// process, or an error that says why it may not be used.
-    static func of(_ status: Stat, path: String) throws(WormholeError) -> ContainerAccess {
+    ///
+    /// Inside a user namespace other than the initial one (a sandbox), an owner that is
+    /// not mapped into it shows as the overflow uid (``UserNamespace``): root's shared
+    /// container and another user's look alike. Such a directory is taken as the owner
+    /// it may be (root for a shared one, this user for a personal one) when what can
+    /// still be checked holds: it has the mode the container must have, and this process
+    /// may read, write and search it (`faccessat` with the effective ids, of `opened`, the
+    /// directory's own descriptor, when given, else of `path`). A group that shows as the
+    /// overflow gid is checked the same way, by the kernel's decision rather than by the
+    /// process's group list. Outside a user namespace nothing of this applies.
+    static func of(_ status: Stat, path: String, opened: FileDescriptor? = nil) throws(WormholeError) -> ContainerAccess {
         guard status.isDirectory else {
             throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path)
         }
@@ -50,15 +60,34 @@ enum ContainerAccess: Sendable, Hashable {
         let owner = status.userID.rawValue
         let mode = status.modeBits
         let sharedMode = mode & 0o2070 == 0o2070 && mode & 0o007 == 0
-        if owner == me && mode & 0o022 == 0 { return .personal }
-        if sharedMode && (owner == me || owner == 0) {
+        let personalMode = mode & 0o022 == 0
+        // What the kernel lets this process do with it, asked only where an id cannot be seen.
+        func usable() -> Bool {
+            opened.map { UserNamespace.usable($0, name: ".") } ?? UserNamespace.usable(nil, name: path)
+        }
+        if owner == me && personalMode { return .personal }
+        let hiddenOwner = owner != me && UserNamespace.hidesOwner(owner)
+        if hiddenOwner && (personalMode || sharedMode) && !usable() {
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' belongs to \(UserNamespace.ownerDescription(owner)), has mode \(String(mode, radix: 8)), and this process may not read, write and search it: the sandbox bound a directory that is not this user's, nor of a Unix group this user is in. Bind the group's own container (Docs/Sandboxes.md)",
+                path: path)
+        }
+        if hiddenOwner && personalMode { return .personal }
+        if sharedMode && (owner == me || owner == 0 || hiddenOwner) {
             let group = status.groupID.rawValue
-            guard me == 0 || Syscalls.isMember(ofGroup: group) else {
+            // A group that cannot be seen cannot be looked up in this process's groups
+            // (unmapped supplementary groups all show as the overflow gid): the kernel decides.
+            guard me == 0 || (UserNamespace.hidesGroup(group) ? usable() : Syscalls.isMember(ofGroup: group)) else {
                 throw WormholeError(.containerInsecure,
                     "container '\(path)' is shared with Unix group \(Syscalls.groupName(group)) (gid \(group)), and this user (uid \(me)) is not a member: ask an administrator to add it ('usermod -aG \(Syscalls.groupName(group)) \(Syscalls.userName(me))'), then log in again",
                     path: path)
             }
             return .shared(groupID: group)
+        }
+        if hiddenOwner {
+            throw WormholeError(.containerInsecure,
+                "container '\(path)' belongs to \(UserNamespace.ownerDescription(owner)) and has mode \(String(mode, radix: 8)), neither a personal container's (no write for group or others) nor a shared one's (setgid, group rwx, nothing for others): the sandbox bound a directory that is not a container. Bind the group's own container (Docs/Sandboxes.md)",
+                path: path)
         }
         if owner != me {
             throw WormholeError(.containerInsecure,
@@ -115,6 +144,12 @@ enum ContainerAccess: Sendable, Hashable {
         guard case .shared(let group) = self else { return WormholeError.system("open", errno, path: path) }
         let owner = status.userID.rawValue
         let wanted = String(status.isDirectory ? directoryMode : fileMode, radix: 8)
+        if UserNamespace.hidesOwner(owner) {
+            // Inside a sandbox: the owner cannot be named, nor asked to repair it from here.
+            return WormholeError(.containerInsecure,
+                "'\(path)' belongs to \(UserNamespace.ownerDescription(owner)) and has mode \(String(status.modeBits, radix: 8)), so this process may not use it: its owner's next Wormhole process outside the sandbox repairs it, or its owner or root runs 'chmod \(wanted)' on it outside the sandbox",
+                path: path, errno: errno)
+        }
         let user = Syscalls.userName(owner)
         return WormholeError(.containerInsecure,
             "'\(path)' belongs to user \(user) (uid \(owner)) and has mode \(String(status.modeBits, radix: 8)), so the other members of Unix group \(Syscalls.groupName(group)) may not use it (a process of \(user)'s ended before it gave it the group's access, or an earlier Wormhole made it). \(user)'s next Wormhole process there repairs it; or \(user) or root runs 'chmod \(wanted) \(path)'" + (status.isDirectory ? "" : ", or a member removes it (what it holds is lost)"),
@@ -131,7 +166,10 @@ enum ContainerAccess: Sendable, Hashable {
     func checkParent(_ status: Stat, parentPath: String, path: String) throws(WormholeError) {
         let sticky = status.permissions.contains(.saveText)
         let othersMayWrite = status.modeBits & 0o022 != 0
+        // An owner hidden by a user namespace (``UserNamespace``) cannot be checked: the
+        // sandbox that bound the container vouches for it; the modes are still checked.
         let ownedBySomeoneElse = status.userID.rawValue != Syscalls.effectiveUserID && status.userID.rawValue != 0
+            && !UserNamespace.hidesOwner(status.userID.rawValue)
         if case .shared = self, othersMayWrite || ownedBySomeoneElse {
             throw WormholeError(.containerInsecure,
                 "the parent of shared container '\(path)', '\(parentPath)', has owner \(status.userID.rawValue) and mode \(String(status.modeBits, radix: 8)): a member could replace the container. A shared container's parent is root's and writable by its owner alone; 'wormhole share' makes one",

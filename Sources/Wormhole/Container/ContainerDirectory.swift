@@ -466,7 +466,7 @@ final class ContainerDirectory: Sendable {
                 try sharedParent.checkSubdirectory(status, path: path.description)
                 return (fd, status, sharedParent)
             }
-            let access = try ContainerAccess.of(status, path: path.description)
+            let access = try ContainerAccess.of(status, path: path.description, opened: fd)
             try access.checkParent(parentStatus, parentPath: parentPath, path: path.description)
             return (fd, status, access)
         } catch {

@@ -32,7 +32,11 @@ import SystemPackage
 /// that other users may write to is refused with ``WormholeError/Code/containerInsecure``
 /// and a message that says what to do; a shared container must be root's, setgid, mode
 /// 2770, of a Unix group this process is in (``WormholeError/Code/containerInsecure``
-/// otherwise, naming the group to join).
+/// otherwise, naming the group to join). Inside a sandbox's user namespace, where root's
+/// and other users' files show as the overflow uid, the mode and the process's access are
+/// checked instead of an owner it cannot see, and a group whose container the sandbox did
+/// not bind is ``WormholeError/Code/containerUnavailable``, not a new container only the
+/// sandbox would see (Docs/Sandboxes.md).
 ///
 /// ```swift
 /// let path = try WormholeContainer.directory(forApplicationGroupIdentifier: "group.com.example.notes")
@@ -91,6 +95,7 @@ public enum WormholeContainer {
         environment: [String: String] = currentEnvironment()
     ) throws(WormholeError) -> String {
         let resolution = try resolve(applicationGroupIdentifier: applicationGroupIdentifier, environment: environment)
+        if let unbound = unboundInSandbox(resolution, applicationGroupIdentifier: applicationGroupIdentifier) { throw unbound }
         if resolution.source != .sharedGroup {
             let groups = try ContainerPath(resolution.path).parent
             try prepare(groups, createParents: resolution.source == .environmentOverride)
@@ -197,6 +202,42 @@ public enum WormholeContainer {
     /// The environment of this process.
     public static func currentEnvironment() -> [String: String] {
         ProcessInfo.processInfo.environment
+    }
+
+    /// Whether `userID`, the owner of a file as `stat` shows it to this process, stands
+    /// for an owner it cannot see: the process runs in a user namespace other than the
+    /// initial one (a sandbox: Flatpak, `bwrap --unshare-user`) that does not map the
+    /// overflow uid, and `userID` is that uid (`/proc/sys/kernel/overflowuid`). Root's
+    /// shared container shows so inside a sandbox, and is checked by its mode and access
+    /// instead (Docs/Security.md, "Sandboxes: user namespaces"). Always `false` outside a
+    /// user namespace.
+    public static func ownerIsHiddenByUserNamespace(_ userID: UInt32) -> Bool {
+        UserNamespace.hidesOwner(userID)
+    }
+
+    /// Whether `groupID`, the group of a file as `stat` shows it, stands for a group this
+    /// process cannot see, as ``ownerIsHiddenByUserNamespace(_:)`` says of owners (the
+    /// overflow gid, `/proc/sys/kernel/overflowgid`).
+    public static func groupIsHiddenByUserNamespace(_ groupID: UInt32) -> Bool {
+        UserNamespace.hidesGroup(groupID)
+    }
+
+    /// Inside a user namespace other than the initial one (a sandbox: Flatpak, `bwrap
+    /// --unshare-user`), the error for a group whose container the sandbox did not bind:
+    /// no container of the group exists here (rules 3 to 5), nor the groups directory
+    /// where rules 6 and 7 would make one. A container made here would be the sandbox's
+    /// alone (its `/run` and `/dev/shm` are its own), and no process outside would hear
+    /// it; a shared group's container is made by `wormhole share` alone. `nil` outside a
+    /// user namespace, with `WORMHOLE_APP_GROUPS_DIRECTORY` set (an override the sandbox
+    /// chose), or when a container or groups directory is there (bound in).
+    static func unboundInSandbox(_ resolution: Resolution, applicationGroupIdentifier: String) -> WormholeError? {
+        guard UserNamespace.isNested, !resolution.exists, resolution.source != .environmentOverride,
+              let groups = try? ContainerPath(resolution.path).parent,
+              case .failure(.noSuchFileOrDirectory) = Syscalls.linkStatus(groups) else { return nil }
+        let shared = sharedGroupsDirectory + "/" + applicationGroupIdentifier
+        return WormholeError(.containerUnavailable,
+            "no container of group '\(applicationGroupIdentifier)' in this sandbox: this process runs in a user namespace (Flatpak, bwrap --unshare-user), and neither '\(shared)' (a shared group's, made by 'wormhole share') nor this user's own ('\(runtimeGroupsDirectory)/\(applicationGroupIdentifier)', '\(fallbackGroupsDirectory)/\(applicationGroupIdentifier)') is here, nor '\(groups)'. One made here would be private to the sandbox, and no process outside it would hear it: the sandbox must bind the group's container (for a shared group, bwrap --bind \(shared) \(shared); Flatpak: the finish-arg --filesystem=\(shared)), or set \(environmentOverride) to a directory it shares (Docs/Sandboxes.md)",
+            path: shared)
     }
 
     // MARK: - The rule's directories

@@ -313,10 +313,11 @@ final class ListenerCursor {
         var result: [WormholeListenerStatus] = []
         let holders = LockHolders.current()
         /// A running listener's user is the lock holder's (the kernel's record); else the
-        /// file's owner, unless the file has several names (a member's link of another's).
+        /// file's owner, unless the file has several names (a member's link of another's)
+        /// or the owner is hidden by a user namespace (the overflow uid names no one).
         func user(_ status: Stat, running: Bool) -> UInt32? {
             if running, let holder = holders.userID(holding: status) { return holder }
-            return status.linkCount == 1 ? status.userID.rawValue : nil
+            return status.linkCount == 1 && !UserNamespace.hidesOwner(status.userID.rawValue) ? status.userID.rawValue : nil
         }
         try? forEachClaimFile(container: container, identifier: identifier, includingBeingCreated: false) { name, fd, status, _ in
             let running: Bool

@@ -94,9 +94,15 @@ public final class Wormhole: Sendable {
         jsonCoding: JSONCoding = .standard,
         createIfMissing: Bool = true
     ) throws(WormholeError) {
-        var path = createIfMissing
-            ? try WormholeContainer.directory(forApplicationGroupIdentifier: applicationGroupIdentifier)
-            : try WormholeContainer.resolve(applicationGroupIdentifier: applicationGroupIdentifier).path
+        var path: String
+        if createIfMissing {
+            path = try WormholeContainer.directory(forApplicationGroupIdentifier: applicationGroupIdentifier)
+        } else {
+            let resolution = try WormholeContainer.resolve(applicationGroupIdentifier: applicationGroupIdentifier)
+            // In a sandbox that did not bind the container: say so, not "nothing was sent".
+            if let unbound = WormholeContainer.unboundInSandbox(resolution, applicationGroupIdentifier: applicationGroupIdentifier) { throw unbound }
+            path = resolution.path
+        }
         if let optionalDirectory, !optionalDirectory.isEmpty {
             try Identifier.validate(optionalDirectory, kind: "optional directory")
             path += "/" + optionalDirectory
