@@ -70,7 +70,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             let members = try container.subdirectory(Self.membersDirectory, in: queueDirectory, path: container.filePath(relative + "/" + Self.membersDirectory), create: true)!
             opened.append(members)
             try Self.createState(in: queueDirectory, container: container, path: statePath,
-                                 taken: Self.startingSequence(start, transiting: transiting, identifier: identifier))
+                                 start: Self.startingPosition(start, transiting: transiting, identifier: identifier))
             let stateFD = try Syscalls.open(Self.stateFile, in: queueDirectory, .readWrite).orThrow("open the work queue state", path: statePath)
             opened.append(stateFD)
             // Registered under the queue's lock: nobody takes the new file, unlocked for a
@@ -188,7 +188,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                 unmoved.insert(entry.sequence)
                 continue
             }
-            guard let record = try record(entry.sequence) else {
+            guard let record = try record(entry.sequence, in: state.logID) else {
                 // Gone from the log (cleared, or past the backlog cap).
                 state.entries.remove(at: index)
                 state.lost += 1
@@ -240,7 +240,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             return nil
         }
         reportedFull = false
-        let reader = try currentReader(after: state.taken)
+        let reader = try currentReader(after: state.taken, in: state.logID)
         while true {
             if unread.isEmpty {
                 var batch = try reader.read(maximumCount: 1)
@@ -312,7 +312,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                 state.entries[index].member = 0
                 return
             }
-            if let record = try record(sequence) {
+            if let record = try record(sequence, in: state.logID) {
                 do throws(WormholeError) {
                     try deadLetter(record, deliveries: entry.deliveries, to: deadLetters, reason: reason)
                 } catch {
@@ -424,22 +424,28 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
         }
     }
 
-    private func currentReader(after sequence: UInt64) throws(WormholeError) -> any WormholeTransitingReader {
+    private func currentReader(after sequence: UInt64, in logID: UInt64) throws(WormholeError) -> any WormholeTransitingReader {
         if let reader { return reader }
-        // No listener claim: the queue's state is the member's claim (§18.4).
-        let made = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence), claims: false)
+        // No listener claim: the queue's state is the member's claim (§18.4), which kept
+        // what a clear hid after `taken` (T3).
+        let made = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence), claims: false,
+                                     positionLogID: logID)
         // The queue counts expired messages in its state: it reads them.
         made.dropsExpired = false
         reader = made
         return made
     }
 
-    /// The log's record `sequence`, when it is still there.
-    private func record(_ sequence: UInt64) throws(WormholeError) -> WormholeRecord? {
-        let reader = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence &- 1), claims: false)
+    /// The log's record `sequence`, when it is still there: cleared or not, as the queue's
+    /// claim kept it (T2).
+    private func record(_ sequence: UInt64, in logID: UInt64) throws(WormholeError) -> WormholeRecord? {
+        let reader = try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence &- 1), claims: false,
+                                       positionLogID: logID)
         reader.dropsExpired = false
         defer { reader.close() }
         for result in try reader.read(maximumCount: 4) {
+            // In a log made anew, the same number is another message.
+            guard logID == 0 || reader.currentLogID == logID else { return nil }
             if case .success(let record) = result, record.sequence >= sequence { return record.sequence == sequence ? record : nil }
         }
         return nil
@@ -466,21 +472,39 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     // MARK: - Files
 
-    /// Where a new queue starts: after the last message for ``WormholeStartingPoint/now``,
-    /// before the retained ones for ``WormholeStartingPoint/history``.
-    private static func startingSequence(_ start: WormholeStartingPoint, transiting: FileTransiting, identifier: String) -> UInt64 {
-        switch start {
-        case .history: return 0
-        case .after(let sequence): return sequence
-        case .now: return transiting.summary(of: identifier)?.lastSequence ?? 0
-        case .latest: return (transiting.summary(of: identifier)?.lastSequence ?? 1) &- 1
+    /// Where a new queue starts (Protocol.md §18.1): `taken` and the log it belongs to.
+    /// A new queue is a reader that starts now: what was cleared before is not its to
+    /// handle (§10.3), so its start is never below the log's `clearedThrough`. Once made,
+    /// its claim keeps what it has not handled, and a later clear does not withdraw it.
+    private static func startingPosition(_ start: WormholeStartingPoint, transiting: FileTransiting, identifier: String) -> (taken: UInt64, logID: UInt64) {
+        guard let log = try? LogFile.open(identifier, in: transiting.container, access: .readOnly, create: false) else {
+            if case .after(let sequence) = start { return (sequence, 0) }
+            return (0, 0)
         }
+        defer { log.close() }
+        guard let header = log.header else { return (0, 0) }
+        let cleared = header.clearedThrough
+        let last: UInt64
+        switch start {
+        case .history:
+            return (cleared, header.logID)
+        case .after(let sequence):
+            return (max(sequence, cleared), header.logID)
+        case .now, .latest:
+            guard let size = try? log.status().size,
+                  let tail = try? log.findTail(size: Int(size), header: header, maximumPayload: transiting.configuration.maximumMessageSize, buffer: ReadBuffer())
+            else { return (cleared, header.logID) }
+            last = tail.lastSequence
+        }
+        if case .latest = start, last > cleared { return (last - 1, header.logID) }
+        return (max(last, cleared), header.logID)
     }
 
     /// Makes the state file whole under its name: written under a temporary name, then
     /// linked, so that nobody ever reads a partial one. Nothing when it exists. With the
     /// container's file mode: in a shared group every member's user changes it.
-    private static func createState(in directory: FileDescriptor, container: ContainerDirectory, path: String, taken: UInt64) throws(WormholeError) {
+    private static func createState(in directory: FileDescriptor, container: ContainerDirectory, path: String,
+                                    start: (taken: UInt64, logID: UInt64)) throws(WormholeError) {
         if case .success(let fd) = Syscalls.open(stateFile, in: directory, .read) {
             try? fd.close()
             return
@@ -491,7 +515,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             Syscalls.remove(temporary, in: directory)
             try? fd.close()
         }
-        let bytes = WorkQueueState(taken: taken).encoded()
+        let bytes = WorkQueueState(taken: start.taken, logID: start.logID).encoded()
         switch bytes.withUnsafeBytes({ Syscalls.write(fd, $0, at: 0) }) {
         case .success: break
         case .failure(let errno) where errno == .noSpace || errno == .diskQuotaExceeded:

@@ -45,9 +45,10 @@ final class FileLogReader: WormholeTransitingReader {
     private var invalidated = false
     /// Damage already reported, so that a damaged record is reported once.
     private var reportedDamage: Int = -1
-    /// A durable name that resumed: it gets every message after its position, cleared or
-    /// not, as a listener that never stopped would (a clear hides messages from readers
-    /// that start later, not from those that were listening). Its gaps are reported
+    /// A position that resumes (a durable name, a work queue's state): it gets every
+    /// message after it, cleared or not, as a listener that never stopped would, since
+    /// its claim kept them (a clear hides messages from readers that start later, not
+    /// from those whose claim kept them: Protocol.md §10.3, §11.3). Its gaps are reported
     /// whatever the clears.
     private var seesClearedMessages = false
     /// The offset at which this reader last found its file cut or rewritten, so that a
@@ -73,9 +74,18 @@ final class FileLogReader: WormholeTransitingReader {
     ///     (§18.4), and `status` lists the member once, under its queue.
     ///   - holdsLog: Whether the log stays open between reads. A reader that does not
     ///     hold it costs an `open` and a `close` per read, and no descriptor while it waits.
+    ///   - positionLogID: For a position kept elsewhere (a work queue's state, §18.4),
+    ///     with `start` after its sequence number: the log that number belongs to (0: none
+    ///     yet). Such a position claims what follows it, so it is not raised to what a
+    ///     clear hid; in another log (the log was made anew) it starts at that log's first
+    ///     message, as its claim of another log kept everything.
     init(transiting: FileTransiting, identifier: String, start: WormholeStartingPoint, durableName: String? = nil, claims: Bool = true,
-         holdsLog: Bool = true) throws(WormholeError) {
+         holdsLog: Bool = true, positionLogID: UInt64? = nil) throws(WormholeError) {
         self.identifier = identifier
+        if let positionLogID {
+            logID = positionLogID == 0 ? nil : positionLogID
+            seesClearedMessages = true
+        }
         self.holdsLog = holdsLog
         self.container = transiting.container
         self.maximumPayload = transiting.configuration.maximumMessageSize
@@ -154,7 +164,9 @@ final class FileLogReader: WormholeTransitingReader {
             return
         }
         if let logID, logID != header.logID {
-            // The durable position belongs to an older log: everything in this one is new.
+            // The position belongs to an older log: everything in this one is new, and
+            // its claim (0 in another log: Protocol.md §12.3 Q1, §18.4) kept all of it,
+            // cleared or not (§12.4 D4).
             start = .after(sequence: 0)
             delivered = 0
         }

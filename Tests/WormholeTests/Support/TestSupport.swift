@@ -179,15 +179,26 @@ final class SmallFilesystem {
     deinit { umount2(path, Int32(MNT_DETACH)) }
 
     /// Takes every block with the file `filler` (inodes are left: an empty file can still
-    /// be made); returns its path, to remove when space is to come back.
+    /// be made); returns its path, to remove when space is to come back. It writes until
+    /// the file system says it is full (`ENOSPC`), a page at a time, then a byte at a time:
+    /// any other failure (`EINTR`, or `ENOMEM` on a machine short of memory) is tried
+    /// again, not taken for a full disk that is not.
     @discardableResult
     func fill() throws -> String {
         let filler = path + "/filler"
-        guard FileManager.default.createFile(atPath: filler, contents: nil), let handle = FileHandle(forWritingAtPath: filler) else {
-            throw POSIXError(.EIO)
+        let fd = open(filler, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        defer { close(fd) }
+        let page = [UInt8](repeating: 0, count: 4096)
+        for size in [page.count, 1] {
+            var retries = 0
+            while true {
+                if page.withUnsafeBytes({ write(fd, $0.baseAddress, size) }) >= 0 { continue }
+                if errno == ENOSPC { break }
+                retries += 1
+                guard retries < 1000 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            }
         }
-        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
-        try? handle.close()
         return filler
     }
 }
