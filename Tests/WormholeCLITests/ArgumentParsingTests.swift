@@ -16,10 +16,11 @@ struct ArgumentParsingTests {
     }
 
     /// Help and completions list `--postgres` where it can be used: in a build with the
-    /// `Postgres` trait, for every command but `post` and `observe`, which need a directory,
-    /// and `share`, which takes no container options (it makes a group's shared container).
+    /// `Postgres` trait, for every command but `post`, `observe` and `activation`, which
+    /// need a directory (a systemd path unit watches a file), and `share`, which takes no
+    /// container options (it makes a group's shared container).
     @Test func helpListsPostgresOnlyWhereThisBuildAcceptsIt() throws {
-        let directoryOnly = [ObjectIdentifier(Post.self), ObjectIdentifier(Observe.self)]
+        let directoryOnly = [ObjectIdentifier(Post.self), ObjectIdentifier(Observe.self), ObjectIdentifier(Activation.self)]
         for command in WormholeCommand.configuration.subcommands where ObjectIdentifier(command) != ObjectIdentifier(Share.self) {
             let help = WormholeCommand.helpMessage(for: command)
             let name = command.configuration.commandName ?? "?"
