@@ -120,7 +120,7 @@ complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "w
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'forget' -d 'Remove the position of a durable listener, and what was kept for it.'
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'doctor' -d 'Check the container, the inotify limits and the listeners, and watch a test post arrive.'
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'share' -d 'Share an application group with the members of a Unix group (run as root).'
-complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'top' -d 'Show each identifier\'s traffic at intervals: messages and bytes per second, listeners, how far behind.'
+complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'top' -d 'Show each identifier\'s traffic at intervals: messages and bytes per second, listeners, queue members, pending messages, how far behind.'
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'post' -d 'Post payload-free notifications, optionally setting a name\'s 64-bit state first.'
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'observe' -d 'Print a line each time one of the names is posted.'
 complete -c 'wormhole' -n '__wormhole_should_offer_completions_for_positional "wormhole" -eq 1' -fa 'path' -d 'Print the container directory that the options select (creating it if needed), or the PostgreSQL container.'
