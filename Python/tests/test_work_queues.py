@@ -39,6 +39,18 @@ class QueueClaimTests(unittest.TestCase):
     """§18.4: a state whose logID is 0 claims ``taken`` (or an entry's sequence − 1) on any
     log, as a durable position of logID 0 does; a state of another log claims 0."""
 
+    def test_an_entry_is_due_after_its_retry_delay_or_when_the_clock_was_set_back(self) -> None:
+        from wormhole.queues import Entry
+        entry = Entry(1, 0, 1, 10_000_000_000)
+        self.assertTrue(entry.is_due(10_000_000_000))
+        entry.wait_before_redelivery(1, 10_500_000_000)
+        self.assertEqual(entry.retry_delay, 1500)
+        self.assertFalse(entry.is_due(11_499_999_999))
+        self.assertTrue(entry.is_due(11_500_000_000))
+        self.assertTrue(entry.is_due(9_999_999_999), "the clock set back before its delivery")
+        entry.wait_before_redelivery(1e9, 10_500_000_000)
+        self.assertEqual(entry.retry_delay, 0xFFFFFFFF)
+
     def test_a_state_of_log_id_zero_claims_on_any_log(self) -> None:
         from wormhole.queues import Entry, WorkQueueState
         state = WorkQueueState(taken=5)

@@ -57,8 +57,10 @@ class Entry:
         return self.sequence, self.member, self.deliveries, self.delivered, self.retry_delay
 
     def is_due(self, now: int) -> bool:
-        """Whether it may be handed out again at ``now`` (ns since 1970)."""
-        return self.retry_delay == 0 or now >= self.delivered + self.retry_delay * 1_000_000
+        """Whether it may be handed out again at ``now`` (ns since 1970). Before
+        ``delivered`` it is: the wall clock was set back, and the entry is not held for
+        as long as the step."""
+        return self.retry_delay == 0 or now < self.delivered or now >= self.delivered + self.retry_delay * 1_000_000
 
     def wait_before_redelivery(self, delay: float, now: int) -> None:
         """Not handed out again before ``delay`` seconds from ``now``: counted from

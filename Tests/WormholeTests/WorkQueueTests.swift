@@ -299,6 +299,18 @@ struct WorkQueueTests {
         token.cancel()
     }
 
+    @Test("an entry is due once its retry delay ran out after its delivery, at once without one, and at once when the wall clock was set back before its delivery (§18.1)")
+    func entryIsDue() {
+        var entry = WorkQueueState.Entry(sequence: 1, member: 0, deliveries: 1, delivered: 10_000_000_000)
+        #expect(entry.isDue(at: 10_000_000_000))
+        entry.waitBeforeRedelivery(1, now: 10_500_000_000)
+        #expect(entry.retryDelay == 1_500)
+        #expect(!entry.isDue(at: 11_499_999_999) && entry.isDue(at: 11_500_000_000))
+        #expect(entry.isDue(at: 9_999_999_999), "the clock set back before its delivery")
+        entry.waitBeforeRedelivery(1e9, now: 10_500_000_000)
+        #expect(entry.retryDelay == UInt32.max)
+    }
+
     @Test("a failing job is handed out again only after its retry delay, doubled at each failure up to the maximum, while other jobs are handed out meanwhile; the member waiting for it wakes when it is due (Protocol.md §18.1, revision 3.1)",
           .timeLimit(.minutes(1)))
     func failingJobBacksOff() async throws {

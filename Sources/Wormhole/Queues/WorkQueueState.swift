@@ -39,9 +39,11 @@ struct WorkQueueState: Equatable {
         var retryDelay: UInt32 = 0
         var delivered: Int64
 
-        /// Whether it may be handed out again at `now` (ns since 1970).
+        /// Whether it may be handed out again at `now` (ns since 1970). Before
+        /// ``delivered`` it is: the wall clock was set back, and the entry is not held
+        /// for as long as the step.
         func isDue(at now: Int64) -> Bool {
-            retryDelay == 0 || now >= delivered &+ Int64(retryDelay) * 1_000_000
+            retryDelay == 0 || now < delivered || now >= delivered &+ Int64(retryDelay) * 1_000_000
         }
 
         /// When it may be handed out again (ns since 1970).
