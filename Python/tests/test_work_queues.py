@@ -29,7 +29,7 @@ def job(record, deliveries):
     while record.payload == b"stuck":
         time.sleep(60)
 wormhole.listen_for_message("jobs", job, work_queue="workers", records=True,
-                            options=WorkQueueOptions(redelivery_interval=0.05))
+                            options=WorkQueueOptions(redelivery_interval=0.05, retry_delay=0))
 os.write(1, b"ready\n")
 time.sleep(120)
 """
@@ -38,6 +38,18 @@ time.sleep(120)
 class QueueClaimTests(unittest.TestCase):
     """§18.4: a state whose logID is 0 claims ``taken`` (or an entry's sequence − 1) on any
     log, as a durable position of logID 0 does; a state of another log claims 0."""
+
+    def test_an_entry_is_due_after_its_retry_delay_or_when_the_clock_was_set_back(self) -> None:
+        from wormhole.queues import Entry
+        entry = Entry(1, 0, 1, 10_000_000_000)
+        self.assertTrue(entry.is_due(10_000_000_000))
+        entry.wait_before_redelivery(1, 10_500_000_000)
+        self.assertEqual(entry.retry_delay, 1500)
+        self.assertFalse(entry.is_due(11_499_999_999))
+        self.assertTrue(entry.is_due(11_500_000_000))
+        self.assertTrue(entry.is_due(9_999_999_999), "the clock set back before its delivery")
+        entry.wait_before_redelivery(1e9, 10_500_000_000)
+        self.assertEqual(entry.retry_delay, 0xFFFFFFFF)
 
     def test_a_state_of_log_id_zero_claims_on_any_log(self) -> None:
         from wormhole.queues import Entry, WorkQueueState
@@ -52,7 +64,10 @@ class QueueClaimTests(unittest.TestCase):
 
 class WorkQueueTests(WormholeTestCase):
     def member(self, handler, name: str = "workers", **options) -> object:
+        """A member of the queue ``name``; no retry delay unless given (the tests that
+        are not about delays would wait for them)."""
         errors = options.pop("errors", None)
+        options.setdefault("retry_delay", 0)
         member = self.wormhole.listen_for_message("jobs", handler, work_queue=name, records=True,
                                                   options=WorkQueueOptions(redelivery_interval=0.05, **options),
                                                   on_error=errors.append if errors is not None else None)
@@ -179,6 +194,59 @@ class WorkQueueTests(WormholeTestCase):
                          (2, "handed out 2 times; each time its member ended (killed or stopped) before "
                              "acknowledging it"))
         self.assertEqual(handled.items, [])
+
+    def test_a_failing_job_waits_its_retry_delay_doubled_up_to_the_maximum_while_others_are_handed_out(self) -> None:
+        """§18.1 (revision 3.1): the entry records its delay; the member waiting for it
+        wakes when it is due (its redelivery timer), not long after."""
+        attempts, handled = Collector(), Collector()
+
+        def handler(record: Record, deliveries: int) -> None:
+            if record.payload != b"poison":
+                handled.append(record.payload)
+                return
+            attempts.append(time.monotonic())
+            raise ValueError("failed")
+
+        options = WorkQueueOptions(maximum_deliveries=4, retry_delay=1, maximum_retry_delay=1.5)
+        self.assertEqual([options.retry_delay_after(n) for n in (1, 2, 3, 4)], [1, 1.5, 1.5, 1.5])
+        self.member(handler, maximum_deliveries=4, retry_delay=1, maximum_retry_delay=1.5)
+        self.wormhole.pass_message("poison", "jobs")
+        self.assertGreaterEqual(len(attempts.wait_for(1)), 1)
+        path = os.path.join(self.directory, ".queues", "jobs", "workers", "state")
+
+        def waiting():
+            with open(path, "rb") as file:
+                state = WorkQueueState.decode(file.read())
+            return state.entries[0] if state is not None and state.entries and state.entries[0].member == 0 else None
+
+        self.assertTrue(eventually(lambda: waiting() is not None))
+        entry = waiting()
+        self.assertEqual(entry.deliveries, 1)
+        self.assertTrue(1000 <= entry.retry_delay < 3000, entry.retry_delay)
+        self.wormhole.pass_message("a", "jobs")
+        self.wormhole.pass_message("b", "jobs")
+        times = attempts.wait_for(4)
+        self.assertEqual(len(times), 4)
+        gaps = [round((later - earlier) * 1000) for earlier, later in zip(times, times[1:])]
+        self.assertTrue(gaps[0] >= 1000 and gaps[1] >= 1500 and gaps[2] >= 1500, f"gaps in ms: {gaps}")
+        self.assertTrue(all(gap < 4000 for gap in gaps), f"gaps in ms: {gaps}")
+        self.assertEqual(handled.items, [b"a", b"b"], "handed out while the failing job waited")
+        self.assertTrue(eventually(lambda: self.status().dead_lettered == 1))
+
+    def test_a_job_of_a_killed_member_waits_the_retry_delay_of_the_member_that_finds_it_dead(self) -> None:
+        child = self.owned_child(MEMBER, self.directory)
+        self.assertEqual(child.stdout.readline().strip(), b"ready")
+        sequence = self.wormhole.pass_message("stuck", "jobs")
+        self.assertEqual(child.stdout.readline().split(), [str(sequence).encode(), b"1", b"stuck"])
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        killed = time.monotonic()
+        handled = Collector()
+        self.member(lambda record, deliveries: handled.append((time.monotonic(), deliveries)), retry_delay=0.6)
+        got = handled.wait_for(1)
+        self.assertEqual(len(got), 1)
+        self.assertEqual(got[0][1], 2)
+        self.assertGreaterEqual(got[0][0] - killed, 0.6, "handed out again before the retry delay")
 
     def test_expired_messages_are_skipped_and_counted(self) -> None:
         self.wormhole.pass_message("late", "jobs", time_to_live=0.05)
@@ -375,6 +443,9 @@ class WorkQueueTests(WormholeTestCase):
             (dict(work_queue="w", options=WorkQueueOptions(maximum_deliveries=0)), "maximumDeliveries is 0"),
             (dict(work_queue="w", options=WorkQueueOptions(redelivery_interval=0)), "redeliveryInterval is 0"),
             (dict(work_queue="w", options=WorkQueueOptions(dead_letter_identifier="jobs")), "cannot be 'jobs' itself"),
+            (dict(work_queue="w", options=WorkQueueOptions(retry_delay=-1)), "retryDelay is -1"),
+            (dict(work_queue="w", options=WorkQueueOptions(retry_delay=2, maximum_retry_delay=1)),
+             "maximumRetryDelay is 1, less than retryDelay 2"),
             (dict(work_queue="w", durable_name="d"), "has no durable name"),
             (dict(options=WorkQueueOptions()), "give work_queue"),
         ]

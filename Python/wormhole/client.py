@@ -433,7 +433,9 @@ class Wormhole:
                         second.code, f"the reply to request {record.sequence} of '{identifier}' could not be passed "
                                      f"({error}), nor an error reply ({second}); the request is not run again"))
 
-        options = WorkQueueOptions(maximum_deliveries=3, start="history")
+        # No retry delay: a request whose responder ended goes to another at once, since
+        # its requester is waiting (as in Swift).
+        options = WorkQueueOptions(maximum_deliveries=3, start="history", retry_delay=0)
         return self._join_work_queue(identifier, requesting.RESPONDERS_QUEUE, options, handler, on_error)
 
     def wait_until_idle(self, seconds: float) -> None:

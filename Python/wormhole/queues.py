@@ -11,6 +11,7 @@ import base64
 import errno
 import fcntl
 import json
+import math
 import os
 import struct
 import time
@@ -42,15 +43,34 @@ T = TypeVar("T")
 
 class Entry:
     """A message handed out and not yet acknowledged: ``member`` 0 when nobody holds it
-    (its member died or gave it back)."""
+    (its member died or gave it back). ``retry_delay``: while nobody holds it, the
+    milliseconds after ``delivered`` before it is handed out again (0: at once; §18.1,
+    revision 3.1, the field a 3.0 member writes 0 as reserved)."""
 
-    __slots__ = ("sequence", "member", "deliveries", "delivered")
+    __slots__ = ("sequence", "member", "deliveries", "delivered", "retry_delay")
 
-    def __init__(self, sequence: int, member: int, deliveries: int, delivered: int) -> None:
+    def __init__(self, sequence: int, member: int, deliveries: int, delivered: int, retry_delay: int = 0) -> None:
         self.sequence, self.member, self.deliveries, self.delivered = sequence, member, deliveries, delivered
+        self.retry_delay = retry_delay
 
-    def key(self) -> Tuple[int, int, int, int]:
-        return self.sequence, self.member, self.deliveries, self.delivered
+    def key(self) -> Tuple[int, int, int, int, int]:
+        return self.sequence, self.member, self.deliveries, self.delivered, self.retry_delay
+
+    def is_due(self, now: int) -> bool:
+        """Whether it may be handed out again at ``now`` (ns since 1970). Before
+        ``delivered`` it is: the wall clock was set back, and the entry is not held for
+        as long as the step."""
+        return self.retry_delay == 0 or now < self.delivered or now >= self.delivered + self.retry_delay * 1_000_000
+
+    def wait_before_redelivery(self, delay: float, now: int) -> None:
+        """Not handed out again before ``delay`` seconds from ``now``: counted from
+        ``delivered`` (what the file holds), rounded up to a millisecond, at most
+        2**32 - 1 ms after it."""
+        if delay <= 0:
+            self.retry_delay = 0
+            return
+        milliseconds = math.ceil(max(0, now - self.delivered) / 1e6 + delay * 1000)
+        self.retry_delay = min(0xFFFFFFFF, max(1, milliseconds))
 
 
 class WorkQueueState:
@@ -81,7 +101,7 @@ class WorkQueueState:
     def encode(self) -> bytes:
         body = _HEADER.pack(self.MAGIC, len(self.entries), self.taken, self.acknowledged, self.dead_lettered,
                             self.expired, self.lost, self.log_id)
-        body += b"".join(_ENTRY.pack(entry.sequence, entry.member, entry.deliveries, 0, entry.delivered)
+        body += b"".join(_ENTRY.pack(entry.sequence, entry.member, entry.deliveries, entry.retry_delay, entry.delivered)
                          for entry in self.entries)
         return body + struct.pack("<I", crc32(body))
 
@@ -98,8 +118,8 @@ class WorkQueueState:
             return None
         entries = []
         for index in range(count):
-            sequence, member, deliveries, _, delivered = _ENTRY.unpack_from(data, cls.HEADER_SIZE + index * cls.ENTRY_SIZE)
-            entries.append(Entry(sequence, member, deliveries, delivered))
+            sequence, member, deliveries, retry_delay, delivered = _ENTRY.unpack_from(data, cls.HEADER_SIZE + index * cls.ENTRY_SIZE)
+            entries.append(Entry(sequence, member, deliveries, delivered, retry_delay))
         return cls(taken, acknowledged, dead_lettered, expired, lost, log_id, entries)
 
     @classmethod
@@ -157,6 +177,9 @@ class WorkQueueFile:
         self.container, self.configuration = container, configuration
         self.identifier, self.name = identifier, name
         self.pass_json = pass_json
+        # The back-off of a message that failed, by its deliveries (seconds): none until
+        # the member sets it (WorkQueueOptions.retry_delay_after).
+        self.redelivery_delay: Callable[[int], float] = lambda deliveries: 0.0
         relative = f"{QUEUES}/{identifier}/{name}"
         self.directory_path = container.file_path(relative)
         self.state_path = container.file_path(relative + "/" + STATE)
@@ -300,7 +323,10 @@ class WorkQueueFile:
                     # count, rather than held for as long as the member lives.
                     entry.member = 0
                 elif entry.member != 0 and not self._alive(entry.member):
+                    # Its member ended holding it (killed, perhaps by this very message):
+                    # handed out again after the back-off, as a message given back is.
                     entry.member = 0
+                    entry.wait_before_redelivery(self.redelivery_delay(entry.deliveries), now)
             # Messages whose dead letter could not be passed (a full disk, a damaged or
             # unwritable dead-letter log): kept for the next take, skipped in this one.
             # Once one failed for want of a writable dead-letter log, those that failed
@@ -308,7 +334,10 @@ class WorkQueueFile:
             unmoved = set()
             dead_letters_failing = False
             while True:                                                                            # T2
-                waiting = [entry for entry in state.entries if entry.member == 0 and entry.sequence not in unmoved]
+                # An entry whose retry delay has not run out waits (revision 3.1), unless it
+                # is to go to the dead letters: it will not be handed out again.
+                waiting = [entry for entry in state.entries if entry.member == 0 and entry.sequence not in unmoved
+                           and (entry.is_due(now) or entry.deliveries >= maximum_deliveries)]
                 if not waiting:
                     break
                 entry = min(waiting, key=lambda each: each.sequence)
@@ -343,6 +372,7 @@ class WorkQueueFile:
                     state.expired += 1
                     continue
                 entry.member, entry.deliveries, entry.delivered = self.token, entry.deliveries + 1, now
+                entry.retry_delay = 0
                 return Delivery(record, entry.deliveries)
             self._forget_failures(state)
             if len(state.entries) >= WorkQueueState.MAXIMUM_ENTRIES:
@@ -397,7 +427,8 @@ class WorkQueueFile:
         self._locked(body)
 
     def give_back(self, sequence: int, reason: str, maximum_deliveries: int, dead_letters: str) -> None:
-        """Its handler failed with ``reason``: handed out again, or after
+        """Its handler failed with ``reason``: handed out again once its retry delay ran
+        out (§18.1), or after
         ``maximum_deliveries`` passed to the dead letters. A dead letter that cannot be
         passed leaves the message in the queue, for nobody: the next take tries again
         (T2) and reports the failure."""
@@ -406,6 +437,7 @@ class WorkQueueFile:
                 if entry.sequence == sequence and entry.member == self.token:
                     if entry.deliveries < maximum_deliveries:
                         entry.member = 0
+                        entry.wait_before_redelivery(self.redelivery_delay(entry.deliveries), time.time_ns())
                         return
                     record = read_record(self.container, self.identifier, sequence, self.configuration, state.log_id)
                     if record is not None:

@@ -33,15 +33,38 @@ class WorkQueueOptions:
             retained messages, so that jobs passed before any worker started are done)
             or "now". A queue that exists resumes where it is.
         redelivery_interval: seconds between looks for messages that a member which
-            ended was holding, besides each new message.
+            ended was holding, or whose retry delay ran out, besides each new message.
+        retry_delay: seconds before a message that failed (its handler raised, or its
+            member ended holding it) is handed out again the first time; each further
+            failure of it doubles the wait, up to ``maximum_retry_delay``: with the
+            defaults, 1, 2, 4 and 8 s between the 5 deliveries. 0: at once. Stored in
+            the queue (Protocol.md §18.1), so that every member, Python or Swift, waits
+            as long.
+        maximum_retry_delay: the longest such wait, seconds.
     """
 
+    # Half of what the state holds (2**32 - 1 ms after the delivery), the rest left for
+    # the time the handler took (the Swift WorkQueueOptions.longestRetryDelay).
+    LONGEST_RETRY_DELAY = 0xFFFFFFFF / 1000 / 2
+
     def __init__(self, maximum_deliveries: int = 5, dead_letter_identifier: Optional[str] = None,
-                 start: Union[StartingPoint, str] = "history", redelivery_interval: float = 0.25) -> None:
+                 start: Union[StartingPoint, str] = "history", redelivery_interval: float = 0.25,
+                 retry_delay: float = 1.0, maximum_retry_delay: float = 300.0) -> None:
         self.maximum_deliveries = maximum_deliveries
         self.dead_letter_identifier = dead_letter_identifier
         self.start = StartingPoint.parse(start)
         self.redelivery_interval = redelivery_interval
+        self.retry_delay = retry_delay
+        self.maximum_retry_delay = maximum_retry_delay
+
+    def retry_delay_after(self, deliveries: int) -> float:
+        """The wait before a message that failed for the ``deliveries``-th time is handed
+        out again: ``retry_delay`` doubled for each delivery after the first, at most
+        ``maximum_retry_delay``."""
+        if self.retry_delay <= 0:
+            return 0.0
+        return min(self.retry_delay * 2.0 ** min(max(deliveries, 1) - 1, 62),
+                   max(self.maximum_retry_delay, self.retry_delay))
 
     def dead_letters(self, identifier: str) -> str:
         """The dead-letter identifier of a queue of ``identifier``."""
@@ -50,7 +73,8 @@ class WorkQueueOptions:
     def __repr__(self) -> str:
         return (f"WorkQueueOptions(maximum_deliveries={self.maximum_deliveries}, "
                 f"dead_letter_identifier={self.dead_letter_identifier!r}, start={self.start!r}, "
-                f"redelivery_interval={self.redelivery_interval})")
+                f"redelivery_interval={self.redelivery_interval}, retry_delay={self.retry_delay}, "
+                f"maximum_retry_delay={self.maximum_retry_delay})")
 
 
 Handler = Callable[[Record, int], None]
@@ -75,6 +99,15 @@ class WorkQueueMember(LogSubscription):
         if not isinstance(interval, (int, float)) or not interval > 0 or not math.isfinite(interval):
             raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                 f"redeliveryInterval is {interval}; it must be a positive number of seconds")
+        for label, value in (("retryDelay", options.retry_delay), ("maximumRetryDelay", options.maximum_retry_delay)):
+            if not isinstance(value, (int, float)) or not 0 <= value <= WorkQueueOptions.LONGEST_RETRY_DELAY:
+                raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                    f"{label} is {value}; it must be between 0 and "
+                                    f"{int(WorkQueueOptions.LONGEST_RETRY_DELAY)} seconds")
+        if options.maximum_retry_delay < options.retry_delay:
+            raise WormholeError(WormholeError.INVALID_CONFIGURATION,
+                                f"maximumRetryDelay is {options.maximum_retry_delay}, less than retryDelay "
+                                f"{options.retry_delay}")
         self.dead_letters = options.dead_letters(identifier)
         identifiers.validate(self.dead_letters, "dead-letter identifier")
         if self.dead_letters == identifier:
@@ -87,6 +120,7 @@ class WorkQueueMember(LogSubscription):
         try:
             self.file = WorkQueueFile(wormhole.container, wormhole.configuration, identifier, name, options.start,
                                       wormhole._pass_json)
+            self.file.redelivery_delay = options.retry_delay_after
         except BaseException:
             self._watch.close()
             raise
@@ -127,6 +161,11 @@ class WorkQueueMember(LogSubscription):
                 failure = f"the handler threw: {str(error) or type(error).__name__}"
             try:
                 if failure is not None:
+                    if self._stopped:
+                        # Cancelled from its callback, which raised to give the message
+                        # back: the member is leaving, not failing; no retry delay (as in
+                        # Swift).
+                        self.file.redelivery_delay = lambda deliveries: 0.0
                     self.file.give_back(delivery.record.sequence, failure, maximum, self.dead_letters)
                 else:
                     self.file.acknowledge(delivery.record.sequence)

@@ -218,7 +218,7 @@ _wormhole_listen() {
     repeating_flags=()
     non_repeating_flags=(--all --history --latest --no-follow --json --prefix --raw --verbose -v --version -h --help)
     repeating_options=()
-    non_repeating_options=(--identifier-file --count -c --timeout -t --durable --queue --max-deliveries --dead-letters --exit-when-idle --group --directory --optional-directory)
+    non_repeating_options=(--identifier-file --count -c --timeout -t --durable --queue --max-deliveries --dead-letters --exit-when-idle --retry-delay --max-retry-delay --group --directory --optional-directory)
     __wormhole_offer_flags_options -1
 
     # Offer option value completions
@@ -245,6 +245,12 @@ _wormhole_listen() {
         return
         ;;
     '--exit-when-idle')
+        return
+        ;;
+    '--retry-delay')
+        return
+        ;;
+    '--max-retry-delay')
         return
         ;;
     '--group')

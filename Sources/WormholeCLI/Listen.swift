@@ -49,7 +49,10 @@ struct Listen: ParsableCommand {
             identifier: each message goes to one member of the queue, in whatever \
             process, and counts as handled once printed; a member killed before it \
             printed a message leaves it to another. A new queue starts with the \
-            retained history. After --max-deliveries tries a message goes to the \
+            retained history. A message whose member ended before printing it is \
+            handed out again after --retry-delay seconds (1 by default), doubled at \
+            each further failure up to --max-retry-delay (300). After \
+            --max-deliveries tries it goes to the \
             dead-letter identifier (--dead-letters, default ID.dead-letters). \
             'wormhole status' shows each queue's members, pending and in-flight \
             messages.
@@ -104,6 +107,12 @@ struct Listen: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("With --durable or --queue: exit (status 0) once no message has arrived for this many seconds, after what was passed while it did not run (for a service started on demand).", valueName: "seconds"))
     var exitWhenIdle: Double?
 
+    @Option(name: .long, help: ArgumentHelp("With --queue: seconds before a message that failed (not printed: its member ended) is handed out again, doubled at each further failure; 0: at once.", valueName: "seconds"))
+    var retryDelay: Double = 1
+
+    @Option(name: .long, help: ArgumentHelp("With --queue: the longest wait before a message that failed is handed out again, in seconds.", valueName: "seconds"))
+    var maxRetryDelay: Double = 300
+
     @Flag(name: .long, help: "Stop after the messages already there (the history, the latest, or what a durable name has not printed yet) instead of following new ones.")
     var noFollow = false
 
@@ -147,8 +156,14 @@ struct Listen: ParsableCommand {
         if queue != nil && (durable != nil || latest || noFollow) {
             throw ValidationError("--queue takes messages from a work queue; it cannot be combined with --durable, --latest or --no-follow.")
         }
-        if queue == nil && (deadLetters != nil || maxDeliveries != 5) {
-            throw ValidationError("--max-deliveries and --dead-letters apply to a work queue; add --queue NAME.")
+        if queue == nil && (deadLetters != nil || maxDeliveries != 5 || retryDelay != 1 || maxRetryDelay != 300) {
+            throw ValidationError("--max-deliveries, --dead-letters, --retry-delay and --max-retry-delay apply to a work queue; add --queue NAME.")
+        }
+        for (name, value) in [("--retry-delay", retryDelay), ("--max-retry-delay", maxRetryDelay)] where !(value >= 0 && value <= 2_000_000) {
+            throw ValidationError("\(name) must be between 0 and 2000000 seconds, not \(value).")
+        }
+        if maxRetryDelay < retryDelay {
+            throw ValidationError("--max-retry-delay (\(maxRetryDelay)) must be at least --retry-delay (\(retryDelay)).")
         }
         if maxDeliveries < 1 {
             throw ValidationError("--max-deliveries must be at least 1, not \(maxDeliveries).")
@@ -341,7 +356,8 @@ struct Listen: ParsableCommand {
         }
         let members = Mutex<[WorkQueueMember]>([])
         defer { members.withLock { $0 }.forEach { $0.cancel() } }
-        let options = WorkQueueOptions(maximumDeliveries: maxDeliveries, deadLetterIdentifier: deadLetters)
+        let options = WorkQueueOptions(maximumDeliveries: maxDeliveries, deadLetterIdentifier: deadLetters,
+                                       retryDelay: retryDelay, maximumRetryDelay: maxRetryDelay)
         // No message is handled until every member is registered: one taken before (the
         // queue's backlog) and not printed (--count reached) could not cancel its member,
         // which would take it again and again, declining it each time, until the dead

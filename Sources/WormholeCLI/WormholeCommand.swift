@@ -1,4 +1,5 @@
 import ArgumentParser
+import Wormhole
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,7 +24,7 @@ struct WormholeCommand: ParsableCommand {
             Exit status: 0 success; 1 runtime failure; 2 no message (listen or observe \
             timed out, read found nothing); 64 usage error.
             """,
-        version: "0.1.0",
+        version: Wormhole.version,
         subcommands: [Send.self, Listen.self, Request.self, Respond.self, Read.self, Clear.self, List.self, Status.self, Forget.self, Doctor.self, Share.self, Top.self, Post.self, Observe.self, Path.self, Activation.self])
 
     /// The names of the subcommands, in their order. Each names itself in its

@@ -16,11 +16,16 @@ Swift suite's PythonInteropTests: it passes and listens the way a Python program
     python_peer.py latest DIR ID
         Prints the latest record as "SEQUENCE KIND BASE64", or "none".
     python_peer.py work DIR ID QUEUE OUT [--poison TEXT] [--hang TEXT] [--delay SECONDS]
+                        [--retry-delay SECONDS] [--times FILE] [--leave-after-failure]
         Joins the work queue QUEUE of ID (listen_for_message with work_queue) and appends
         "SEQUENCE DELIVERIES PAYLOAD" to OUT for each job, "lost N" or "error CODE ..."
         for each error; raises on the job whose payload is TEXT (3 deliveries, then the
         dead letters); never returns from the job whose payload is --hang's TEXT (to be
         killed holding it); creates OUT.ready once it is a member; runs until killed.
+        --retry-delay: the queue's retry_delay (default 0: handed out again at once);
+        --times: appends "SEQUENCE DELIVERIES NS" (time.time_ns() when handed the job)
+        to FILE; --leave-after-failure: cancels the member once a job raised (its give
+        back stored), creates OUT.left, and runs on until killed.
     python_peer.py respond DIR ID NAME OUT [--fail TEXT]
         Responds (respond) to text requests with "NAME:REQUEST", raising on TEXT;
         appends each request to OUT; creates OUT.ready; runs until killed.
@@ -109,9 +114,14 @@ def main(argv):
     if command == "work":
         queue, out = argv[4], argv[5]
         poison, hang, delay = option(argv, "--poison"), option(argv, "--hang"), float(option(argv, "--delay", "0"))
+        retry_delay, times = float(option(argv, "--retry-delay", "0")), option(argv, "--times")
+        failure = threading.Event()
         handle = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        times_handle = os.open(times, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if times else None
 
         def job(record, deliveries):
+            if times_handle is not None:
+                os.write(times_handle, f"{record.sequence} {deliveries} {time.time_ns()}\n".encode())
             payload = record.payload.decode("utf-8", "replace")
             os.write(handle, f"{record.sequence} {deliveries} {payload}\n".encode())
             if delay:
@@ -119,15 +129,22 @@ def main(argv):
             while payload == hang:
                 time.sleep(60)
             if payload == poison:
+                failure.set()
                 raise ValueError(f"cannot handle {payload}")
 
         def failed(error):
             text = f"lost {error.missed_message_count}" if error.code == "messagesLost" else f"error {error.code} {error}"
             os.write(handle, (text + "\n").encode())
 
-        options = wormhole.WorkQueueOptions(maximum_deliveries=3 if poison else 1000, redelivery_interval=0.05)
-        shared.listen_for_message(identifier, job, work_queue=queue, options=options, on_error=failed, records=True)
+        options = wormhole.WorkQueueOptions(maximum_deliveries=3 if poison else 1000, redelivery_interval=0.05,
+                                            retry_delay=retry_delay, maximum_retry_delay=max(retry_delay, 300))
+        member = shared.listen_for_message(identifier, job, work_queue=queue, options=options, on_error=failed,
+                                           records=True)
         open(out + ".ready", "w").close()
+        if "--leave-after-failure" in argv:
+            failure.wait()
+            member.cancel()         # waits for the drain: the give back is stored
+            open(out + ".left", "w").close()
         threading.Event().wait()
     if command == "respond":
         name, out, fail = argv[4], argv[5], option(argv, "--fail")

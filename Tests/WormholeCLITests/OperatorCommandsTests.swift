@@ -100,4 +100,36 @@ struct OperatorCommandsTests {
         listener.send(SIGINT)
         _ = await listener.finish()
     }
+
+    @Test("top --count 1 counts work queue members and responders, apart from listeners, and each queue's pending messages",
+          .timeLimit(.minutes(1)))
+    func topCountsQueueMembersAndPendingMessages() async throws {
+        let sandbox = Sandbox()
+        // A queue whose only member took one message and ended: two more wait for it.
+        #expect(try await sandbox.run(["send", "batch", "first"]).status == 0)
+        let taken = try await sandbox.run(["listen", "--queue", "nightly", "--count", "1", "--timeout", "30", "batch"])
+        #expect(taken.status == 0 && taken.lines == ["first"], "\(taken.stderr)")
+        for n in 2...3 { #expect(try await sandbox.run(["send", "batch", "message \(n)"]).status == 0) }
+        let member = try sandbox.start(["listen", "--queue", "workers", "--verbose", "jobs"])
+        let responder = try sandbox.start(["respond", "-v", "app.state", "--", "cat"])
+        #expect(await member.waitForStandardError(containing: "from the work queue 'workers'"))
+        #expect(await responder.waitForStandardError(containing: "answering requests to 'app.state'"))
+        let top = try await sandbox.run(["top", "--count", "1", "--interval", "0.1", "--json"])
+        #expect(top.status == 0, "\(top.stderr)")
+        let report = try #require(top.lines.count == 1 ? try? JSONSerialization.jsonObject(with: Data(top.lines[0].utf8)) as? [String: Any] : nil, "\(top.output)")
+        let rows = Dictionary(uniqueKeysWithValues: (report["identifiers"] as? [[String: Any]] ?? []).map { ($0["identifier"] as? String ?? "", $0) })
+        func queues(_ identifier: String) -> [String: [String: Any]] {
+            Dictionary(uniqueKeysWithValues: (rows[identifier]?["queues"] as? [[String: Any]] ?? []).map { ($0["queue"] as? String ?? "", $0) })
+        }
+        #expect(rows["jobs"]?["members"] as? Int == 1 && rows["jobs"]?["listeners"] as? Int == 0, "\(top.output)")
+        #expect(queues("jobs")["workers"]?["members"] as? Int == 1 && queues("jobs")["workers"]?["pending"] as? Int == 0, "\(top.output)")
+        #expect(rows["app.state"]?["members"] as? Int == 1, "a responder is a member of the queue 'responders': \(top.output)")
+        #expect(queues("app.state")["responders"]?["members"] as? Int == 1, "\(top.output)")
+        #expect(rows["batch"]?["members"] as? Int == 0 && rows["batch"]?["pending"] as? Int == 2, "\(top.output)")
+        #expect(queues("batch")["nightly"]?["pending"] as? Int == 2 && queues("batch")["nightly"]?["inFlight"] as? Int == 0, "\(top.output)")
+        member.send(SIGINT)
+        responder.send(SIGINT)
+        _ = await member.finish()
+        _ = await responder.finish()
+    }
 }

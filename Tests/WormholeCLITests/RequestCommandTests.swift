@@ -98,6 +98,20 @@ struct RequestCommandTests {
         }
     }
 
+    @Test("listen --queue takes --retry-delay and --max-retry-delay in seconds; without --queue, out of range, or a maximum below the first delay, they are refused naming the problem")
+    func queueRetryDelayOptions() async throws {
+        let sandbox = Sandbox()
+        for (arguments, text) in [(["--retry-delay", "2"], "apply to a work queue; add --queue NAME"),
+                                  (["--queue", "w", "--retry-delay", "3e6"], "--retry-delay must be between 0 and 2000000 seconds, not 3000000.0"),
+                                  (["--queue", "w", "--retry-delay", "5", "--max-retry-delay", "1"], "--max-retry-delay (1.0) must be at least --retry-delay (5.0)")] {
+            let result = try await sandbox.run(["listen"] + arguments + ["jobs"])
+            #expect(result.status == 64 && result.stderr.contains(text), "\(arguments): \(result.stderr)")
+        }
+        #expect(try await sandbox.run(["send", "jobs", "one"]).status == 0)
+        let taken = try await sandbox.run(["listen", "--queue", "w", "--retry-delay", "0.5", "--max-retry-delay", "10", "--count", "1", "jobs"])
+        #expect(taken.status == 0 && taken.lines == ["one"], "\(taken.stderr)")
+    }
+
     @Test("listen --queue responders is refused, saying the name is the responders' (it took half the requests of a 'respond' beside it)",
           .timeLimit(.minutes(1)))
     func respondersQueueNameIsRefused() async throws {

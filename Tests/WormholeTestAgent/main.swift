@@ -636,7 +636,7 @@ do {
             // A member of the queue "q" of "walk" (made here, after u4), armed from its
             // join: its takes, and each acknowledgement with the next take.
             walkMember(identifier: "walk", queue: "q") { handled, onError throws(WormholeError) in
-                let options = WorkQueueOptions(startingFrom: .after(sequence: 4), redeliveryInterval: 0.05)
+                let options = WorkQueueOptions(startingFrom: .after(sequence: 4), redeliveryInterval: 0.05, retryDelay: 0)
                 return try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, workQueue: "q", options: options,
                                                      onError: onError, listener: handled)
             }
@@ -716,7 +716,9 @@ do {
         let delay = optional(8).flatMap { UInt32($0) } ?? 0
         struct Poisoned: Error {}
         let maximum = optional(7).flatMap { Int($0) } ?? (poison == nil ? 1_000 : 3)
-        let options = WorkQueueOptions(maximumDeliveries: maximum, redeliveryInterval: 0.05)
+        // No retry delay: the tests of this worker count losses and repeats, not time
+        // (WorkQueueTests and PythonInteropTests test the delays).
+        let options = WorkQueueOptions(maximumDeliveries: maximum, redeliveryInterval: 0.05, retryDelay: 0)
         let member = try wormhole.listenForRecords(withIdentifier: argument(2), workQueue: argument(3), options: options, onError: { error in
             if let missed = error.missedMessageCount { append("lost \(missed)") } else { append("error \(error.code) \(error)") }
         }) { record, deliveries in

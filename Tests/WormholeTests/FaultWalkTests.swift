@@ -262,7 +262,8 @@ struct FaultWalkTests {
         check(outcome.died || outcome.failed || outcome.handled == jobs || outcome.reportedErrors > 0 && Set(outcome.handled) == Set(jobs),
               "the agent's member handled \(outcome.handled) while it lived (\(outcome.line))")
         let got = Collector<String>()
-        let options = WorkQueueOptions(startingFrom: .after(sequence: 4), redeliveryInterval: 0.05)
+        // No retry delay: the walk checks that no job is lost or repeated, not when.
+        let options = WorkQueueOptions(startingFrom: .after(sequence: 4), redeliveryInterval: 0.05, retryDelay: 0)
         let member = try setting.wormhole.listenForMessage(withIdentifier: "walk", as: String.self, workQueue: "q", options: options) { got.append($0) }
         _ = await eventually(seconds: 10) { got.all.contains("s") }
         member.cancel()

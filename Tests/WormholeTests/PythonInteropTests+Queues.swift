@@ -185,4 +185,53 @@ extension PythonInteropTests {
         #expect(record.payload == (try WormholeJSONCoding.standardEncoder().encode(letter)), "the same bytes as Swift's encoding of the letter")
         #expect(try wormhole.workQueues(identifier: "jobs").first?.deadLettered == 1)
     }
+
+    @Test("a Swift member and a Python member of one queue honour each other's retry delays: a job one gave back (its handler threw) is not handed out again by the other before the delay stored in the state (Protocol.md §18.1, revision 3.1)",
+          .timeLimit(.minutes(2)))
+    func swiftAndPythonMembersHonourEachOthersRetryDelays() async throws {
+        let (scratch, container, wormhole) = try Self.scratchContainer()
+        @Sendable func wallNanoseconds() -> Int64 {
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        }
+        struct Failed: Error {}
+
+        // Python fails the job (retry delay 0.8 s) and leaves; a Swift member with no
+        // delay of its own waits for the one stored.
+        let pythonOut = scratch.file("python.txt"), pythonTimes = scratch.file("python-times.txt")
+        let python = try Self.peer(["work", container, "jobs", "w", pythonOut, "--poison", "first", "--retry-delay", "0.8",
+                                    "--times", pythonTimes, "--leave-after-failure"], scratch, "python-worker")
+        defer { kill(python.pid, SIGKILL) }
+        #expect(await waitForFile(pythonOut + ".ready"))
+        let first = try await wormhole.passMessage("first", identifier: "jobs")
+        #expect(await waitForFile(pythonOut + ".left", seconds: 30))
+        let received = Collector<(Int64, UInt64, Int)>()
+        let swift = try wormhole.listenForRecords(withIdentifier: "jobs", workQueue: "w",
+                                                  options: WorkQueueOptions(maximumDeliveries: 3, retryDelay: 0.8)) { record, deliveries in
+            received.append((wallNanoseconds(), record.sequence, deliveries))
+            if String(decoding: record.payload, as: UTF8.self) == "second" { throw Failed() }
+        }
+        let byPython = try String(contentsOfFile: pythonTimes, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        #expect(byPython.count == 1 && byPython.first?.first.map(String.init) == String(first), "\(byPython)")
+        let pythonDelivered = Int64(byPython.first?.last.map(String.init) ?? "") ?? .max
+        let again = try #require(await received.wait(for: 1, seconds: 30).first)
+        #expect(again.1 == first && again.2 == 2, "\(again)")
+        #expect(again.0 - pythonDelivered >= 800_000_000, "handed out by Swift \((again.0 - pythonDelivered) / 1_000_000) ms after Python's delivery")
+
+        // Swift fails a job (retry delay 0.8 s) and leaves; a Python member with no delay
+        // of its own waits for the one stored.
+        let second = try await wormhole.passMessage("second", identifier: "jobs")
+        #expect(await received.wait(for: 2, seconds: 30).count == 2)
+        swift.cancel()
+        let swiftDelivered = try #require(received.all.last { $0.1 == second }).0
+        let laterOut = scratch.file("python-later.txt"), laterTimes = scratch.file("python-later-times.txt")
+        let later = try Self.peer(["work", container, "jobs", "w", laterOut, "--times", laterTimes], scratch, "python-later")
+        defer { kill(later.pid, SIGKILL) }
+        #expect(await eventually(seconds: 30) { ((try? String(contentsOfFile: laterTimes, encoding: .utf8)) ?? "").contains("\n") })
+        let byLater = try String(contentsOfFile: laterTimes, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        #expect(byLater.first?.count == 3 && byLater.first?[0] == String(second) && byLater.first?[1] == "2", "\(byLater)")
+        let pythonAgain = Int64(byLater.first?.last ?? "") ?? 0
+        #expect(pythonAgain - swiftDelivered >= 800_000_000, "handed out by Python \((pythonAgain - swiftDelivered) / 1_000_000) ms after Swift's delivery")
+    }
 }

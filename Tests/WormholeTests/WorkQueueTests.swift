@@ -298,4 +298,81 @@ struct WorkQueueTests {
         member.cancel()
         token.cancel()
     }
+
+    @Test("an entry is due once its retry delay ran out after its delivery, at once without one, and at once when the wall clock was set back before its delivery (§18.1)")
+    func entryIsDue() {
+        var entry = WorkQueueState.Entry(sequence: 1, member: 0, deliveries: 1, delivered: 10_000_000_000)
+        #expect(entry.isDue(at: 10_000_000_000))
+        entry.waitBeforeRedelivery(1, now: 10_500_000_000)
+        #expect(entry.retryDelay == 1_500)
+        #expect(!entry.isDue(at: 11_499_999_999) && entry.isDue(at: 11_500_000_000))
+        #expect(entry.isDue(at: 9_999_999_999), "the clock set back before its delivery")
+        entry.waitBeforeRedelivery(1e9, now: 10_500_000_000)
+        #expect(entry.retryDelay == UInt32.max)
+    }
+
+    @Test("a failing job is handed out again only after its retry delay, doubled at each failure up to the maximum, while other jobs are handed out meanwhile; the member waiting for it wakes when it is due (Protocol.md §18.1, revision 3.1)",
+          .timeLimit(.minutes(1)))
+    func failingJobBacksOff() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.file("c"))
+        struct Failed: Error {}
+        let attempts = Collector<ContinuousClock.Instant>()
+        let handled = Collector<String>()
+        let options = WorkQueueOptions(maximumDeliveries: 4, retryDelay: 1, maximumRetryDelay: 1.5)
+        #expect([1, 2, 3, 4].map { options.retryDelay(afterDeliveries: $0) } == [1, 1.5, 1.5, 1.5])
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w", options: options) { job in
+            guard job == "poison" else { return handled.append(job) }
+            attempts.append(.now)
+            throw Failed()
+        }
+        defer { member.cancel() }
+        try await wormhole.passMessage("poison", identifier: "jobs")
+        #expect(await attempts.wait(for: 1).count >= 1)
+        // Waiting for its delay, the first failure's entry says so in the state file.
+        let container = try ContainerDirectory(path: directory.file("c"))
+        func entry() -> WorkQueueState.Entry? {
+            let states = WorkQueueFile.states(container: container, identifier: "jobs")
+            for state in states { try? state.members?.close() }
+            return states.compactMap { $0.state?.entries.first }.first
+        }
+        #expect(await eventually { entry()?.member == 0 })
+        let waiting = try #require(entry())
+        #expect(waiting.deliveries == 1 && waiting.retryDelay >= 1_000 && waiting.retryDelay < 3_000, "\(waiting)")
+        try await wormhole.passMessage("a", identifier: "jobs")
+        try await wormhole.passMessage("b", identifier: "jobs")
+        #expect(await attempts.wait(for: 4, seconds: 20).count == 4)
+        let times = attempts.all
+        let gaps = zip(times.dropFirst(), times).map { ($0 - $1) / .milliseconds(1) }
+        #expect(gaps.count == 3 && gaps[0] >= 1_000 && gaps[1] >= 1_500 && gaps[2] >= 1_500, "gaps in ms: \(gaps)")
+        // Woken when due (its redelivery timer, every 0.25 s), not long after.
+        #expect(gaps.allSatisfy { $0 < 4_000 }, "gaps in ms: \(gaps)")
+        #expect(handled.all == ["a", "b"], "handed out while the failing job waited")
+        #expect(await eventually { (try? wormhole.workQueues(identifier: "jobs").first?.deadLettered) == 1 })
+    }
+
+    @Test("a job held by a member that was killed is handed out again only after the retry delay of the member that finds it dead",
+          .timeLimit(.minutes(1)))
+    func killedMembersJobBacksOff() async throws {
+        let directory = TemporaryDirectory()
+        let container = directory.file("c")
+        let wormhole = try Wormhole(directory: container)
+        try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w") { _ in }.cancel()
+        try await wormhole.passMessage("hang", identifier: "jobs")
+        let output = directory.file("worker.txt")
+        let worker = try Agent.start(["worker", container, "jobs", "w", output, "-", "hang"])
+        #expect(await eventually(seconds: 20) { (try? WorkQueueProcessTests.workerLines([output]).count) == 1 })
+        kill(worker.processIdentifier, SIGKILL)
+        worker.waitUntilExit()
+        let killed = ContinuousClock.now
+        let received = Collector<(ContinuousClock.Instant, Int)>()
+        let member = try wormhole.listenForRecords(withIdentifier: "jobs", workQueue: "w",
+                                                   options: WorkQueueOptions(retryDelay: 0.6)) { _, deliveries in
+            received.append((.now, deliveries))
+        }
+        defer { member.cancel() }
+        let got = try #require(await received.wait(for: 1, seconds: 20).first)
+        #expect(got.1 == 2)
+        #expect(got.0 - killed >= .milliseconds(600), "handed out again \(got.0 - killed) after its member was killed")
+    }
 }

@@ -49,6 +49,13 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// is not).
     private var reportedFull = false
     private var closed = false
+    /// The back-off of a message that failed, by its deliveries (seconds); none until
+    /// the member sets it.
+    private var redeliveryDelay: @Sendable (UInt32) -> Double = { _ in 0 }
+
+    func delayRedeliveries(_ delay: @escaping @Sendable (UInt32) -> Double) {
+        redeliveryDelay = delay
+    }
 
     /// What a take found besides a message: gaps, damaged records, dead letters.
     typealias Report = (WormholeError) -> Void
@@ -172,7 +179,10 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
                 // Handed out again, with its count, rather than held for as long as it lives.
                 state.entries[index].member = 0
             } else if !isAlive(state.entries[index].member) {
+                // Its member ended holding it (killed, perhaps by this very message):
+                // handed out again after the back-off, as a message given back is.
                 state.entries[index].member = 0
+                state.entries[index].waitBeforeRedelivery(redeliveryDelay(state.entries[index].deliveries), now: now)
             }
         }
         // Messages whose dead letter could not be passed (a full disk, a damaged or
@@ -181,8 +191,13 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
         // not tried again in this take: they would fail alike.
         var unmoved: Set<UInt64> = []
         var deadLettersFailing = false
-        while let index = state.entries.indices.filter({ state.entries[$0].member == 0 && !unmoved.contains(state.entries[$0].sequence) })
-                .min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
+        // An entry whose retry delay has not run out waits (T2, revision 3.1), unless it
+        // is to go to the dead letters: it will not be handed out again.
+        while let index = state.entries.indices.filter({
+                  let entry = state.entries[$0]
+                  return entry.member == 0 && !unmoved.contains(entry.sequence)
+                      && (entry.isDue(at: now) || entry.deliveries >= maximumDeliveries)
+              }).min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
             let entry = state.entries[index]
             if deadLettersFailing, entry.deliveries >= maximumDeliveries, deadLetterFailures[entry.sequence] != nil {
                 unmoved.insert(entry.sequence)
@@ -223,6 +238,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             state.entries[index].member = token
             state.entries[index].deliveries += 1
             state.entries[index].delivered = now
+            state.entries[index].retryDelay = 0
             return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
         }
         if !deadLetterFailures.isEmpty {
@@ -301,7 +317,8 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     }
 
     /// The message `sequence` was not handled (its handler threw `reason`): another
-    /// member (or this one) gets it again, or, after `maximumDeliveries`, the dead letters.
+    /// member (or this one) gets it again once its retry delay ran out (Protocol.md
+    /// §18.1), or, after `maximumDeliveries`, the dead letters.
     /// A dead letter that cannot be passed leaves the message in the queue, held by
     /// nobody: the next take tries again (Protocol.md §18.3 T2) and reports the failure.
     func giveBack(_ sequence: UInt64, reason: String, maximumDeliveries: UInt32, deadLetters: String) throws(WormholeError) {
@@ -310,6 +327,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             let entry = state.entries[index]
             guard entry.deliveries >= maximumDeliveries else {
                 state.entries[index].member = 0
+                state.entries[index].waitBeforeRedelivery(redeliveryDelay(entry.deliveries), now: Syscalls.wallClockNanoseconds())
                 return
             }
             if let record = try record(sequence, in: state.logID) {

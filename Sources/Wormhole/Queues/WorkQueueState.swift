@@ -14,8 +14,9 @@ import Foundation
 /// lost), `acknowledged`, `deadLettered`, `expired`, `lost` (u64 counters), `logID` (u64:
 /// the log `taken` and the entries belong to; 0 before the queue saw one), then `count`
 /// entries of 32 bytes (`sequence` u64, `member` u64 (0: waiting for redelivery),
-/// `deliveries` u32, reserved u32, `delivered` i64 ns since 1970), then a CRC-32 of
-/// everything before it.
+/// `deliveries` u32, `retryDelay` u32 (ms after `delivered` before an entry held by
+/// nobody is handed out again; 0: at once; revision 3.1), `delivered` i64 ns since 1970),
+/// then a CRC-32 of everything before it.
 struct WorkQueueState: Equatable {
     static let magic: UInt32 = 0x3151_4857 // "WHQ1"
     static let headerSize = 56
@@ -31,7 +32,31 @@ struct WorkQueueState: Equatable {
         /// The member's token; 0 when nobody holds it (its member died or gave it back).
         var member: UInt64
         var deliveries: UInt32
+        /// While nobody holds it: milliseconds after ``delivered`` before it is handed out
+        /// again (the back-off of a message that failed); 0, at once. Written 0 when it is
+        /// handed out. A member of protocol revision 3.0 writes 0 here (the field was
+        /// reserved): the entry is then only retried sooner.
+        var retryDelay: UInt32 = 0
         var delivered: Int64
+
+        /// Whether it may be handed out again at `now` (ns since 1970). Before
+        /// ``delivered`` it is: the wall clock was set back, and the entry is not held
+        /// for as long as the step.
+        func isDue(at now: Int64) -> Bool {
+            retryDelay == 0 || now < delivered || now >= delivered &+ Int64(retryDelay) * 1_000_000
+        }
+
+        /// When it may be handed out again (ns since 1970).
+        var due: Int64 { delivered &+ Int64(retryDelay) * 1_000_000 }
+
+        /// Makes it wait `delay` seconds from `now` before it is handed out again: the
+        /// delay is counted from ``delivered`` (what the file can hold), rounded up to a
+        /// millisecond, at most `UInt32.max` ms after it.
+        mutating func waitBeforeRedelivery(_ delay: Double, now: Int64) {
+            guard delay > 0 else { retryDelay = 0; return }
+            let fromDelivered = Double(max(0, now &- delivered)) / 1e6 + delay * 1000
+            retryDelay = UInt32(min(Double(UInt32.max), max(1, fromDelivered.rounded(.up))))
+        }
     }
 
     var taken: UInt64 = 0
@@ -62,6 +87,7 @@ struct WorkQueueState: Equatable {
                 base.storeBytes(of: entry.sequence.littleEndian, toByteOffset: offset, as: UInt64.self)
                 base.storeBytes(of: entry.member.littleEndian, toByteOffset: offset + 8, as: UInt64.self)
                 base.storeBytes(of: entry.deliveries.littleEndian, toByteOffset: offset + 16, as: UInt32.self)
+                base.storeBytes(of: entry.retryDelay.littleEndian, toByteOffset: offset + 20, as: UInt32.self)
                 base.storeBytes(of: entry.delivered.littleEndian, toByteOffset: offset + 24, as: Int64.self)
             }
             let end = base.count - 4
@@ -89,6 +115,7 @@ struct WorkQueueState: Equatable {
             state.entries.append(Entry(
                 sequence: u64(offset), member: u64(offset + 8),
                 deliveries: UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset + 16, as: UInt32.self)),
+                retryDelay: UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset + 20, as: UInt32.self)),
                 delivered: Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset + 24, as: Int64.self))))
         }
         return state

@@ -38,6 +38,12 @@ public protocol WormholeTransitingWorkQueue: AnyObject {
 
     /// What holds the messages may have been replaced: look again at the next take.
     func invalidate()
+    /// The back-off of messages that failed: a message given back (``giveBack(_:reason:maximumDeliveries:deadLetters:)``),
+    /// or found held by a member that ended, after its `deliveries`-th delivery, is not
+    /// handed out again before `delay(deliveries)` seconds; other messages are, meanwhile.
+    /// The file back end stores it in the queue's state (Protocol.md §18.1, revision
+    /// 3.1); a back end that has no delays ignores it (the default: the PostgreSQL one).
+    func delayRedeliveries(_ delay: @escaping @Sendable (UInt32) -> Double)
 
     /// Leaves the queue: what this member still holds goes to the others.
     func close()
@@ -45,6 +51,7 @@ public protocol WormholeTransitingWorkQueue: AnyObject {
 
 extension WormholeTransitingWorkQueue {
     public func invalidate() {}
+    public func delayRedeliveries(_ delay: @escaping @Sendable (UInt32) -> Double) {}
 
     public func acknowledge(_ sequence: UInt64, thenTakeWithMaximumDeliveries maximumDeliveries: UInt32, deadLetters: String,
                             report: (WormholeError) -> Void) throws(WormholeError) -> WormholeWorkQueueDelivery? {

@@ -148,7 +148,9 @@ extension Wormhole {
     ) throws(WormholeError) -> WorkQueueMember {
         let replies = Requests.repliesIdentifier(of: identifier)
         try Identifier.validate(replies, kind: "reply identifier")
-        let options = WorkQueueOptions(maximumDeliveries: 3, startingFrom: .history)
+        // No retry delay: a request whose responder ended goes to another at once, since
+        // its requester is waiting (and the request expires with the requester's timeout).
+        let options = WorkQueueOptions(maximumDeliveries: 3, startingFrom: .history, retryDelay: 0)
         // Without a queue, on the shared directory, the request is answered on the thread
         // that was woken: no hop between the request's wake-up and its reply.
         return try joinWorkQueue(identifier: identifier, name: Requests.respondersQueue, options: options, queue: queue,

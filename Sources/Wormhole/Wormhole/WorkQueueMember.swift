@@ -23,16 +23,43 @@ public struct WorkQueueOptions: Sendable, Hashable {
     /// where it is, whatever this says.
     public var startingFrom: WormholeStartingPoint
     /// How often a member looks for messages that a member which ended was holding
-    /// (its lock released), besides each new message. Seconds.
+    /// (its lock released), or whose retry delay ran out, besides each new message.
+    /// Seconds.
     public var redeliveryInterval: Double
+    /// Seconds before a message that failed is handed out again the first time: its
+    /// handler threw, or its member ended (killed) while holding it. Each further failure
+    /// of the same message doubles the wait, up to ``maximumRetryDelay``: with the
+    /// defaults, 1, 2, 4 and 8 s between the 5 deliveries. 0 hands it out again at once.
+    /// Other messages are handed out meanwhile. Stored in the queue (Protocol.md §18.1),
+    /// so that every member, Swift or Python, waits as long.
+    public var retryDelay: Double
+    /// The longest wait before a message that failed is handed out again, seconds.
+    public var maximumRetryDelay: Double
 
     public init(maximumDeliveries: Int = 5, deadLetterIdentifier: String? = nil,
-                startingFrom: WormholeStartingPoint = .history, redeliveryInterval: Double = 0.25) {
+                startingFrom: WormholeStartingPoint = .history, redeliveryInterval: Double = 0.25,
+                retryDelay: Double = 1, maximumRetryDelay: Double = 300) {
         self.maximumDeliveries = maximumDeliveries
         self.deadLetterIdentifier = deadLetterIdentifier
         self.startingFrom = startingFrom
         self.redeliveryInterval = redeliveryInterval
+        self.retryDelay = retryDelay
+        self.maximumRetryDelay = maximumRetryDelay
     }
+
+    /// The wait before a message that failed for the `deliveries`-th time is handed out
+    /// again: ``retryDelay`` doubled for each delivery after the first, at most
+    /// ``maximumRetryDelay``. Seconds.
+    public func retryDelay(afterDeliveries deliveries: UInt32) -> Double {
+        guard retryDelay > 0 else { return 0 }
+        let doublings = Double(min(max(deliveries, 1) - 1, 62))
+        return min(retryDelay * pow(2, doublings), max(maximumRetryDelay, retryDelay))
+    }
+
+    /// The longest retry delay: half of what the state file holds (`UInt32.max`
+    /// milliseconds after the delivery, 49 days), the rest left for the time the
+    /// handler took.
+    static let longestRetryDelay = Double(UInt32.max) / 1000 / 2
 
     /// The dead-letter identifier for a queue of `identifier`.
     public func deadLetters(of identifier: String) -> String {
@@ -97,6 +124,13 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         guard options.redeliveryInterval > 0, options.redeliveryInterval.isFinite else {
             throw WormholeError(.invalidConfiguration, "redeliveryInterval is \(options.redeliveryInterval); it must be a positive number of seconds")
         }
+        for (name, value) in [("retryDelay", options.retryDelay), ("maximumRetryDelay", options.maximumRetryDelay)]
+        where !(value >= 0 && value <= WorkQueueOptions.longestRetryDelay) {
+            throw WormholeError(.invalidConfiguration, "\(name) is \(value); it must be between 0 and \(Int(WorkQueueOptions.longestRetryDelay)) seconds")
+        }
+        guard options.maximumRetryDelay >= options.retryDelay else {
+            throw WormholeError(.invalidConfiguration, "maximumRetryDelay is \(options.maximumRetryDelay), less than retryDelay \(options.retryDelay)")
+        }
         let deadLetters = options.deadLetters(of: identifier)
         try Identifier.validate(deadLetters, kind: "dead-letter identifier")
         guard deadLetters != identifier else {
@@ -118,6 +152,7 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         let observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
         do throws(WormholeError) {
             file = try transiting.joinWorkQueue(identifier: identifier, name: name, startingFrom: options.startingFrom)
+            file?.delayRedeliveries { options.retryDelay(afterDeliveries: $0) }
         } catch {
             observation.cancel()
             throw error
@@ -250,6 +285,10 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
                     try handler(delivery.record, Int(delivery.deliveries))
                     handled = sequence
                 } catch {
+                    // A member cancelled from its handler, which threw to give the message
+                    // back (`wormhole listen --queue` at its --count), is leaving, not
+                    // failing: the others get it at once, without the retry delay.
+                    if state.withLock({ $0.isCancelled }) { file?.delayRedeliveries { _ in 0 } }
                     do throws(WormholeError) {
                         try file?.giveBack(sequence, reason: "the handler threw: \(error)", maximumDeliveries: maximum, deadLetters: deadLetters)
                     } catch {
