@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "wormhole-chat", targets: ["wormhole-chat"]),
         .executable(name: "today-widget", targets: ["today-widget"]),
         .executable(name: "job-queue", targets: ["job-queue"]),
+        .executable(name: "weather-service", targets: ["weather-service"]),
     ],
     traits: [
         // Opt-in: the PostgreSQL back end (`WormholePostgres`) and the CLI's `--postgres`.
@@ -126,6 +127,14 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Examples/JobQueue"
+        ),
+        .executableTarget(
+            name: "weather-service",
+            dependencies: [
+                "Wormhole",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Examples/Weather/Service"
         ),
         // Argument parsing of the CLI, and end-to-end runs of the built binaries.
         .testTarget(
