@@ -98,9 +98,17 @@ extension PostgresSchema {
     /// statement per message. At most one row: the message's columns
     /// (``recordColumns``; NULL when it is no longer there) and the entry's deliveries,
     /// this one included.
+    ///
+    /// An entry that failed waits for its back-off: one given back is due at its
+    /// `due_at`; one whose member ended, `retryDelay` after it was handed out, doubled for
+    /// each delivery after the first, at most `maximumRetryDelay` (the member's
+    /// ``WorkQueueOptions``). One that has had its `maximumDeliveries` is taken at once,
+    /// for its dead letter.
     static func takeFromQueue(container: String, identifier: String, name: String, member: Int64,
-                              acknowledging: UInt64?) -> PostgresQuery {
+                              acknowledging: UInt64?, maximumDeliveries: UInt32 = .max,
+                              retryDelay: Double = 0, maximumRetryDelay: Double = 0) -> PostgresQuery {
         let acknowledged = acknowledging.map { Int64(clamping: $0) }
+        let maximum = Int64(maximumDeliveries)
         return """
         WITH acknowledged AS (
             DELETE FROM wormhole.queue_entries
@@ -115,11 +123,16 @@ extension PostgresSchema {
             SELECT e.sequence FROM wormhole.queue_entries e
             WHERE e.container = \(container) AND e.identifier = \(identifier) AND e.name = \(name)
               AND (e.member = 0 OR NOT \(unescaped: heldByLiveMember))
+              AND (e.deliveries >= \(maximum)
+                   OR (e.member = 0 AND (e.due_at IS NULL OR e.due_at <= now()))
+                   OR (e.member <> 0 AND (e.delivered_at IS NULL OR e.delivered_at + make_interval(secs =>
+                         least(\(retryDelay)::float8 * power(2::float8, greatest(least(e.deliveries - 1, 60), 0)),
+                               greatest(\(maximumRetryDelay)::float8, \(retryDelay)::float8))) <= now())))
             ORDER BY e.sequence
             LIMIT 1
             FOR UPDATE SKIP LOCKED),
         handed AS (
-            UPDATE wormhole.queue_entries e SET member = \(member), deliveries = e.deliveries + 1, delivered_at = now()
+            UPDATE wormhole.queue_entries e SET member = \(member), deliveries = e.deliveries + 1, delivered_at = now(), due_at = NULL
             FROM pick
             WHERE e.container = \(container) AND e.identifier = \(identifier) AND e.name = \(name) AND e.sequence = pick.sequence
             RETURNING e.sequence, e.deliveries)
@@ -155,11 +168,14 @@ extension PostgresSchema {
             """
     }
 
-    /// Gives the entry `sequence` held by `member` back to the queue.
-    static func giveBackEntry(container: String, identifier: String, name: String, member: Int64, sequence: UInt64) -> PostgresQuery {
+    /// Gives the entry `sequence` held by `member` back to the queue, due `delay` seconds
+    /// from now (0: at once).
+    static func giveBackEntry(container: String, identifier: String, name: String, member: Int64, sequence: UInt64,
+                              delay: Double = 0) -> PostgresQuery {
         let sequence = Int64(clamping: sequence)
         return """
-            UPDATE wormhole.queue_entries SET member = 0
+            UPDATE wormhole.queue_entries
+            SET member = 0, due_at = CASE WHEN \(delay)::float8 > 0 THEN now() + make_interval(secs => \(delay)::float8) END
             WHERE container = \(container) AND identifier = \(identifier) AND name = \(name)
               AND sequence = \(sequence) AND member = \(member)
             """

@@ -159,6 +159,9 @@ enum PostgresSchema {
                 deliveries   integer NOT NULL DEFAULT 0,
                 delivered_at timestamptz,
                 PRIMARY KEY (container, identifier, name, sequence));
+            -- When an entry given back after a failure may be handed out again (its
+            -- member's back-off); NULL: at once.
+            ALTER TABLE wormhole.queue_entries ADD COLUMN IF NOT EXISTS due_at timestamptz;
         END
         $wormhole$
         """

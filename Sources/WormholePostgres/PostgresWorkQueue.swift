@@ -30,6 +30,8 @@ final class PostgresWorkQueue: WormholeTransitingWorkQueue {
     private var held: WormholeWorkQueueDelivery?
     /// How many messages a fill takes into the queue's entries at most.
     static let fillLimit = 256
+    /// The back-off of messages that failed (``delayRedeliveries(_:)``); none until set.
+    private var delay: @Sendable (UInt32) -> Double = { _ in 0 }
 
     init(transiting: PostgresTransiting, identifier: String, name: String, start: WormholeStartingPoint) throws(WormholeError) {
         try Wormhole.validate(identifier: identifier)
@@ -68,7 +70,8 @@ final class PostgresWorkQueue: WormholeTransitingWorkQueue {
         while true {
             let rows = try transiting.session.query(
                 PostgresSchema.takeFromQueue(container: container, identifier: identifier, name: name, member: member,
-                                             acknowledging: acknowledging),
+                                             acknowledging: acknowledging, maximumDeliveries: maximumDeliveries,
+                                             retryDelay: delay(1), maximumRetryDelay: delay(64)),
                 "take a message from \(doing)")
             // Stored with the take (the statement is one transaction).
             acknowledging = nil
@@ -120,6 +123,12 @@ final class PostgresWorkQueue: WormholeTransitingWorkQueue {
         }
     }
 
+    /// Kept in the entries' `due_at` (a message given back) and applied by the take to
+    /// the entries of members that ended (from when they were handed out).
+    func delayRedeliveries(_ delay: @escaping @Sendable (UInt32) -> Double) {
+        self.delay = delay
+    }
+
     func acknowledge(_ sequence: UInt64) throws(WormholeError) {
         if held?.record.sequence == sequence { held = nil }
         try finish(sequence, .acknowledged)
@@ -138,7 +147,8 @@ final class PostgresWorkQueue: WormholeTransitingWorkQueue {
         held = nil
         guard delivery.deliveries >= maximumDeliveries else {
             try transiting.session.query(
-                PostgresSchema.giveBackEntry(container: transiting.container, identifier: identifier, name: name, member: member, sequence: sequence),
+                PostgresSchema.giveBackEntry(container: transiting.container, identifier: identifier, name: name, member: member, sequence: sequence,
+                                             delay: delay(delivery.deliveries)),
                 "give a message back to \(doing)")
             return
         }

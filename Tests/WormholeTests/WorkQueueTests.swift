@@ -351,6 +351,34 @@ struct WorkQueueTests {
         #expect(await eventually { (try? wormhole.workQueues(identifier: "jobs").first?.deadLettered) == 1 })
     }
 
+    @Test("every back end backs off: a failing job comes back after 1 s, then 2 s, while another job is handed out at once; its last failure goes to the dead letters",
+          .timeLimit(.minutes(1)), arguments: Backend.all)
+    func failingJobBacksOffOnEveryBackend(backend: Backend) async throws {
+        let store = try backend.makeStore()
+        let wormhole = try store.wormhole()
+        struct Failed: Error {}
+        let attempts = Collector<ContinuousClock.Instant>()
+        let handled = Collector<String>()
+        let options = WorkQueueOptions(maximumDeliveries: 3, retryDelay: 1, maximumRetryDelay: 5)
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w", options: options) { job in
+            guard job == "poison" else { return handled.append(job) }
+            attempts.append(.now)
+            throw Failed()
+        }
+        defer { member.cancel() }
+        try await wormhole.passMessage("poison", identifier: "jobs")
+        #expect(await attempts.wait(for: 1).count >= 1)
+        try await wormhole.passMessage("meanwhile", identifier: "jobs")
+        #expect(await handled.wait(for: 1) == ["meanwhile"])
+        #expect(attempts.all.count == 1, "the failing job waits while the other is handed out")
+        #expect(await attempts.wait(for: 3, seconds: 20).count == 3)
+        let times = attempts.all
+        let gaps = zip(times.dropFirst(), times).map { ($0 - $1) / .milliseconds(1) }
+        #expect(gaps.count == 2 && gaps[0] >= 950 && gaps[1] >= 1_950, "gaps in ms: \(gaps)")
+        #expect(gaps.allSatisfy { $0 < 6_000 }, "gaps in ms: \(gaps)")
+        #expect(await eventually { (try? wormhole.workQueues(identifier: "jobs").first?.deadLettered) == 1 })
+    }
+
     @Test("a job held by a member that was killed is handed out again only after the retry delay of the member that finds it dead",
           .timeLimit(.minutes(1)))
     func killedMembersJobBacksOff() async throws {

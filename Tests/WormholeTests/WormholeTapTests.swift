@@ -66,4 +66,50 @@ struct WormholeTapTests {
         let compacted = try await wormhole.summaries().first { $0.identifier == "a" }
         #expect((compacted?.messageCount ?? 0) < 81, "no compaction happened: \(String(describing: compacted))")
     }
+
+    @Test("a log made anew in the inode number of the one it replaced (a tap's reader holds no descriptor, so the kernel may reuse it) is read as the new log from its first message, with no report of a file emptied",
+          .timeLimit(.minutes(1)))
+    func logMadeAnewInTheSameInodeIsANewLog() async throws {
+        let directory = TemporaryDirectory()
+        let container = directory.path + "/container"
+        let writer = try Wormhole(directory: container)
+        for index in 1...3 { try await writer.passMessage("old \(index)", identifier: "b") }
+        let heard = Collector<String>()
+        let errors = Collector<String>()
+        let queue = DispatchQueue(label: "tap")
+        let tap = try writer.listenForAllRecords(queue: queue, onError: { errors.append($0.description) }) { record in
+            heard.append("\(record.identifier) \(record.sequence) \(String(decoding: record.payload, as: UTF8.self))")
+        }
+        defer { tap.cancel() }
+        try await writer.passMessage("old 4", identifier: "b")
+        #expect(await heard.wait(for: 1) == ["b 4 old 4"])
+        // Another log (another logID), written where the old one was, in the same inode:
+        // what a deletion and a creation that reused its number look like to a reader that
+        // holds no descriptor. The renames are the events a deletion and a creation give.
+        let scratch = TemporaryDirectory()
+        try await Wormhole(directory: scratch.path).passMessage("new 1", identifier: "b")
+        let fresh = try Data(contentsOf: URL(fileURLWithPath: scratch.path + "/b.wormhole"))
+        let log = container + "/b.wormhole", aside = container + "/b.aside"
+        let inode = try #require(try FileManager.default.attributesOfItem(atPath: log)[.systemFileNumber] as? UInt64)
+        // The tap reads only once both events came (its queue held meanwhile), as when
+        // a deletion and a creation are read in one batch.
+        queue.suspend()
+        try FileManager.default.moveItem(atPath: log, toPath: aside)
+        let handle = try #require(FileHandle(forUpdatingAtPath: aside))
+        try handle.truncate(atOffset: 0)
+        try FileManager.default.moveItem(atPath: aside, toPath: log)
+        #expect(try FileManager.default.attributesOfItem(atPath: log)[.systemFileNumber] as? UInt64 == inode)
+        await settle(100)
+        queue.resume()
+        // The tap reads while the new file is still empty, as when it reads between a
+        // writer's creation of a log and its header.
+        await settle(300)
+        try handle.write(contentsOf: fresh)
+        try handle.close()
+        // A writer that opens the log now appends to the new one.
+        try await Wormhole(directory: container).passMessage("new 2", identifier: "b")
+        #expect(await heard.wait(for: 3) == ["b 4 old 4", "b 1 new 1", "b 2 new 2"])
+        await settle(100)
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
 }

@@ -126,6 +126,15 @@ final class FileLogReader: WormholeTransitingReader {
             state = .waiting
             return
         }
+        // This reader held no descriptor: a log deleted and made again (the events said
+        // the file at the name may have changed) can have the deleted one's inode number.
+        // Without the header it read (none yet, or another logID) it is another log, read
+        // from its start, not the old one emptied under this reader.
+        if invalidated, let header, opened.header?.logID != header.logID {
+            opened.close()
+            state = .waiting
+            return
+        }
         if let header { opened.header = header }
         invalidated = false
         state = .following(opened, offset: offset)
