@@ -42,7 +42,8 @@ public protocol WormholeTransitingWorkQueue: AnyObject {
     /// or found held by a member that ended, after its `deliveries`-th delivery, is not
     /// handed out again before `delay(deliveries)` seconds; other messages are, meanwhile.
     /// The file back end stores it in the queue's state (Protocol.md §18.1, revision
-    /// 3.1); a back end that has no delays ignores it (the default: the PostgreSQL one).
+    /// 3.1), the PostgreSQL one in its entries' `due_at`; a back end that has no delays
+    /// ignores it (the default).
     func delayRedeliveries(_ delay: @escaping @Sendable (UInt32) -> Double)
 
     /// Leaves the queue: what this member still holds goes to the others.
