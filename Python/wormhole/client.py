@@ -113,15 +113,15 @@ class Wormhole:
     """
 
     def __init__(self, application_group_identifier: Optional[str] = None, optional_directory: Optional[str] = None,
-                 *, directory: Optional[Union[str, os.PathLike]] = None,
+                 *, directory: Optional[Union[str, "os.PathLike[str]"]] = None,
                  configuration: Optional[Configuration] = None) -> None:
-        if (application_group_identifier is None) == (directory is None):
+        if directory is not None and application_group_identifier is None:
+            path = os.fspath(directory)
+        elif application_group_identifier is not None and directory is None:
+            path = resolution.directory_for_group(application_group_identifier)
+        else:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                 "give either application_group_identifier or directory")
-        if directory is None:
-            path = resolution.directory_for_group(application_group_identifier)   # type: ignore[arg-type]
-        else:
-            path = os.fspath(directory)
         if optional_directory is not None:
             identifiers.validate(optional_directory, "optional directory")
             path = path.rstrip("/") + "/" + optional_directory
@@ -193,16 +193,16 @@ class Wormhole:
                 raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                     f"a time to live is positive, not {time_to_live}")
             expires = time.time_ns() + int(time_to_live * 1e9)
-        return self._writer(identifier).append(kind, payload, expires_ns=expires)   # type: ignore[return-value]
+        return self._writer(identifier).append(kind, payload, expires_ns=expires)
 
     def _pass_record(self, identifier: str, kind: int, payload: bytes, role: int, correlation: int,
                      expires_ns: int) -> int:
         """Passes a request or a reply: the record's role, correlation and expiry (§8.1)."""
         return self._writer(identifier).append(kind, payload, expires_ns=expires_ns, correlation=correlation,
-                                               role=role)                                 # type: ignore[return-value]
+                                               role=role)                              
 
     def _pass_json(self, identifier: str, payload: bytes) -> int:
-        return self._writer(identifier).append(KIND_JSON, payload)                       # type: ignore[return-value]
+        return self._writer(identifier).append(KIND_JSON, payload)                    
 
     def message(self, identifier: str) -> Any:
         """The latest message of ``identifier`` (bytes, str or the parsed JSON), or None."""
