@@ -118,7 +118,7 @@ class WorkQueueTests(WormholeTestCase):
         status = self.status()
         self.assertEqual((len(status.members), status.pending, status.in_flight, status.lost), (1, 0, 0, 0))
         self.assertEqual(os.listdir(os.path.join(self.directory, ".queues", "jobs", "workers", "members")),
-                         [format(member.file.token, "x") for member in self.wormhole._tokens])
+                         [format(member.file.token, "x") for member in self.wormhole._subscriptions.live()])
 
     def test_an_acknowledgement_not_stored_is_reported_and_the_live_member_hands_the_message_out_again(self) -> None:
         """§18.3 T1: a member takes with nothing in hand, so a message it still holds (its

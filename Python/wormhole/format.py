@@ -5,10 +5,11 @@ write version 3."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import struct
 import zlib
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from .errors import WormholeError
 
@@ -115,14 +116,31 @@ class Record:
     def expired(self, now_ns: int) -> bool:
         return self.expires_ns != 0 and self.expires_ns <= now_ns
 
-    def value(self) -> object:
+    def value(self) -> Any:
         """The payload as Python: bytes for data, str for text, the parsed JSON for json."""
-        from .coding import decode
         return decode(self)
 
     def __repr__(self) -> str:
         return (f"Record(sequence={self.sequence}, kind={self.kind_name}, pid={self.pid}, uid={self.uid}, "
                 f"payload={self.payload[:40]!r}{'...' if len(self.payload) > 40 else ''})")
+
+
+def decode(record: Record) -> Any:
+    """bytes for data, str for text, the parsed JSON for json."""
+    if record.kind == KIND_DATA:
+        return record.payload
+    try:
+        text = record.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WormholeError(WormholeError.DECODING_FAILED,
+                            f"message {record.sequence} of '{record.identifier}' is not UTF-8 text") from None
+    if record.kind == KIND_TEXT:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise WormholeError(WormholeError.DECODING_FAILED,
+                            f"message {record.sequence} of '{record.identifier}' is not a JSON value: {error}") from None
 
 
 def problem(code: str, message: str, offset: Optional[int] = None, sequence: Optional[int] = None,
