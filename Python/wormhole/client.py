@@ -9,7 +9,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union, overload
 
 from . import claims, coding, identifiers, queues, requesting, resolution
 from .configuration import DEFAULT, Configuration
@@ -22,7 +22,7 @@ from .subscription import LogSubscription, Subscriptions
 from .work_queues import WorkQueueMember, WorkQueueOptions
 from .writer import Writer
 
-__all__ = ["Wormhole", "ListenerToken", "MessageStream", "WorkQueueMember", "WorkQueueOptions"]
+__all__ = ["Wormhole", "ListenerToken", "LogSubscription", "MessageStream", "WorkQueueMember", "WorkQueueOptions"]
 
 _log = logging.getLogger("Wormhole")
 Start = Union[StartingPoint, str]
@@ -188,10 +188,28 @@ class Wormhole:
 
     # Listening
 
+    @overload
+    def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
+                           durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
+                           records: bool = False, work_queue: None = None,
+                           options: None = None) -> ListenerToken: ...
+
+    @overload
+    def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
+                           durable_name: None = None, on_error: Optional[ErrorHandler] = None,
+                           records: bool = False, work_queue: str,
+                           options: Optional[WorkQueueOptions] = None) -> WorkQueueMember: ...
+
+    @overload
     def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
                            durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
                            records: bool = False, work_queue: Optional[str] = None,
-                           options: Optional[WorkQueueOptions] = None) -> Any:
+                           options: Optional[WorkQueueOptions] = None) -> LogSubscription: ...
+
+    def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
+                           durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
+                           records: bool = False, work_queue: Optional[str] = None,
+                           options: Optional[WorkQueueOptions] = None) -> LogSubscription:
         """Calls ``callback`` with each message passed to ``identifier`` (the decoded value;
         the Record itself with ``records=True``), on a thread of its own, in order, once
         each. ``start``: "now" (default), "latest", "history" or
@@ -199,6 +217,11 @@ class Wormhole:
         message it handled, across restarts. Errors (a gap, a damaged record, one that
         does not decode) go to ``on_error`` (logged by default); listening goes on.
         Returns a ``ListenerToken``.
+
+        Whatever it returns is a ``LogSubscription``: ``identifier``, ``is_cancelled``,
+        ``cancel()`` and ``with``, the same for both kinds (type checkers see the kind:
+        ``ListenerToken`` without ``work_queue``, ``WorkQueueMember`` with a name, as the
+        Swift library's two ``listenForMessage`` return).
 
         With ``work_queue`` (a name), it joins that work queue of ``identifier`` instead
         (Protocol.md §18) and returns a ``WorkQueueMember``: each message goes to exactly
@@ -314,8 +337,7 @@ class Wormhole:
     def _listen_for_replies(self, replies: str, route: Callable[[Record], None]) -> ListenerToken:
         """A reply router's one listener of ``replies``: the records, errors ignored (a
         request that receives no reply times out)."""
-        token: ListenerToken = self.listen_for_message(replies, route, records=True, on_error=lambda error: None)
-        return token
+        return self.listen_for_message(replies, route, records=True, on_error=lambda error: None)
 
     def _router(self, identifier: str) -> requesting.ReplyRouter:
         with self._lock:

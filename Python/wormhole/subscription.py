@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, TypeVar
 
 from . import inotify
 from .configuration import Configuration
@@ -17,6 +17,8 @@ from .format import LOG_SUFFIX
 from .watching import ContainerWatch, log_events_wake, log_replaced
 
 __all__ = ["LogSubscription", "Subscriptions", "HandlingActivity"]
+
+_Self = TypeVar("_Self", bound="LogSubscription")
 
 
 class HandlingActivity:
@@ -97,7 +99,12 @@ class Subscriptions:
 
 
 class LogSubscription:
-    """Watches the container first (S1, and the parent, §4.1); the subclass then looks at
+    """What ``Wormhole.listen_for_message`` returns: a listener (``ListenerToken``) or a
+    work queue member (``WorkQueueMember``, also what ``respond`` returns), with the same
+    public surface: ``identifier``, ``is_cancelled``, ``cancel()``, and ``with`` (which
+    cancels it at the end of the block).
+
+    It watches the container first (S1, and the parent, §4.1); the subclass then looks at
     the log and calls ``_start`` to run ``_run`` on a thread of its own."""
 
     def __init__(self, subscriptions: Subscriptions, identifier: str) -> None:
@@ -162,6 +169,7 @@ class LogSubscription:
 
     @property
     def is_cancelled(self) -> bool:
+        """Whether it stopped: cancelled, or ended by its shared container's revocation."""
         return self._stopped
 
     def cancel(self) -> None:
@@ -175,7 +183,7 @@ class LogSubscription:
             self._thread.join()
         self._subscriptions.forget(self)
 
-    def __enter__(self) -> "LogSubscription":
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *_: object) -> None:
