@@ -17,7 +17,8 @@ import unittest
 
 from support import Collector, WormholeTestCase, eventually, scaled
 
-from wormhole import Configuration, Record, WorkQueueOptions, Wormhole, WormholeError
+from wormhole import (Configuration, ListenerToken, LogSubscription, Record, WorkQueueMember, WorkQueueOptions, Wormhole,
+                      WormholeError)
 from wormhole.queues import WorkQueueState
 
 MEMBER = r"""
@@ -77,6 +78,25 @@ class WorkQueueTests(WormholeTestCase):
     def status(self, name: str = "workers"):
         return next(queue for queue in self.wormhole.work_queues("jobs") if queue.name == name)
 
+    def test_a_listener_and_a_member_are_log_subscriptions_with_one_surface(self) -> None:
+        listened, handled = Collector(), Collector()
+        listener = self.wormhole.listen_for_message("jobs", listened.append)
+        member = self.wormhole.listen_for_message("jobs", handled.append, work_queue="workers")
+        for subscription in (listener, member):
+            self.addCleanup(subscription.cancel)
+            self.assertIsInstance(subscription, LogSubscription)
+            self.assertEqual((subscription.identifier, subscription.is_cancelled), ("jobs", False))
+        self.assertIsInstance(listener, ListenerToken)
+        self.assertIsInstance(member, WorkQueueMember)
+        self.wormhole.pass_message("job", "jobs")
+        self.assertEqual(listened.wait_for(1), ["job"])
+        self.assertEqual(handled.wait_for(1), ["job"])
+        for subscription in (listener, member):
+            with subscription as entered:
+                self.assertIs(entered, subscription)
+            self.assertTrue(subscription.is_cancelled)
+        self.assertEqual(self.status().members, [], "the member left its queue")
+
     def test_each_message_goes_to_exactly_one_of_three_members(self) -> None:
         total = scaled(300)
         handled = Collector()
@@ -118,7 +138,7 @@ class WorkQueueTests(WormholeTestCase):
         status = self.status()
         self.assertEqual((len(status.members), status.pending, status.in_flight, status.lost), (1, 0, 0, 0))
         self.assertEqual(os.listdir(os.path.join(self.directory, ".queues", "jobs", "workers", "members")),
-                         [format(member.file.token, "x") for member in self.wormhole._tokens])
+                         [format(member.file.token, "x") for member in self.wormhole._subscriptions.live()])
 
     def test_an_acknowledgement_not_stored_is_reported_and_the_live_member_hands_the_message_out_again(self) -> None:
         """§18.3 T1: a member takes with nothing in hand, so a message it still holds (its

@@ -15,6 +15,7 @@ reads and writes the same container as the Swift library and the ``wormhole`` co
 
 from .claims import ListenerStatus
 from .client import ListenerToken, MessageStream, Wormhole
+from .subscription import LogSubscription
 from .configuration import Configuration
 from .errors import WormholeError
 from .format import (KIND_DATA, KIND_JSON, KIND_TEXT, ROLE_ERROR_REPLY, ROLE_MESSAGE, ROLE_REPLY, ROLE_REQUEST,
@@ -25,7 +26,7 @@ from .work_queues import WorkQueueMember, WorkQueueOptions
 from .reader import StartingPoint
 from .resolution import ENVIRONMENT_OVERRIDE, directory_for_group
 
-__all__ = ["Wormhole", "ListenerToken", "MessageStream", "Configuration", "WormholeError", "Record",
+__all__ = ["Wormhole", "ListenerToken", "LogSubscription", "MessageStream", "Configuration", "WormholeError", "Record",
            "StartingPoint", "ListenerStatus", "NotificationCenter", "ObservationToken", "directory_for_group",
            "ENVIRONMENT_OVERRIDE", "WorkQueueMember", "WorkQueueOptions", "WorkQueueStatus", "WorkQueueMemberStatus", "KIND_DATA", "KIND_TEXT", "KIND_JSON", "ROLE_MESSAGE", "ROLE_REQUEST",
            "ROLE_REPLY", "ROLE_ERROR_REPLY"]

@@ -214,16 +214,18 @@ class Claim:
         temporary = "." + self.name
         try:
             fcntl.flock(directory, fcntl.LOCK_SH)                                  # P3
-            self.fd = container.create_file(temporary, directory)
+            fd = container.create_file(temporary, directory)
             try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX)                                # P4
+                fcntl.flock(fd, fcntl.LOCK_EX)                                     # P4
                 os.rename(temporary, self.name, src_dir_fd=directory, dst_dir_fd=directory)   # P5
             except BaseException:
                 try:
                     os.unlink(temporary, dir_fd=directory)
                 finally:
-                    os.close(self.fd)
+                    os.close(fd)
                 raise
+            # None once closed.
+            self.fd: Optional[int] = fd
             fcntl.flock(directory, fcntl.LOCK_UN)
         except OSError as error:
             os.close(directory)

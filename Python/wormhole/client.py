@@ -9,7 +9,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union, overload
 
 from . import claims, coding, identifiers, queues, requesting, resolution
 from .configuration import DEFAULT, Configuration
@@ -18,65 +18,15 @@ from .errors import WormholeError
 from .format import KIND_JSON, KIND_NAMES, KIND_TEXT, LOG_SUFFIX, ROLE_ERROR_REPLY, ROLE_REPLY, ROLE_REQUEST, Record
 from .notifications import NotificationCenter
 from .reader import Cursor, StartingPoint, log_summary, read_all, read_latest
-from .subscription import LogSubscription
+from .subscription import LogSubscription, Subscriptions
 from .work_queues import WorkQueueMember, WorkQueueOptions
 from .writer import Writer
 
-__all__ = ["Wormhole", "ListenerToken", "MessageStream", "WorkQueueMember", "WorkQueueOptions"]
+__all__ = ["Wormhole", "ListenerToken", "LogSubscription", "MessageStream", "WorkQueueMember", "WorkQueueOptions"]
 
 _log = logging.getLogger("Wormhole")
 Start = Union[StartingPoint, str]
 ErrorHandler = Callable[[WormholeError], None]
-
-
-class _HandlingActivity:
-    """When a wormhole's listeners, work queue members and responders last handled a
-    message, and how many are handling one now: what ``Wormhole.wait_until_idle`` waits
-    on (as the Swift library's ``waitUntilIdle(for:)``)."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._handling = 0
-        self._last_handled = 0.0
-
-    def begin(self) -> None:
-        """A listener's first read is scheduled: the wormhole is not idle until ``end``."""
-        with self._condition:
-            self._handling += 1
-
-    def end(self) -> None:
-        """That read ended. It starts no idle time (a read that found nothing is no
-        activity); it only lets the idle time run out."""
-        with self._condition:
-            self._handling -= 1
-            self._condition.notify_all()
-
-    def counting(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """``handler``, counted: while it runs the wormhole is not idle, and its return
-        starts the idle time again."""
-        def counted(*arguments: Any) -> Any:
-            with self._condition:
-                self._handling += 1
-            try:
-                return handler(*arguments)
-            finally:
-                with self._condition:
-                    self._handling -= 1
-                    self._last_handled = time.monotonic()
-                    self._condition.notify_all()
-        return counted
-
-    def wait_until_idle(self, seconds: float) -> None:
-        start = time.monotonic()
-        with self._condition:
-            while True:
-                if self._handling > 0:
-                    self._condition.wait()
-                    continue
-                remaining = max(start, self._last_handled) + seconds - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._condition.wait(remaining)
 
 
 def _log_error(error: WormholeError) -> None:
@@ -113,15 +63,15 @@ class Wormhole:
     """
 
     def __init__(self, application_group_identifier: Optional[str] = None, optional_directory: Optional[str] = None,
-                 *, directory: Optional[Union[str, os.PathLike]] = None,
+                 *, directory: Optional[Union[str, "os.PathLike[str]"]] = None,
                  configuration: Optional[Configuration] = None) -> None:
-        if (application_group_identifier is None) == (directory is None):
+        if directory is not None and application_group_identifier is None:
+            path = os.fspath(directory)
+        elif application_group_identifier is not None and directory is None:
+            path = resolution.directory_for_group(application_group_identifier)
+        else:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                 "give either application_group_identifier or directory")
-        if directory is None:
-            path = resolution.directory_for_group(application_group_identifier)   # type: ignore[arg-type]
-        else:
-            path = os.fspath(directory)
         if optional_directory is not None:
             identifiers.validate(optional_directory, "optional directory")
             path = path.rstrip("/") + "/" + optional_directory
@@ -129,8 +79,7 @@ class Wormhole:
         self.container = ContainerDirectory(path)
         self._writers: Dict[str, Writer] = {}
         self._lock = threading.Lock()
-        self._tokens: List[LogSubscription] = []
-        self._activity = _HandlingActivity()
+        self._subscriptions = Subscriptions(self.container, self.configuration)
         self._routers: Dict[str, requesting.ReplyRouter] = {}
         self._notifications: Optional[NotificationCenter] = None
 
@@ -141,7 +90,7 @@ class Wormhole:
 
     def close(self) -> None:
         """Stops this wormhole's listeners and releases its descriptors."""
-        for token in list(self._tokens):
+        for token in self._subscriptions.live():
             token.cancel()
         with self._lock:
             self._routers.clear()
@@ -193,16 +142,16 @@ class Wormhole:
                 raise WormholeError(WormholeError.INVALID_CONFIGURATION,
                                     f"a time to live is positive, not {time_to_live}")
             expires = time.time_ns() + int(time_to_live * 1e9)
-        return self._writer(identifier).append(kind, payload, expires_ns=expires)   # type: ignore[return-value]
+        return self._writer(identifier).append(kind, payload, expires_ns=expires)
 
     def _pass_record(self, identifier: str, kind: int, payload: bytes, role: int, correlation: int,
                      expires_ns: int) -> int:
         """Passes a request or a reply: the record's role, correlation and expiry (§8.1)."""
         return self._writer(identifier).append(kind, payload, expires_ns=expires_ns, correlation=correlation,
-                                               role=role)                                 # type: ignore[return-value]
+                                               role=role)                              
 
     def _pass_json(self, identifier: str, payload: bytes) -> int:
-        return self._writer(identifier).append(KIND_JSON, payload)                       # type: ignore[return-value]
+        return self._writer(identifier).append(KIND_JSON, payload)                    
 
     def message(self, identifier: str) -> Any:
         """The latest message of ``identifier`` (bytes, str or the parsed JSON), or None."""
@@ -239,10 +188,28 @@ class Wormhole:
 
     # Listening
 
+    @overload
+    def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
+                           durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
+                           records: bool = False, work_queue: None = None,
+                           options: None = None) -> ListenerToken: ...
+
+    @overload
+    def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
+                           durable_name: None = None, on_error: Optional[ErrorHandler] = None,
+                           records: bool = False, work_queue: str,
+                           options: Optional[WorkQueueOptions] = None) -> WorkQueueMember: ...
+
+    @overload
     def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
                            durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
                            records: bool = False, work_queue: Optional[str] = None,
-                           options: Optional[WorkQueueOptions] = None) -> Any:
+                           options: Optional[WorkQueueOptions] = None) -> LogSubscription: ...
+
+    def listen_for_message(self, identifier: str, callback: Callable[..., None], *, start: Start = "now",
+                           durable_name: Optional[str] = None, on_error: Optional[ErrorHandler] = None,
+                           records: bool = False, work_queue: Optional[str] = None,
+                           options: Optional[WorkQueueOptions] = None) -> LogSubscription:
         """Calls ``callback`` with each message passed to ``identifier`` (the decoded value;
         the Record itself with ``records=True``), on a thread of its own, in order, once
         each. ``start``: "now" (default), "latest", "history" or
@@ -250,6 +217,11 @@ class Wormhole:
         message it handled, across restarts. Errors (a gap, a damaged record, one that
         does not decode) go to ``on_error`` (logged by default); listening goes on.
         Returns a ``ListenerToken``.
+
+        Whatever it returns is a ``LogSubscription``: ``identifier``, ``is_cancelled``,
+        ``cancel()`` and ``with``, the same for both kinds (type checkers see the kind:
+        ``ListenerToken`` without ``work_queue``, ``WorkQueueMember`` with a name, as the
+        Swift library's two ``listenForMessage`` return).
 
         With ``work_queue`` (a name), it joins that work queue of ``identifier`` instead
         (Protocol.md §18) and returns a ``WorkQueueMember``: each message goes to exactly
@@ -277,26 +249,21 @@ class Wormhole:
             return self._join_work_queue(identifier, work_queue, options or WorkQueueOptions(), handler, on_error)
         if options is not None:
             raise WormholeError(WormholeError.INVALID_CONFIGURATION, "options are those of a work queue: give work_queue")
-        token = ListenerToken(self, identifier, self._activity.counting(callback), StartingPoint.parse(start),
+        token = ListenerToken(self._subscriptions, identifier, self._subscriptions.activity.counting(callback),
+                              StartingPoint.parse(start),
                               durable_name, on_error or _log_error, records)
-        with self._lock:
-            self._tokens.append(token)
+        self._subscriptions.add(token)
         return token
 
     def _join_work_queue(self, identifier: str, name: str, options: WorkQueueOptions, handler: Callable[[Record, int], None],
                          on_error: Optional[ErrorHandler]) -> WorkQueueMember:
         """A member of the work queue ``name`` of ``identifier``, the responders' queue
         included (``listen_for_message`` refuses that name to others)."""
-        member = WorkQueueMember(self, identifier, name, options, self._activity.counting(handler),
-                                 on_error or _log_error)
-        with self._lock:
-            self._tokens.append(member)
+        member = WorkQueueMember(self._subscriptions, identifier, name, options,
+                                 self._subscriptions.activity.counting(handler), on_error or _log_error,
+                                 self._pass_json)
+        self._subscriptions.add(member)
         return member
-
-    def _forget(self, token: LogSubscription) -> None:
-        with self._lock:
-            if token in self._tokens:
-                self._tokens.remove(token)
 
     def work_queues(self, identifier: Optional[str] = None) -> List[queues.WorkQueueStatus]:
         """The work queues of ``identifier`` (of every identifier when None): members,
@@ -358,7 +325,7 @@ class Wormhole:
         deadline = time.monotonic() + timeout
         while not pending.wait(max(0.0, deadline - time.monotonic())):                        # Q3
             if time.monotonic() >= deadline:
-                router.finish(correlation, requesting.timed_out(identifier, timeout, self))   # Q4
+                router.finish(correlation, requesting.timed_out(identifier, timeout, self.work_queues))   # Q4
         outcome = pending.outcome
         if isinstance(outcome, WormholeError):
             raise outcome
@@ -367,12 +334,17 @@ class Wormhole:
             raise requesting.failed(identifier, outcome)
         return outcome
 
+    def _listen_for_replies(self, replies: str, route: Callable[[Record], None]) -> ListenerToken:
+        """A reply router's one listener of ``replies``: the records, errors ignored (a
+        request that receives no reply times out)."""
+        return self.listen_for_message(replies, route, records=True, on_error=lambda error: None)
+
     def _router(self, identifier: str) -> requesting.ReplyRouter:
         with self._lock:
             router = self._routers.get(identifier)
             if router is not None and router.is_listening:
                 return router
-        made = requesting.ReplyRouter(self, identifier)
+        made = requesting.ReplyRouter(identifier, self._listen_for_replies)
         with self._lock:
             router = self._routers.get(identifier)
             if router is not None and router.is_listening:
@@ -446,11 +418,11 @@ class Wormhole:
         service started on demand (a systemd path unit, Activation.md): listen with a
         durable name, a work queue or ``respond``, wait until idle, cancel, exit; what is
         passed afterwards is kept for the next run."""
-        self._activity.wait_until_idle(seconds)
+        self._subscriptions.activity.wait_until_idle(seconds)
 
     def stop_listening_for_message(self, identifier: str) -> None:
         """Cancels this wormhole's listeners of ``identifier``."""
-        for token in [t for t in list(self._tokens) if t.identifier == identifier]:
+        for token in [t for t in self._subscriptions.live() if t.identifier == identifier]:
             token.cancel()
 
     def messages(self, identifier: str, *, start: Start = "now", durable_name: Optional[str] = None,
@@ -500,16 +472,16 @@ class ListenerToken(LogSubscription):
     SAFETY_WAKE = 5.0
     """Seconds after which a listener reads although inotify said nothing."""
 
-    def __init__(self, wormhole: Wormhole, identifier: str, callback: Callable[[Any], None], start: StartingPoint,
-                 durable_name: Optional[str], on_error: ErrorHandler, records: bool) -> None:
-        super().__init__(wormhole, identifier)                                            # S1, §4.1
+    def __init__(self, subscriptions: Subscriptions, identifier: str, callback: Callable[[Any], None],
+                 start: StartingPoint, durable_name: Optional[str], on_error: ErrorHandler, records: bool) -> None:
+        super().__init__(subscriptions, identifier)                                       # S1, §4.1
         self.callback, self.on_error, self.records = callback, on_error, records
-        container = wormhole.container
+        container = subscriptions.container
         durable = None
         try:
             if durable_name is not None:
                 durable = claims.DurablePosition(container, identifier, durable_name)
-            self.cursor = Cursor(container, identifier, start, wormhole.configuration, durable)   # S2-S4
+            self.cursor = Cursor(container, identifier, start, subscriptions.configuration, durable)   # S2-S4
         except BaseException:
             if durable is not None:
                 durable.close()

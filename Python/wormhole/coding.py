@@ -1,7 +1,7 @@
 """How values become payloads and back: bytes and text as they are, every other value as
 JSON in the Swift library's stable form (Protocol.md §8.2): keys sorted by code point,
 dates as ISO 8601 UTC text to the millisecond, bytes inside a value as base64, '/' not
-escaped."""
+escaped. ``decode`` is the format's (``Record.value``), here beside ``encode``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 from typing import Any, Tuple
 
 from .errors import WormholeError
-from .format import KIND_DATA, KIND_JSON, KIND_TEXT, Record
+from .format import KIND_DATA, KIND_JSON, KIND_TEXT, decode
 
 __all__ = ["encode", "decode", "iso8601", "iso8601_ns"]
 
@@ -82,21 +82,3 @@ def check_payload(kind: int, payload: bytes, identifier: str) -> None:
                 raise WormholeError(WormholeError.ENCODING_FAILED,
                                     f"the JSON payload for '{identifier}' is not JSON ({problem}); pass it with kind "
                                     f".text or .data") from None
-
-
-def decode(record: Record) -> Any:
-    """bytes for data, str for text, the parsed JSON for json."""
-    if record.kind == KIND_DATA:
-        return record.payload
-    try:
-        text = record.payload.decode("utf-8")
-    except UnicodeDecodeError:
-        raise WormholeError(WormholeError.DECODING_FAILED,
-                            f"message {record.sequence} of '{record.identifier}' is not UTF-8 text") from None
-    if record.kind == KIND_TEXT:
-        return text
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise WormholeError(WormholeError.DECODING_FAILED,
-                            f"message {record.sequence} of '{record.identifier}' is not a JSON value: {error}") from None

@@ -11,7 +11,7 @@ import pwd
 import stat
 import time
 import threading
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from .errors import WormholeError
 
@@ -23,7 +23,9 @@ _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0o20000000 | os.O_DIRECTORY)
 
 
-def _libc_renameat2():
+def _libc_renameat2() -> Optional[Callable[[int, bytes, int, bytes, int], int]]:
+    """libc's renameat2, or None where the C library has none (``rename_no_replace`` then
+    raises ENOSYS)."""
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
@@ -323,7 +325,8 @@ class Access:
         whose status is ``status``: another member's user made it without the group's access
         (killed before its fchmod, or an earlier version). Says which user, and what that
         user, root or a member must do."""
-        if not self.shared:
+        group = self.group
+        if group is None:
             return WormholeError.system("open", error, path)
         owner = status.st_uid
         user = _user_name(owner)
@@ -337,7 +340,7 @@ class Access:
                                  f"Wormhole process outside the sandbox repairs it, or its owner or root runs 'chmod "
                                  f"{wanted:o}' on it outside the sandbox", path=path, errno=error.errno)
         message = (f"'{path}' belongs to user {user} (uid {owner}) and has mode {stat.S_IMODE(status.st_mode):o}, so "
-                   f"the other members of Unix group {_group_name(self.group)} may not use it (a process of {user}'s "
+                   f"the other members of Unix group {_group_name(group)} may not use it (a process of {user}'s "
                    f"ended before it gave it the group's access, or an earlier Wormhole made it). {user}'s next "
                    f"Wormhole process there repairs it; or {user} or root runs 'chmod {wanted:o} {path}'")
         if not is_directory:
@@ -508,9 +511,8 @@ class ContainerDirectory:
         try:
             parent_status = os.fstat(parent)
             try:
-                shared_parent: Optional[Access] = Access.of(parent_status, parent_path)
-                if not shared_parent.shared:        # type: ignore[union-attr]
-                    shared_parent = None
+                parent_access = Access.of(parent_status, parent_path)
+                shared_parent: Optional[Access] = parent_access if parent_access.shared else None
             except WormholeError:
                 shared_parent = None
             if create:
@@ -637,7 +639,7 @@ class ContainerDirectory:
                 return None
             raise WormholeError(WormholeError.CONTAINER_UNAVAILABLE,
                                 f"cannot open '{self.file_path(name)}': the container was removed "
-                                f"({os.strerror(error.errno)})", path=self.file_path(name), errno=error.errno) from None
+                                f"({os.strerror(errno.ENOENT)})", path=self.file_path(name), errno=errno.ENOENT) from None
         except PermissionError as error:
             raise self.refusal(name, self.fd, self.file_path(name), error) from None
         except OSError as error:

@@ -26,6 +26,9 @@ class WormholeError(Exception):
         missed_message_count: for ``MESSAGES_LOST`` (and ``LOG_CHANGED_OUTSIDE_WORMHOLE``
             when known), how many messages the listener missed; for ``MESSAGES_EXPIRED``,
             how many expired messages it was not given.
+        offset: for what a reader reports in place of a record (damage, a record too
+            large), where in the log it is; else None.
+        sequence: for such a report, the message's sequence number when known; else None.
     """
 
     INVALID_IDENTIFIER = "invalidIdentifier"
@@ -54,6 +57,8 @@ class WormholeError(Exception):
         self.path = path
         self.errno = errno
         self.missed_message_count = missed_message_count
+        self.offset: Optional[int] = None
+        self.sequence: Optional[int] = None
 
     def __str__(self) -> str:
         text = self.message

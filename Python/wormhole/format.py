@@ -5,10 +5,11 @@ write version 3."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import struct
 import zlib
-from typing import Iterator, List, Optional, Union
+from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from .errors import WormholeError
 
@@ -115,9 +116,8 @@ class Record:
     def expired(self, now_ns: int) -> bool:
         return self.expires_ns != 0 and self.expires_ns <= now_ns
 
-    def value(self) -> object:
+    def value(self) -> Any:
         """The payload as Python: bytes for data, str for text, the parsed JSON for json."""
-        from .coding import decode
         return decode(self)
 
     def __repr__(self) -> str:
@@ -125,12 +125,30 @@ class Record:
                 f"payload={self.payload[:40]!r}{'...' if len(self.payload) > 40 else ''})")
 
 
+def decode(record: Record) -> Any:
+    """bytes for data, str for text, the parsed JSON for json."""
+    if record.kind == KIND_DATA:
+        return record.payload
+    try:
+        text = record.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WormholeError(WormholeError.DECODING_FAILED,
+                            f"message {record.sequence} of '{record.identifier}' is not UTF-8 text") from None
+    if record.kind == KIND_TEXT:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise WormholeError(WormholeError.DECODING_FAILED,
+                            f"message {record.sequence} of '{record.identifier}' is not a JSON value: {error}") from None
+
+
 def problem(code: str, message: str, offset: Optional[int] = None, sequence: Optional[int] = None,
             lost: Optional[int] = None, path: Optional[str] = None) -> WormholeError:
     """Something a reader reports in place of a record: damage, a record too large, a gap."""
     error = WormholeError(code, message, path=path, missed_message_count=lost)
-    error.offset = offset          # type: ignore[attr-defined]
-    error.sequence = sequence      # type: ignore[attr-defined]
+    error.offset = offset
+    error.sequence = sequence
     return error
 
 
@@ -149,7 +167,8 @@ def encode_record(layout: Layout, log_id: int, record: Record) -> List[bytes]:
     return [head + _U32.pack(layout.checksum(log_id, head, payload)), payload, _U32.pack(len(payload))]
 
 
-def parse_record(layout: Layout, data: Union[bytes, memoryview], log_id: int):
+def parse_record(layout: Layout, data: Union[bytes, memoryview],
+                 log_id: int) -> Tuple[Optional[Record], Optional[str], bool]:
     """§8.3: whether ``data`` (exactly one record's bytes) is a valid record of this log.
     Returns (Record, None, False) or (None, reason, skippable): skippable when the frame
     is whole (its trailer matches) and only its contents fail."""
@@ -505,8 +524,9 @@ def find_tail(fd: int, size: int, header: Header, maximum: int, path: str = "log
     for item in walk:
         if isinstance(item, Record):
             tail = Tail(item.offset + item.length, max(tail.last_sequence, item.sequence), item.offset, item)
-        elif item.code == WormholeError.MESSAGE_TOO_LARGE:
-            tail = Tail(item.offset, max(tail.last_sequence, item.sequence), item.offset, item)  # type: ignore
+        elif item.code == WormholeError.MESSAGE_TOO_LARGE and item.offset is not None and item.sequence is not None:
+            # A walk reports a record too large with where it is and its number.
+            tail = Tail(item.offset, max(tail.last_sequence, item.sequence), item.offset, item)
         else:
             damage = item
     if walk.end > tail.end:
@@ -515,6 +535,6 @@ def find_tail(fd: int, size: int, header: Header, maximum: int, path: str = "log
         # damage (as the Swift library's Tail.includeDamagedEnd).
         tail.last_sequence += 1
         if damage is not None:
-            tail.last_offset, tail.last_record = damage.offset, damage   # type: ignore[attr-defined]
+            tail.last_offset, tail.last_record = damage.offset, damage
     tail.end = walk.end
     return tail

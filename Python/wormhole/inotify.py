@@ -44,6 +44,9 @@ class _Hub:
             raise WormholeError(WormholeError.SYSTEM_ERROR, f"cannot create an inotify instance: {os.strerror(number)}",
                                 errno=number)
         self.fd = fd
+        # The process that made it: a child made by fork() has no reader thread, and
+        # makes its own (``hub``).
+        self.pid = os.getpid()
         self.lock = threading.Lock()
         self.handlers: Dict[int, Set["Watch"]] = {}
         self.thread = threading.Thread(target=self._run, name="wormhole-inotify", daemon=True)
@@ -54,7 +57,7 @@ class _Hub:
         # if another took its name meanwhile.
         target = f"/proc/self/fd/{directory_fd}".encode()
         with self.lock:
-            wd = self.libc.inotify_add_watch(self.fd, target, WATCH_MASK)
+            wd: int = self.libc.inotify_add_watch(self.fd, target, WATCH_MASK)
             if wd < 0:
                 number = ctypes.get_errno()
                 if number == errno.ENOSPC:
@@ -123,7 +126,6 @@ def hub() -> _Hub:
     with _hub_lock:
         if _hub is None or _hub.pid != os.getpid():
             _hub = _Hub()
-            _hub.pid = os.getpid()     # type: ignore[attr-defined]
         return _hub
 
 

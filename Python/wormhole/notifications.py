@@ -7,7 +7,7 @@ import logging
 import os
 import struct
 import threading
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 from . import identifiers, inotify
 from .container import ContainerDirectory
@@ -58,7 +58,7 @@ class NotificationCenter:
     def __init__(self, container: ContainerDirectory) -> None:
         self.container = container
         self._lock = threading.Lock()
-        self._observers: Dict[str, list] = {}
+        self._observers: Dict[str, List[ObservationToken]] = {}
         self._watch: Optional[ContainerWatch] = None
 
     def post(self, name: str) -> None:
@@ -153,7 +153,7 @@ class NotificationCenter:
                 token.cancel()
                 (token.on_error or _log_error)(revoked)
 
-    def _events(self, events: list) -> None:
+    def _events(self, events: List[inotify.Event]) -> None:
         posted = set()
         everything = False
         for mask, file in events:

@@ -88,7 +88,8 @@ class WorkQueueState:
         self.expired, self.lost, self.log_id = expired, lost, log_id
         self.entries: List[Entry] = entries or []
 
-    def key(self) -> tuple:
+    def key(self) -> Tuple[int, int, int, int, int, int, Tuple[Tuple[int, int, int, int, int], ...]]:
+        """Everything stored, to compare: whether a step changed the state."""
         return (self.taken, self.acknowledged, self.dead_lettered, self.expired, self.lost, self.log_id,
                 tuple(entry.key() for entry in self.entries))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, List, Optional, Tuple, TypeVar, Union
+from typing import Callable, ClassVar, List, Optional, Tuple, TypeVar, Union
 
 from . import claims
 from .configuration import DEFAULT, Configuration
@@ -142,6 +142,10 @@ class StartingPoint:
 
     __slots__ = ("kind", "sequence")
 
+    NOW: ClassVar["StartingPoint"]
+    LATEST: ClassVar["StartingPoint"]
+    HISTORY: ClassVar["StartingPoint"]
+
     def __init__(self, kind: str, sequence: int = 0) -> None:
         if kind not in ("now", "latest", "history", "after"):
             raise WormholeError(WormholeError.INVALID_CONFIGURATION, f"unknown starting point {kind!r}")
@@ -169,9 +173,9 @@ class StartingPoint:
         return f"StartingPoint.after({self.sequence})" if self.kind == "after" else f"StartingPoint.{self.kind.upper()}"
 
 
-StartingPoint.NOW = StartingPoint("now")            # type: ignore[attr-defined]
-StartingPoint.LATEST = StartingPoint("latest")      # type: ignore[attr-defined]
-StartingPoint.HISTORY = StartingPoint("history")    # type: ignore[attr-defined]
+StartingPoint.NOW = StartingPoint("now")
+StartingPoint.LATEST = StartingPoint("latest")
+StartingPoint.HISTORY = StartingPoint("history")
 
 
 class Cursor:
@@ -232,7 +236,7 @@ class Cursor:
             self.fd, status, self.header = opened
             self.inode = (status.st_dev, status.st_ino)
         header = self.header
-        if header is None:
+        if header is None or self.fd is None:
             # No log, or one whose header is being written: its first record is new. A
             # position of a log that is gone counts for nothing in the one made next.
             if stored is not None:
@@ -350,8 +354,9 @@ class Cursor:
                     self._report_gap(sequence, header, results)                             # §11.4
                     self.delivered = sequence
                     results.append(item)
-                elif item.offset > self.reported_damage:                                   # type: ignore
-                    self.reported_damage = item.offset                                     # type: ignore
+                elif item.offset is not None and item.offset > self.reported_damage:
+                    # Damage, which a walk reports with where it is.
+                    self.reported_damage = item.offset
                     damage = item
             # A damaged record, whole, ends the file: it took the number after the last
             # whole record (§9.3), which the next message does not.
@@ -470,7 +475,7 @@ class Cursor:
         if sequence <= base + 1:
             results.append(problem(WormholeError.CORRUPT_RECORD,
                                    f"{damage.message}; skipped (it held no message this listener had not read)",
-                                   offset=damage.offset, path=self.path))                 # type: ignore
+                                   offset=damage.offset, path=self.path))
             return
         lost = sequence - base - 1
         which = f"message {base + 1}" if lost == 1 else f"messages {base + 1}...{sequence - 1}"
@@ -478,7 +483,7 @@ class Cursor:
                                f"{damage.message}; skipped up to the next whole record: {which} of "
                                f"'{self.identifier}' {'was' if lost == 1 else 'were'} in the damaged bytes and "
                                f"{'is' if lost == 1 else 'are'} lost",
-                               offset=damage.offset, sequence=base + 1, lost=lost, path=self.path))  # type: ignore
+                               offset=damage.offset, sequence=base + 1, lost=lost, path=self.path))
         self.delivered = sequence - 1
 
     def _report_gap(self, sequence: int, header: Header, results: List[Item]) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Dict, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 from .errors import WormholeError
 from .format import ROLE_ERROR_REPLY, ROLE_REPLY, Record, random_u64
-
-if TYPE_CHECKING:
-    from .client import ListenerToken, Wormhole
+from .queues import WorkQueueStatus
+from .subscription import LogSubscription
 
 __all__ = ["RESPONDERS_QUEUE", "replies_identifier", "timed_out", "failed", "PendingReply", "ReplyRouter"]
 
@@ -52,11 +51,11 @@ def _seconds(timeout: float) -> str:
     return str(int(timeout)) if float(timeout).is_integer() else repr(float(timeout))
 
 
-def timed_out(identifier: str, timeout: float, wormhole: "Wormhole") -> WormholeError:
+def timed_out(identifier: str, timeout: float, work_queues: Callable[[str], List[WorkQueueStatus]]) -> WormholeError:
     """The error of a request with no reply within ``timeout`` seconds, saying whether any
-    responder was there to answer it (Q4)."""
+    responder was there to answer it (Q4); ``work_queues`` is ``Wormhole.work_queues``."""
     try:
-        members = next((len(queue.members) for queue in wormhole.work_queues(identifier)
+        members = next((len(queue.members) for queue in work_queues(identifier)
                         if queue.name == RESPONDERS_QUEUE), 0)
     except WormholeError:
         members = 0
@@ -112,13 +111,14 @@ class ReplyRouter:
     identifier that completes them by correlation (Q1, Q3). Replies to other requesters
     (the reply identifier is shared) and late replies are ignored."""
 
-    def __init__(self, wormhole: "Wormhole", identifier: str) -> None:
+    def __init__(self, identifier: str, listen: Callable[[str, Callable[[Record], None]], LogSubscription]) -> None:
+        """Listens with ``listen(replies_identifier, route)``, which calls ``route`` with each
+        record of the reply identifier."""
         self.identifier = identifier
         self.replies = replies_identifier(identifier)
         self._pending: Dict[int, PendingReply] = {}
         self._lock = threading.Lock()
-        self.token: "ListenerToken" = wormhole.listen_for_message(self.replies, self._route, records=True,
-                                                                  on_error=lambda error: None)
+        self.token = listen(self.replies, self._route)
 
     @property
     def is_listening(self) -> bool:

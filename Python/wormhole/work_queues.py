@@ -5,17 +5,14 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 from . import identifiers
 from .errors import WormholeError
 from .format import Record
 from .queues import WorkQueueFile
 from .reader import StartingPoint
-from .subscription import LogSubscription
-
-if TYPE_CHECKING:
-    from .client import Wormhole
+from .subscription import LogSubscription, Subscriptions
 
 __all__ = ["WorkQueueOptions", "WorkQueueMember"]
 
@@ -87,8 +84,10 @@ class WorkQueueMember(LogSubscription):
     ``cancel()`` leaves the queue: no message is taken after it returns; what this member
     still held goes to the others."""
 
-    def __init__(self, wormhole: "Wormhole", identifier: str, name: str, options: WorkQueueOptions,
-                 handler: Handler, on_error: Callable[[WormholeError], None]) -> None:
+    def __init__(self, subscriptions: Subscriptions, identifier: str, name: str, options: WorkQueueOptions,
+                 handler: Handler, on_error: Callable[[WormholeError], None],
+                 pass_json: Callable[[str, bytes], int]) -> None:
+        """Joins the queue; ``pass_json(identifier, payload)`` passes a dead letter."""
         identifiers.validate(identifier)
         identifiers.validate(name, "work queue name")
         if not isinstance(options.maximum_deliveries, int) or options.maximum_deliveries < 1:
@@ -116,10 +115,10 @@ class WorkQueueMember(LogSubscription):
                                 f"itself")
         self.name, self.options, self.handler, self.on_error = name, options, handler, on_error
         # Watch first, then join: a message passed in between wakes a drain that finds it.
-        super().__init__(wormhole, identifier)
+        super().__init__(subscriptions, identifier)
         try:
-            self.file = WorkQueueFile(wormhole.container, wormhole.configuration, identifier, name, options.start,
-                                      wormhole._pass_json)
+            self.file = WorkQueueFile(subscriptions.container, subscriptions.configuration, identifier, name,
+                                      options.start, pass_json)
             self.file.redelivery_delay = options.retry_delay_after
         except BaseException:
             self._watch.close()

@@ -235,6 +235,8 @@ class Writer:
         date_ns, pid, uid = time.time_ns(), os.getpid(), os.geteuid()
 
         def body(header: Header, tail: Tail) -> Tuple[object, Tail]:
+            fd = self.fd
+            assert fd is not None           # locked() runs the body with the log open
             sequence = tail.last_sequence + 1
             record = Record(sequence, date_ns, pid, kind, payload, uid, expires_ns, correlation, role)
             parts = encode_record(V3, header.log_id, record)
@@ -242,16 +244,18 @@ class Writer:
             if torn is not None:
                 if not 0 < torn < length:
                     raise ValueError(f"torn must be between 1 and {length - 1} for this message")
-                pwrite_all(self.fd, b"".join(parts)[:torn], tail.end)                 # type: ignore[arg-type]
+                pwrite_all(fd, b"".join(parts)[:torn], tail.end)
                 return sequence, tail
             try:
-                pwritev_all(self.fd, parts, tail.end)                                # type: ignore[arg-type]
+                pwritev_all(fd, parts, tail.end)
             except OSError:
-                os.ftruncate(self.fd, tail.end)                                      # type: ignore[arg-type]
+                os.ftruncate(fd, tail.end)
                 raise
             return sequence, Tail(tail.end + length, sequence, tail.end)
 
-        return self.locked(True, body, compacting=torn is None)                      # type: ignore[return-value]
+        sequence = self.locked(True, body, compacting=torn is None)
+        assert isinstance(sequence, int)    # made with create: never None
+        return sequence
 
     def clear(self) -> None:
         """§10.3: clearedThrough = the last sequence, by a compaction."""
