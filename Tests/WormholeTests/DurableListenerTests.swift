@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Durable listeners: a name keeps a listener's position while its process is not
 /// running; it resumes after the last message it handled.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Crashes, a full disk, exhausted kernel limits and a sustained load.
 @Suite("Faults")

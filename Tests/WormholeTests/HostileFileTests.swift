@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The container under attack: another user, links, FIFOs, sparse and forged files,
 /// moved directories, stalled listeners, exhausted caches. Each case says what an

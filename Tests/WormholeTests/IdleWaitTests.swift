@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// `Wormhole.waitUntilIdle(for:)`: what a service started on demand waits for before it
 /// exits (Activation.md).

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// How long a listener lives: until it is cancelled, stopped, or its wormhole goes —
 /// never because its token was dropped — and not one call after `cancel()` returns.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Real processes on one container: a directory with real inotify, or a PostgreSQL
 /// database where each process has connections of its own.

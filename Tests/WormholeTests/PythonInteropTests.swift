@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The Swift library and the Python package (`Python/`, through its public API in
 /// `Tests/Interop/python_peer.py`) in one container, as separate processes: payloads of

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Work queues and request/reply across real processes, with members killed by SIGKILL.
 @Suite("Work queues across processes")

@@ -3,25 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Synchronization
-
-/// A fresh directory under the system's temporary directory, removed when dropped.
-final class TemporaryDirectory: Sendable {
-    let path: String
-
-    init(_ name: String = "wormhole-cli-test") {
-        let template = NSTemporaryDirectory() + "\(name)-XXXXXX"
-        var bytes = Array(template.utf8CString)
-        let made = bytes.withUnsafeMutableBufferPointer { buffer in
-            buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
-        }
-        path = made ?? template
-        chmod(path, 0o700)
-    }
-
-    func file(_ name: String) -> String { path + "/" + name }
-
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
+import WormholeTestSupport
 
 /// The programs this package builds, found next to the test bundle.
 enum Products {
