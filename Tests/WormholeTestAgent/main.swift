@@ -115,9 +115,9 @@ func payload(tag: String, index: Int, size: Int) -> String {
 // An agent never outlives the test that started it, even when that test process is
 // killed, and never runs longer than five minutes: a watchdog ends it.
 let parent = getppid()
-let deadline = Date().addingTimeInterval(300)
+let deadline = ContinuousClock.now + .seconds(300)
 Thread {
-    while getppid() == parent && Date() < deadline { usleep(100_000) }
+    while getppid() == parent && ContinuousClock.now < deadline { usleep(100_000) }
     _exit(3)
 }.start()
 
@@ -315,8 +315,8 @@ do {
         let before = (descriptors(), threads())
         for index in 0..<cycles { try cycle(index) }
         var after = (descriptors(), threads())
-        let deadline = Date().addingTimeInterval(5)
-        while (after.0 > before.0 || after.1 > before.1) && Date() < deadline {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while (after.0 > before.0 || after.1 > before.1) && ContinuousClock.now < deadline {
             Thread.sleep(forTimeInterval: 0.05)
             after = (descriptors(), threads())
         }
@@ -422,8 +422,8 @@ do {
         let cancelled = DispatchTime.now().uptimeNanoseconds
         let left = instances()
         var final = left
-        let deadline = Date().addingTimeInterval(5)
-        while final > 0 && Date() < deadline {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while final > 0 && ContinuousClock.now < deadline {
             usleep(100)
             final = instances()
         }
@@ -442,8 +442,8 @@ do {
         }
         // The inotify reader closes its descriptor once its last watch is gone, on its
         // own thread: give it a moment.
-        let deadline = Date().addingTimeInterval(5)
-        while descriptors() > before && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while descriptors() > before && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.02) }
         print("\(before) \(descriptors())")
 
     case "fault":
@@ -515,8 +515,8 @@ do {
             _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
             // A fault it reported does not stop it: it takes again on its timer, and handles
             // all three while it lives (up to 10 s: a loaded machine).
-            let deadline = Date().addingTimeInterval(10)
-            while Set(handled.all).count < 3 && Date() < deadline { usleep(2_000) }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while Set(handled.all).count < 3 && ContinuousClock.now < deadline { usleep(2_000) }
             let calls = SystemCallFaults.disarm()
             FileHandle.standardError.write(Data("trace \(SystemCallFaults.calls.joined(separator: " "))\n".utf8))
             // The last message is acknowledged (a reply passed first) after its handler;
@@ -528,9 +528,9 @@ do {
             // One reading decides, and it waits for nothing pending either: a message given
             // back (its reply could not be passed) is neither in flight nor handled until
             // the member takes it again, a moment later.
-            let settled = Date().addingTimeInterval(10)
+            let settled = ContinuousClock.now + .seconds(10)
             var held = status()
-            while !(held?.inFlight == 0 && held?.pending == 0) && Date() < settled {
+            while !(held?.inFlight == 0 && held?.pending == 0) && ContinuousClock.now < settled {
                 usleep(2_000)
                 held = status()
             }
@@ -587,8 +587,8 @@ do {
                 _ = FileManager.default.createFile(atPath: argument(1) + "/READY", contents: nil)
             }
             // Every message, or a report: either ends the wait (10 s at most: a loaded machine).
-            let deadline = Date().addingTimeInterval(10)
-            while received.count < expected && errors.count == 0 && Date() < deadline { usleep(2_000) }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while received.count < expected && errors.count == 0 && ContinuousClock.now < deadline { usleep(2_000) }
             token.cancel()
             finish("errors \(errors.count) \(errors.all.joined(separator: ","))")
         case "make":
@@ -695,10 +695,10 @@ do {
         // With a sixth argument: stop after that many seconds too, then pass
         // "<tag>:end:<count passed>" (what soak-listen waits for).
         let seconds = arguments.count > 6 ? Double(arguments[6]) : nil
-        let deadline = seconds.map { Date().addingTimeInterval($0) }
+        let deadline = seconds.map { ContinuousClock.now + .seconds($0) }
         var passed = 0
         for index in 1...max(count, 1) where count > 0 {
-            if let deadline, Date() >= deadline { break }
+            if let deadline, ContinuousClock.now >= deadline { break }
             try wormhole.passMessage(payload(tag: tag, index: index, size: 64 + index % 512), identifier: identifier)
             passed = index
             usleep(interval)
@@ -857,8 +857,8 @@ do {
         try "\(received) \(passed) \(duplicates) \(disorder)\n".write(toFile: output, atomically: true, encoding: .utf8)
         // Still listening until told to go (<output>.exit, or a minute), so that the
         // test can measure this process after the last message.
-        let patience = Date().addingTimeInterval(60)
-        while !FileManager.default.fileExists(atPath: output + ".exit") && Date() < patience { usleep(20_000) }
+        let patience = ContinuousClock.now + .seconds(60)
+        while !FileManager.default.fileExists(atPath: output + ".exit") && ContinuousClock.now < patience { usleep(20_000) }
         token.cancel()
 
     default:

@@ -123,7 +123,7 @@ struct PythonInteropTests {
         let swiftListener = try Agent.start(["listen", container.path, "burst", "\(total)", swiftOut])
         #expect(await waitForFile(pythonOut + ".ready"))
         #expect(await waitForFile(swiftOut + ".ready"))
-        let started = Date()
+        let started = ContinuousClock.now
         let swiftWriters = try (0..<2).map { try Agent.start(["write", container.path, "burst", "\(perWriter)", "s\($0)"]) }
         let pythonWriters = try (0..<2).map { index in
             try Self.peer(["send", container.path, "burst", "text", Data("p\(index):{i}".utf8).base64EncodedString(), "\(perWriter)"],
@@ -137,7 +137,7 @@ struct PythonInteropTests {
         #expect(await waitForExit(swiftListener) == 0)
         let pythonFinished = await pythonListener.finish()
         #expect(pythonFinished.status == 0, "\(pythonFinished.errorOutput)")
-        let elapsed = Date().timeIntervalSince(started)
+        let elapsed = (ContinuousClock.now - started).inSeconds
 
         let python = try Self.lines(pythonOut)
         #expect(python.errors.isEmpty, "\(python.errors.prefix(3))")
