@@ -139,7 +139,7 @@ let package = Package(
         // Argument parsing of the CLI, and end-to-end runs of the built binaries.
         .testTarget(
             name: "WormholeCLITests",
-            dependencies: ["WormholeCLI", "Wormhole"]
+            dependencies: ["WormholeCLI", "Wormhole", "WormholeTestSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]

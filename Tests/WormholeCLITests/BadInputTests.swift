@@ -72,14 +72,17 @@ struct BadInputTests {
         expectFailure(result, status: 1, mentioning: ["belongs to user 65534"])
     }
 
-    @Test(.enabled(if: geteuid() != 0, "root may enter any directory"))
+    // Root may enter any directory: as root, the command runs as a user made for the test.
+    @Test(.enabled(if: UnprivilegedRunner.isAvailable, "runs as a user who is not root: needs useradd and runuser as root"))
     func aContainerWithoutPermissionsIsRefused() async throws {
         let sandbox = Sandbox()
+        let user = try UnprivilegedRunner(sandbox)
         let locked = sandbox.root.file("locked")
         try FileManager.default.createDirectory(atPath: locked, withIntermediateDirectories: false)
+        user.own(locked)
         chmod(locked, 0o000)
         defer { chmod(locked, 0o700) }
-        let result = try await sandbox.run(["send", "--directory", locked + "/inner", "chat", "hi"])
+        let result = try await user.run(["send", "--directory", locked + "/inner", "chat", "hi"])
         expectFailure(result, status: 1, mentioning: [locked])
     }
 
@@ -114,13 +117,16 @@ struct BadInputTests {
         expectFailure(result, status: 1, mentioning: ["is a directory"])
     }
 
-    @Test(.enabled(if: geteuid() != 0, "root may read any file"))
+    // Root may read any file: as root, the command runs as a user made for the test.
+    @Test(.enabled(if: UnprivilegedRunner.isAvailable, "runs as a user who is not root: needs useradd and runuser as root"))
     func anUnreadableFileIsRefused() async throws {
         let sandbox = Sandbox()
+        let user = try UnprivilegedRunner(sandbox)
         let secret = sandbox.root.file("secret.bin")
         _ = FileManager.default.createFile(atPath: secret, contents: Data("x".utf8))
+        user.own(secret)
         chmod(secret, 0o000)
-        let result = try await sandbox.run(["send", "--file", secret, "blob"])
+        let result = try await user.run(["send", "--file", secret, "blob"])
         expectFailure(result, status: 1, mentioning: ["permission denied"])
     }
 

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import WormholeTestSupport
 
 /// Which container a command uses, from the environments processes really start in.
 @Suite("Container resolution from the command line")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Wormhole
+import WormholeTestSupport
 
 /// What the docs show, checked against what the code does: a sentence or a snippet in
 /// the docs is a promise.

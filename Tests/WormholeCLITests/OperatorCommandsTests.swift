@@ -69,7 +69,9 @@ struct OperatorCommandsTests {
         // Reports every 0.5 s until the test has seen all ten counted, however slowly the
         // sends go (other tests load the machine), then Ctrl-C.
         let top = try sandbox.start(["top", "--interval", "0.5"])
-        try await Task.sleep(for: .milliseconds(300))
+        // Its first report: top has taken its starting counts, so every send below falls
+        // in an interval it reports.
+        #expect(await top.waitForStandardOutput(containing: "\"interval\"", seconds: 60))
         for n in 1...10 { #expect(try await sandbox.run(["send", "metrics", "message \(n)"]).status == 0) }
         func totals(_ output: String) -> (reports: Int, messages: Double, bytes: Double, last: [String: Any]) {
             let reports = output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
@@ -89,7 +91,11 @@ struct OperatorCommandsTests {
         for _ in 0..<600 where totals(String(decoding: top.stdout, as: UTF8.self)).messages.rounded() < 10 {
             try await Task.sleep(for: .milliseconds(100))
         }
-        try await Task.sleep(for: .milliseconds(700))
+        // One report more, after the one that counted the last message, then Ctrl-C.
+        let counted = totals(String(decoding: top.stdout, as: UTF8.self)).reports
+        for _ in 0..<600 where totals(String(decoding: top.stdout, as: UTF8.self)).reports <= counted {
+            try await Task.sleep(for: .milliseconds(100))
+        }
         top.send(SIGINT)
         let result = await top.finish()
         let seen = totals(result.output)

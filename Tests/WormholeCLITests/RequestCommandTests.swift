@@ -41,6 +41,7 @@ struct RequestCommandTests {
     /// The `listen --queue` transcript, on the container `container` chooses.
     static func queueMembersShareMessages(_ sandbox: Sandbox, container: [String] = []) async throws {
         #expect(try await sandbox.run(["send"] + container + ["--ttl", "0.2", "jobs", "stale"]).status == 0)
+        // The wall clock is what expiry follows: nothing to wait on but it.
         try await Task.sleep(for: .milliseconds(300))
         for index in 1...6 { #expect(try await sandbox.run(["send"] + container + ["jobs", "job \(index)"]).status == 0) }
         let first = try await sandbox.run(["listen"] + container + ["--queue", "w", "--count", "4", "jobs"])

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import WormholeTestSupport
 
 /// Containers used from inside a sandbox made by bubblewrap (`bwrap`), as Flatpak makes
 /// one: a private `/tmp`, `/dev/shm` and `/run` (tmpfs), and only the group's container

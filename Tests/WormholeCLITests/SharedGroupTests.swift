@@ -158,6 +158,9 @@ struct SharedGroupTests {
         #expect(chown(listeners, desktopUID, getgrnam(deployment.unixGroup)!.pointee.gr_gid) == 0)
         let group = ["--group", deployment.group]
         let service = try deployment.start(as: deployment.service, ["listen", "--durable", "svc", "--count", "1", "--timeout", "30", "--verbose", "to-service"] + group)
+        // A pause, not a wait: nothing marks the service's refused open of `.listeners`
+        // (a failed open(2) raises no inotify event, and the listener says nothing until
+        // it listens). 300 ms is well inside the second the library keeps trying.
         try await Task.sleep(for: .milliseconds(300))
         #expect(chmod(listeners, 0o2770) == 0)
         #expect(await service.waitForStandardError(containing: "listening to"))

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// `passMessages(_:identifier:)`: a batch under one lock and one write, each message its
 /// own record; listeners take them one by one.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// What a clear hides, and from whom (Protocol.md §10.3, §11.3, §12.3 Q1, §12.4 D4, §18.1,
 /// §18.3 T2 and T3): a clear hides the messages so far from readers that start later, not

@@ -2,6 +2,7 @@ import CInotifyTools
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// libinotifytools, the standard inotify library, as an independent observer: what the
 /// library posts is ordinary inotify traffic that the standard tooling sees.

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Finding and securing the container directory.
 @Suite("Container")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// A record whose length field is damaged so that it seems to run past the end of the
 /// file (Protocol.md §9.3): it is damage, not a record being written, once a whole record

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The walk `wormhole share` and `--revoke` go through a shared container with: one
 /// directory descriptor at a time, back up by `..`, never out of the tree.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Durable listeners: a name keeps a listener's position while its process is not
 /// running; it resumes after the last message it handled.
@@ -170,12 +171,12 @@ struct DurableListenerTests {
         durable.cancel()
         live.cancel()
         try await wormhole.passMessage(4, identifier: "jobs")
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = ContinuousClock.now + .seconds(10)
         repeat {
             statuses = try wormhole.listeners()
             if statuses.count == 1 && statuses.first?.isRunning == false { break }
             try await Task.sleep(for: .milliseconds(10))
-        } while Date() < deadline
+        } while ContinuousClock.now < deadline
         #expect(statuses.map(\.durableName) == ["worker"])
         #expect(statuses.first?.isRunning == false && statuses.first?.behind == 1)
         #expect(try wormhole.forgetDurableListener(named: "worker") == 1)

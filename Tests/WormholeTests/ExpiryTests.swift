@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 @Suite("Expiry")
 struct ExpiryTests {
@@ -16,6 +17,7 @@ struct ExpiryTests {
         try await wormhole.passMessage("kept", identifier: "news")
         try await wormhole.passMessage("old 2", identifier: "news", timeToLive: 0.2)
         try await wormhole.passMessage("fresh", identifier: "news", timeToLive: 60)
+        // The wall clock is what expiry follows: nothing to wait on but it.
         try await Task.sleep(for: .milliseconds(400))
         for durable in [nil, "archive"] as [String?] {
             let received = Collector<String>()

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Crashes, a full disk, exhausted kernel limits and a sustained load.
 @Suite("Faults")
@@ -231,8 +232,8 @@ struct FaultTests {
         let count = 5
         let agent = try Agent.start(["starved", directory.path, "\(count)"], output: FileHandle(forWritingAtPath: output))
         func text() -> String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
-        let deadline = Date().addingTimeInterval(30)
-        while !text().contains("full\n") && agent.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !text().contains("full\n") && agent.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         try #require(text().contains("full\n"), "\(text())")
         // The logs are new: opening each one fails in the agent until it frees descriptors.
         let wormhole = try Wormhole(directory: directory.path)
@@ -271,7 +272,7 @@ struct FaultTests {
             listeners.append((try Agent.start(["soak-listen", directory.path, "soak", "\(writers)", output]), output))
             #expect(await waitForFile(output + ".ready"))
         }
-        let started = Date()
+        let started = ContinuousClock.now
         let writerProcesses = try (0..<writers).map {
             try Agent.start(["pace", directory.path, "soak", "\(seconds * 1_000_000 / interval)", "\(interval)", "w\($0)", "\(seconds)"])
         }
@@ -283,7 +284,7 @@ struct FaultTests {
         for (_, output) in listeners { #expect(await waitForFile(output, seconds: 60)) }
         let late = listeners.map { footprint($0.0.processIdentifier) }
         for (_, output) in listeners { _ = FileManager.default.createFile(atPath: output + ".exit", contents: nil) }
-        let elapsed = Date().timeIntervalSince(started)
+        let elapsed = (ContinuousClock.now - started).inSeconds
         for (index, (process, output)) in listeners.enumerated() {
             #expect(await waitForExit(process, seconds: 60) == 0)
             let numbers = try String(contentsOfFile: output, encoding: .utf8).split(whereSeparator: \.isWhitespace).compactMap { Int($0) }

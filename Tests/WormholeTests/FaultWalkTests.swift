@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Every system call of an operation, made to fail in turn, as SQLite's I/O-error and
 /// crash tests do: the test agent runs one operation (a pass, which compacts; a clear; a

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Version 3 of the log (Protocol.md §2, §8.1, §8.6): records that carry the writer's
 /// user, an expiry, a correlation and a role; version 2 logs read as they are and

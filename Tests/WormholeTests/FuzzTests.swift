@@ -2,6 +2,7 @@ import Foundation
 import PropertyBased
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Generated inputs for the two places where bytes from outside the process are
 /// interpreted: the record reader and identifier validation. Each property runs a million

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The container under attack: another user, links, FIFOs, sparse and forged files,
 /// moved directories, stalled listeners, exhausted caches. Each case says what an
@@ -318,8 +319,8 @@ struct HostileFileTests {
         // 1,000 records of about 45 bytes, twice over before a compaction, plus the header.
         #expect(largest < 2 * 1000 * 60 + 4096, "the log reached \(largest) bytes")
         gate.signal()
-        let deadline = Date().addingTimeInterval(30)
-        while received.all.last != total && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while received.all.last != total && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         let values = received.all
         #expect(values.last == total)
         #expect(values == values.sorted() && Set(values).count == values.count, "in order, once each")

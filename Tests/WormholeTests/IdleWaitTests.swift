@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// `Wormhole.waitUntilIdle(for:)`: what a service started on demand waits for before it
 /// exits (Activation.md).
@@ -74,6 +75,8 @@ struct IdleWaitTests {
         }
         let waited = ContinuousClock.now
         async let returned = Self.idle(wormhole, for: 0.2)
+        // A wait for something that must not happen (a message handled, the idle wait
+        // over, while the queue is held): four times the idle time, then it is let go.
         try await Task.sleep(for: .milliseconds(800))
         #expect(handled.all.isEmpty)
         held.resume()

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The JSON form of messages that are neither `Data` nor `String`: stable for readers in
 /// other languages, readable when stored by earlier versions, chosen per wormhole.

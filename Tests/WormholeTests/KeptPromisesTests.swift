@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// What users build on, in ordinary operation: a compaction while a durable listener is
 /// held up, a full disk when a name is first used, a clear while a name is not running,

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// How long a listener lives: until it is cancelled, stopped, or its wormhole goes —
 /// never because its token was dropped — and not one call after `cancel()` returns.
@@ -45,6 +46,7 @@ struct LifecycleTests {
             started.wait()
             token.cancel()
             cancelled.store(true, ordering: .releasing)
+            // A window for what must not happen: a call started after cancel() returned.
             try await Task.sleep(for: .milliseconds(5))
             late += lateCalls.load(ordering: .relaxed)
         }

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The listener's state machine driven step by step, then the behaviour that rests on it
 /// with real files: a caught-up position published without a write per wake-up.

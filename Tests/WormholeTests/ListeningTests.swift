@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Listeners: several per identifier, queues, starting points, async sequences, stalls.
 @Suite("Listening")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The behaviours MMWormhole's own test suite checks, on the Swift API.
 @Suite("MMWormhole behaviours")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Real processes on one container: a directory with real inotify, or a PostgreSQL
 /// database where each process has connections of its own.
@@ -21,10 +22,10 @@ struct MultiProcessTests {
             listeners.append((try Agent.start(["listen", store.location, "burst", "\(total)", output]), output))
             #expect(await waitForFile(output + ".ready"))
         }
-        let started = Date()
+        let started = ContinuousClock.now
         let writerProcesses = try (0..<writers).map { try Agent.start(["write", store.location, "burst", "\(perWriter)", "w\($0)"]) }
         for process in writerProcesses { #expect(await waitForExit(process) == 0) }
-        let written = Date().timeIntervalSince(started)
+        let written = (ContinuousClock.now - started).inSeconds
         var orders: [[String]] = []
         for (process, output) in listeners {
             #expect(await waitForExit(process) == 0)
@@ -42,7 +43,7 @@ struct MultiProcessTests {
             orders.append(lines.map(\.payload))
         }
         #expect(orders.count == 2 && orders[0] == orders[1], "both listeners saw the same order")
-        let received = Date().timeIntervalSince(started)
+        let received = (ContinuousClock.now - started).inSeconds
         print("burst (\(backend)): \(total) messages from \(writers) writer processes to 2 listener processes; written in \(String(format: "%.2f", written)) s, all received in \(String(format: "%.2f", received)) s; lost = \(total * 2 - orders.map(\.count).reduce(0, +))")
     }
 

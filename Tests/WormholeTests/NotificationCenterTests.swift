@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The Darwin-notification analogue on its own.
 @Suite("Darwin notification center")

@@ -84,8 +84,8 @@ struct PostgresBackendTests {
             for token in tokens { token.cancel() }
         }
         var now = try sessions()
-        let deadline = Date().addingTimeInterval(10)
-        while now != before && Date() < deadline {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while now != before && ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
             now = try sessions()
         }
@@ -196,8 +196,8 @@ struct PostgresBackendTests {
             // Had the waiting tasks blocked the pool's threads, the probe could not run
             // before the rows go. Other suites of the process may hold the pool's threads
             // for a while too: the probe is given up to 20 s, the rows still held.
-            let deadline = Date().addingTimeInterval(20)
-            while probe.count == 0 && Date() < deadline { usleep(10_000) }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while probe.count == 0 && ContinuousClock.now < deadline { usleep(10_000) }
             ranWhileWaiting.append(probe.count == 1)
             _ = try? locker.session.query("COMMIT", "commit")
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The numbers, recipes and examples of `Docs/Protocol.md`, read from the document's own
 /// text and checked against what this library does: a program written from the document

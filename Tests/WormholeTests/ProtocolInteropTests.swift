@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// `Docs/Protocol.md` is complete enough to interoperate: `Tests/Interop/wormhole_log.py`,
 /// an independent implementation written from the document alone, reads

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Requests, replies and work queues between the Swift library and the Python package
 /// (`Tests/Interop/python_peer.py`), as separate processes in one container.

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The Swift library and the Python package (`Python/`, through its public API in
 /// `Tests/Interop/python_peer.py`) in one container, as separate processes: payloads of
@@ -122,7 +123,7 @@ struct PythonInteropTests {
         let swiftListener = try Agent.start(["listen", container.path, "burst", "\(total)", swiftOut])
         #expect(await waitForFile(pythonOut + ".ready"))
         #expect(await waitForFile(swiftOut + ".ready"))
-        let started = Date()
+        let started = ContinuousClock.now
         let swiftWriters = try (0..<2).map { try Agent.start(["write", container.path, "burst", "\(perWriter)", "s\($0)"]) }
         let pythonWriters = try (0..<2).map { index in
             try Self.peer(["send", container.path, "burst", "text", Data("p\(index):{i}".utf8).base64EncodedString(), "\(perWriter)"],
@@ -136,7 +137,7 @@ struct PythonInteropTests {
         #expect(await waitForExit(swiftListener) == 0)
         let pythonFinished = await pythonListener.finish()
         #expect(pythonFinished.status == 0, "\(pythonFinished.errorOutput)")
-        let elapsed = Date().timeIntervalSince(started)
+        let elapsed = (ContinuousClock.now - started).inSeconds
 
         let python = try Self.lines(pythonOut)
         #expect(python.errors.isEmpty, "\(python.errors.prefix(3))")

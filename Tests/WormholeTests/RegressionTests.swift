@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Bugs found in review, each with the test that would have caught it.
 @Suite("Regressions")

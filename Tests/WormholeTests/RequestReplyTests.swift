@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 @Suite("Request and reply")
 struct RequestReplyTests {

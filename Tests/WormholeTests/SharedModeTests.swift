@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import WormholeTestSupport
 
 /// What a member of a shared container leaves when it is killed while it makes files:
 /// the test agent makes everything a process makes in a container (a log, the claims
@@ -41,9 +42,8 @@ struct SharedModeTests {
     func killedMemberLeavesNoFileWithoutTheGroupsMode() async throws {
         // A shared container as 'wormhole share' makes one: root's, setgid, 2770, in a
         // parent of root's that only root may write to.
-        let base = try #require(mkdtemp(strdup(NSTemporaryDirectory() + "/wormhole-shared-modes-XXXXXX")).map { String(cString: $0) })
-        defer { try? FileManager.default.removeItem(atPath: base) }
-        let container = base + "/group"
+        let base = TemporaryDirectory("wormhole-shared-modes")
+        let container = base.file("group")
         #expect(mkdir(container, 0o700) == 0 && chown(container, 0, Self.groupID) == 0 && chmod(container, 0o2770) == 0)
         let environment = ["WORMHOLE_AGENT_UMASK": "077"]
 

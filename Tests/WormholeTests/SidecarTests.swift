@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// A container and its sidecar: two processes in PID and mount namespaces of their own
 /// (each with a /dev/shm of its own, as two containers have), sharing one volume.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Work queues across the boundaries an operator meets: members in another PID namespace
 /// (a container sharing the volume), and a full disk under the queue's files.

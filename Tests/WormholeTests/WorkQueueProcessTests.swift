@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// Work queues and request/reply across real processes, with members killed by SIGKILL.
 @Suite("Work queues across processes")
@@ -34,14 +35,14 @@ struct WorkQueueProcessTests {
             workers.append(try Agent.start(["worker", container, "jobs", "workers", output]))
             #expect(await waitForFile(output + ".ready"))
         }
-        let started = Date()
+        let started = ContinuousClock.now
         let producer = Task.detached {
             for index in 1...total { try await wormhole.passMessage("job-\(index)", identifier: "jobs") }
         }
         var kills = 0
         var generator = SystemRandomNumberGenerator()
         func acknowledged() -> UInt64 { (try? wormhole.workQueues(identifier: "jobs").first?.acknowledged) ?? 0 }
-        while acknowledged() < UInt64(total) && Date().timeIntervalSince(started) < 200 {
+        while acknowledged() < UInt64(total) && ContinuousClock.now - started < .seconds(200) {
             try await Task.sleep(for: .milliseconds(Int.random(in: 5...40, using: &generator)))
             guard acknowledged() < UInt64(total) else { break }
             let victim = Int.random(in: 0..<3, using: &generator)
@@ -51,7 +52,7 @@ struct WorkQueueProcessTests {
             workers[victim] = try Agent.start(["worker", container, "jobs", "workers", outputs[victim]])
         }
         try await producer.value
-        let elapsed = Date().timeIntervalSince(started)
+        let elapsed = (ContinuousClock.now - started).inSeconds
         let status = try #require(try wormhole.workQueues(identifier: "jobs").first)
         for worker in workers {
             kill(worker.processIdentifier, SIGKILL)
@@ -84,7 +85,7 @@ extension WorkQueueProcessTests {
         let responders = try ["r1", "r2"].map { name in try Agent.start(["respond", container, "ask", name, directory.file(name + ".ready")]) }
         for name in ["r1", "r2"] { #expect(await waitForFile(directory.file(name + ".ready"))) }
         let outputs = (0..<4).map { directory.file("requester\($0).txt") }
-        let started = Date()
+        let started = ContinuousClock.now
         let requesters = try outputs.enumerated().map { index, output in
             try Agent.start(["request", container, "ask", "\(count)", "q\(index)", output, "\(timeout)"])
         }
@@ -95,7 +96,7 @@ extension WorkQueueProcessTests {
         kill(responders[victim].processIdentifier, SIGKILL)
         responders[victim].waitUntilExit()
         for requester in requesters { #expect(await waitForExit(requester) == 0) }
-        let elapsed = Date().timeIntervalSince(started)
+        let elapsed = (ContinuousClock.now - started).inSeconds
         kill(responders[1 - victim].processIdentifier, SIGKILL)
         responders[1 - victim].waitUntilExit()
         var answered = 0, failed = 0, slowest = 0, byVictim = 0

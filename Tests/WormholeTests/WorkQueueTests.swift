@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 @Suite("Work queues")
 struct WorkQueueTests {
@@ -267,6 +268,7 @@ struct WorkQueueTests {
         try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w") { _ in }.cancel()
         try await wormhole.passMessage("stale", identifier: "jobs", timeToLive: 0.2)
         try await wormhole.passMessage("hang", identifier: "jobs")
+        // The wall clock is what expiry follows: nothing to wait on but it.
         try await Task.sleep(for: .milliseconds(400))
         // A worker process that hangs in its handler, killed there twice (the limit is 3 here).
         let output = directory.file("worker.txt")

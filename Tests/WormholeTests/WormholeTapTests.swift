@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
+import WormholeTestSupport
 
 /// The tap on every identifier of a container (``Wormhole/listenForAllRecords(queue:onError:listener:)``),
 /// which `wormhole listen --all` and `wormhole top` use.

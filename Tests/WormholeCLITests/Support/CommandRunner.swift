@@ -3,25 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Synchronization
-
-/// A fresh directory under the system's temporary directory, removed when dropped.
-final class TemporaryDirectory: Sendable {
-    let path: String
-
-    init(_ name: String = "wormhole-cli-test") {
-        let template = NSTemporaryDirectory() + "\(name)-XXXXXX"
-        var bytes = Array(template.utf8CString)
-        let made = bytes.withUnsafeMutableBufferPointer { buffer in
-            buffer.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
-        }
-        path = made ?? template
-        chmod(path, 0o700)
-    }
-
-    func file(_ name: String) -> String { path + "/" + name }
-
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
+import WormholeTestSupport
 
 /// The programs this package builds, found next to the test bundle.
 enum Products {
@@ -296,5 +278,75 @@ final class Sandbox: Sendable {
     /// Runs `wormhole` (or another product) to completion.
     func run(_ arguments: [String], product: String = "wormhole", input: Data? = nil, environment extra: [String: String] = [:], seconds: Double = 60) async throws -> CommandResult {
         try await start(arguments, product: product, input: input, environment: extra).finish(seconds: seconds)
+    }
+}
+
+/// Runs `wormhole` as a user who is not root, for tests of what such a user may not do
+/// (root may enter any directory and read any file, so the test would prove nothing as
+/// root). When the test process is not root, that is its own user; as root (CI), a Unix
+/// user made for the test with `useradd`, as whom `runuser` runs the product (copied
+/// where every user may run it: ``Products/runnableByAnyone(_:)``), removed when the
+/// runner is dropped. The sandbox's root is given to that user, as a directory of the
+/// user's own.
+final class UnprivilegedRunner: Sendable {
+    /// Whether commands can run as a user who is not root here.
+    static var isAvailable: Bool {
+        geteuid() != 0 || (FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd")
+                           && FileManager.default.isExecutableFile(atPath: "/usr/sbin/runuser"))
+    }
+
+    let sandbox: Sandbox
+    /// The user made for the test; `nil` when commands run as the test process's own user.
+    let user: String?
+    let uid: uid_t
+    let gid: gid_t
+
+    init(_ sandbox: Sandbox) throws {
+        self.sandbox = sandbox
+        guard geteuid() == 0 else {
+            user = nil
+            uid = geteuid()
+            gid = getegid()
+            return
+        }
+        let name = "whuser" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        guard try Self.system(["/usr/sbin/useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name]) == 0,
+              let entry = getpwnam(name) else {
+            throw POSIXError(.EPERM)
+        }
+        user = name
+        uid = entry.pointee.pw_uid
+        gid = entry.pointee.pw_gid
+        own(sandbox.root.path)
+    }
+
+    deinit {
+        if let user { _ = try? Self.system(["/usr/sbin/userdel", user]) }
+    }
+
+    /// Gives `path`, made by the test, to the user, as if the user had made it.
+    func own(_ path: String) {
+        if user != nil { chown(path, uid, gid) }
+    }
+
+    /// Runs `wormhole` with `arguments` as the user, in the sandbox's environment.
+    func run(_ arguments: [String]) async throws -> CommandResult {
+        guard let user else { return try await sandbox.run(arguments) }
+        let environment = ["PATH=/usr/bin:/bin", "LANG=C.UTF-8",
+                           "WORMHOLE_APP_GROUPS_DIRECTORY=" + (sandbox.environment["WORMHOLE_APP_GROUPS_DIRECTORY"] ?? "")]
+        return try await sandbox.start(["-u", user, "--", "/usr/bin/env", "-i"] + environment + [Products.runnableByAnyone("wormhole")] + arguments,
+                                       product: "/usr/sbin/runuser").finish()
+    }
+
+    /// Runs a program to its end, its output discarded; returns its exit status.
+    private static func system(_ arguments: [String]) throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: arguments[0])
+        process.arguments = Array(arguments.dropFirst())
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        return process.terminationStatus
     }
 }

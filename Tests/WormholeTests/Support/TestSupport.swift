@@ -1,22 +1,7 @@
 import Foundation
 import Testing
 @testable import Wormhole
-
-/// A fresh directory under /tmp, removed when the test ends.
-final class TemporaryDirectory: Sendable {
-    let path: String
-
-    init(_ name: String = "wormhole-test") {
-        let template = NSTemporaryDirectory() + "\(name)-XXXXXX"
-        var bytes = Array(template.utf8CString)
-        let result = bytes.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        path = result.map { String(cString: $0) } ?? template
-    }
-
-    func file(_ name: String) -> String { path + "/" + name }
-
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
+import WormholeTestSupport
 
 /// Collects values from any thread; waits for a count with a deadline.
 final class Collector<Value: Sendable>: Sendable {
