@@ -289,12 +289,18 @@ struct RequestReplyTests {
         // 1 ms, so that replies slowed down by a loaded machine still count as fast, while
         // the polling takes little CPU from the other tests of this process.
         if ReplyRouter.mayRunOnAnotherCPU {
-            let backToBack = try await ask("fast", count: 50, spinTime: 0.001)
-            #expect(backToBack.answered)
             // Most poll; a few may not, on a loaded machine: a thread preempted between two
-            // requests has not run for most of the time since the last.
-            #expect(backToBack.polled >= 10, "\(backToBack.polled) of 49 back-to-back requests polled")
-            print("reply polling: \(backToBack.polled) of 49 back-to-back requests polled")
+            // requests has not run for most of the time since the last. Other test
+            // processes sharing the two cores can preempt a whole series, so up to three
+            // series are asked; at least one must poll for most of its requests.
+            var series: [Int] = []
+            for _ in 0..<3 where (series.max() ?? 0) < 10 {
+                let backToBack = try await ask("fast", count: 50, spinTime: 0.001)
+                #expect(backToBack.answered)
+                series.append(backToBack.polled)
+            }
+            #expect((series.max() ?? 0) >= 10, "of 49 back-to-back requests, \(series) polled in each series")
+            print("reply polling: of 49 back-to-back requests, \(series) polled in each series")
         }
         let asleepBetween = try await ask("fast", count: 6, pause: 0.02, spinTime: 0.01)
         #expect(asleepBetween.answered)
