@@ -40,9 +40,34 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
+        // The library in three layers, each target importing only those below it:
+        //   WormholeCore   the API's types (records, errors, configuration, JSON coding),
+        //                  the back-end protocol `WormholeTransiting`, and the system layer
+        //                  (system calls, locks, clocks, threads, identifiers);
+        //   WormholeFiles  the directory back end: the container, inotify wake-ups, the
+        //                  logs, claims, durable positions, compaction and work-queue files;
+        //   Wormhole       the API (`Wormhole`, listeners, requests, work-queue members),
+        //                  over any back end; it re-exports the two below, so that
+        //                  `import Wormhole` is all a user writes.
+        .target(
+            name: "WormholeCore",
+            dependencies: [
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "WormholeFiles",
+            dependencies: [
+                "WormholeCore",
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .target(
             name: "Wormhole",
             dependencies: [
+                "WormholeCore", "WormholeFiles",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
             ]

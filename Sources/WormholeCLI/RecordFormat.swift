@@ -116,7 +116,7 @@ enum RecordFormat: Sendable {
                 let value = scalar.value
                 if scalar == "\n" || scalar == "\t" {
                     result.unicodeScalars.append(scalar)
-                } else if Wormhole.isUnsafeToDisplay(scalar) {
+                } else if Identifier.isUnsafeToDisplay(scalar) {
                     result += "\\u{\(String(value, radix: 16))}"
                 } else {
                     result.unicodeScalars.append(scalar)

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// `passMessages(_:identifier:)`: a batch under one lock and one write, each message its

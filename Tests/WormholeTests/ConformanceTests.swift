@@ -2,6 +2,8 @@ import CInotifyTools
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// libinotifytools, the standard inotify library, as an independent observer: what the

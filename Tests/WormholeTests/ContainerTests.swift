@@ -2,6 +2,8 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// Finding and securing the container directory.

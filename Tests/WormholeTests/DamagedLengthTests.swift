@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// A record whose length field is damaged so that it seems to run past the end of the

@@ -4,6 +4,8 @@ import Glibc
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// The walk `wormhole share` and `--revoke` go through a shared container with: one

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// Crashes, a full disk, exhausted kernel limits and a sustained load.

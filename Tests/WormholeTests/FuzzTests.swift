@@ -2,6 +2,8 @@ import Foundation
 import PropertyBased
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// Generated inputs for the two places where bytes from outside the process are

@@ -2,6 +2,8 @@ import Dispatch
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// `Wormhole.waitUntilIdle(for:)`: what a service started on demand waits for before it

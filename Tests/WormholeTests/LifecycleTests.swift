@@ -2,6 +2,8 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// How long a listener lives: until it is cancelled, stopped, or its wormhole goes —

@@ -2,6 +2,8 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// The listener's state machine driven step by step, then the behaviour that rests on it

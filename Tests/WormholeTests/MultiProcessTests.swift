@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// Real processes on one container: a directory with real inotify, or a PostgreSQL

@@ -4,6 +4,8 @@ import Foundation
 import PostgresNIO
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 @testable import WormholePostgres
 import WormholeTestSupport
 

@@ -4,6 +4,8 @@ import Glibc
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// Requests, replies and work queues between the Swift library and the Python package

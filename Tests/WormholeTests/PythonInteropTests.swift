@@ -4,6 +4,8 @@ import Glibc
 import Foundation
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 import WormholeTestSupport
 
 /// The Swift library and the Python package (`Python/`, through its public API in

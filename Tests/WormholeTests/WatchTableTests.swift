@@ -3,6 +3,8 @@ import Glibc
 #endif
 import Testing
 @testable import Wormhole
+@testable import WormholeCore
+@testable import WormholeFiles
 
 /// The engine's bookkeeping, without the kernel: a fake hands out watch descriptors and
 /// says which directories exist.

@@ -3,6 +3,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import WormholeCore
+import WormholeFiles
 
 extension Wormhole {
     /// Passes a request or a reply: the version 3 record's role, correlation and expiry.

@@ -1,0 +1,179 @@
+import Synchronization
+import WormholeCore
+import WormholeFiles
+
+/// The messages of one identifier as an asynchronous sequence; see
+/// ``Wormhole/messages(withIdentifier:as:startingFrom:onError:)``.
+///
+/// The store is the buffer: the iterator reads from the log when it is asked for the
+/// next element, so a slow consumer holds no messages in memory and loses none.
+public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
+    /// Each element: a decoded message, or a ``WormholeRecord`` for
+    /// ``Wormhole/records(withIdentifier:startingFrom:onError:)``.
+    public typealias Element = Message
+    /// What ends the sequence with an error: a listener that cannot start or go on.
+    public typealias Failure = WormholeError
+
+    let wormhole: Wormhole
+    let identifier: String
+    let start: Wormhole.StartingPoint
+    /// A durable listener's name: each element is acknowledged when the next one is
+    /// requested.
+    var durableName: String? = nil
+    let onError: @Sendable (WormholeError) -> Void
+    let transform: @Sendable (WormholeRecord) throws(WormholeError) -> Message
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(sequence: self)
+    }
+
+    /// Iterates the messages; not Sendable: one task consumes it.
+    public struct Iterator: AsyncIteratorProtocol {
+        private let sequence: WormholeMessages
+        private var source: Source?
+
+        init(sequence: WormholeMessages) {
+            self.sequence = sequence
+        }
+
+        /// The next message, waiting until one is passed; `nil` when the task is
+        /// cancelled. Throws when listening cannot start or go on.
+        public mutating func next() async throws(WormholeError) -> Message? {
+            if source == nil {
+                source = try await Source.make(sequence)
+            }
+            guard let source else { return nil }
+            // Asking for the next element says the previous one was handled. A position
+            // that cannot be stored goes to onError: the element comes again when the
+            // name resumes (repeated, never skipped).
+            do throws(WormholeError) {
+                try await source.acknowledgeDelivered()
+            } catch {
+                sequence.onError(error)
+            }
+            while true {
+                if Task.isCancelled {
+                    source.close()
+                    return nil
+                }
+                if let item = try await source.nextBuffered() {
+                    switch item {
+                    case .success(let record):
+                        do throws(WormholeError) {
+                            let message = try sequence.transform(record)
+                            source.delivered = record.sequence
+                            return message
+                        } catch {
+                            sequence.onError(error)
+                        }
+                    case .failure(let error):
+                        sequence.onError(error)
+                    }
+                    continue
+                }
+                source.readAgainToPublishPosition()
+                guard try await source.signal.wait() else {
+                    source.close()
+                    return nil
+                }
+            }
+        }
+    }
+
+    /// The watch, the reader and the registration of one iteration; released when the
+    /// iterator is dropped or the iteration ends.
+    final class Source {
+        let signal = WakeSignal()
+        /// Set on the inotify thread when the log may have been replaced; the consumer
+        /// tells its reader before the next read.
+        private let replaced = Locked(false)
+        private let wormhole: Wormhole
+        private let registration: UInt64
+        private var observation: (any WormholeTransitingObservation)?
+        private var reader: (any WormholeTransitingReader)?
+        private var buffer: [Result<WormholeRecord, WormholeError>] = []
+        private var index = 0
+
+        private init(_ wormhole: Wormhole) {
+            self.wormhole = wormhole
+            registration = wormhole.makeRegistrationID()
+        }
+
+        /// Watches the identifier, then opens the reader: with the back end's calls for
+        /// asynchronous callers, so that a back end on a server blocks no thread.
+        static func make(_ sequence: WormholeMessages) async throws(WormholeError) -> Source {
+            try Identifier.validate(sequence.identifier)
+            let source = Source(sequence.wormhole)
+            try await source.start(sequence)
+            return source
+        }
+
+        private func start(_ sequence: WormholeMessages) async throws(WormholeError) {
+            let signal = self.signal
+            let replaced = self.replaced
+            observation = try await wormhole.transiting.observe(identifier: sequence.identifier) { event in
+                switch event {
+                case .wake: signal.signal()
+                case .replaced:
+                    replaced.withLock { $0 = true }
+                    signal.signal()
+                case .failed(let error): signal.finish(throwing: error)
+                }
+            }
+            do throws(WormholeError) {
+                if let name = sequence.durableName {
+                    reader = try await wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start, durableName: name)
+                } else {
+                    reader = try await wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start)
+                }
+            } catch {
+                observation?.cancel()
+                throw error
+            }
+            wormhole.register(registration, sequence.identifier) { signal.finish() }
+        }
+
+        /// The last element handed out, not yet acknowledged.
+        var delivered: UInt64?
+
+        func acknowledgeDelivered() async throws(WormholeError) {
+            guard let sequence = delivered else { return }
+            delivered = nil
+            try await reader?.acknowledge(sequence)
+        }
+
+        func nextBuffered() async throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {
+            if index >= buffer.count {
+                if replaced.withLock({ flag in defer { flag = false }; return flag }) { reader?.invalidate() }
+                buffer = try await reader?.read(maximumCount: 256) ?? []
+                index = 0
+            }
+            guard index < buffer.count else { return nil }
+            defer { index += 1 }
+            return buffer[index]
+        }
+
+        /// A reader that caught up without publishing its position (at most one write
+        /// per idle interval) is woken once the interval has passed: that read writes it.
+        func readAgainToPublishPosition() {
+            guard reader?.positionIsUnpublished == true,
+                  !publishScheduled.withLock({ scheduled in defer { scheduled = true }; return scheduled }) else { return }
+            let (signal, publishScheduled) = (self.signal, self.publishScheduled)
+            RetryClock.shared.schedule(after: ListenerCursor.idleSeconds) {
+                publishScheduled.withLock { $0 = false }
+                signal.signal()
+            }
+        }
+        private let publishScheduled = Locked(false)
+
+        func close() {
+            observation?.cancel()
+            observation = nil
+            reader?.close()
+            reader = nil
+            wormhole.unregister(registration)
+        }
+
+        deinit { close() }
+    }
+}

@@ -1,0 +1,256 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Storage and wake-ups for a ``Wormhole``: the pluggable layer, as MMWormhole's
+/// `MMWormholeTransiting`.
+///
+/// ``FileTransiting`` (a shared directory and inotify) is the default. Another back end
+/// implements this protocol and is passed to ``Wormhole/init(transiting:jsonCoding:)``; the
+/// ``Wormhole`` API does not change. Whatever the back end, it must keep the guarantees:
+/// one order per identifier that every reader sees, each record delivered to a reader
+/// once, no partial record ever visible, and history bounded by the configuration.
+public protocol WormholeTransiting: Sendable {
+    /// The limits this back end enforces.
+    var configuration: WormholeConfiguration { get }
+
+    /// Stores a message under `identifier` with `attributes`, assigns its sequence
+    /// number, then wakes the identifier's observers. Returns the stored record.
+    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                attributes: WormholeRecordAttributes) throws(WormholeError) -> WormholeRecord
+
+    /// Stores `batch` under `identifier` as consecutive messages, for every listener,
+    /// never expiring; returns their sequence numbers (empty for an empty batch). A back
+    /// end that can writes them at once (the default implementation passes them one by one).
+    func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64>
+
+    /// The newest message of `identifier` that was not cleared, or `nil`.
+    func latestRecord(identifier: String) throws(WormholeError) -> WormholeRecord?
+
+    /// Makes the retained messages of `identifier` invisible to ``WormholeTransiting/latestRecord(identifier:)-63adk``
+    /// and to readers that start later. Does not wake observers.
+    func clearMessageContents(identifier: String) throws(WormholeError)
+
+    /// Clears every identifier.
+    func clearAllMessageContents() throws(WormholeError)
+
+    /// What is retained for each identifier that has a log.
+    func summaries() throws(WormholeError) -> [WormholeIdentifierSummary]
+
+    /// ``append(_:kind:identifier:attributes:)`` for asynchronous callers (see the
+    /// extension below for the default).
+    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord
+    /// ``latestRecord(identifier:)-63adk`` for asynchronous callers.
+    func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord?
+    /// ``clearMessageContents(identifier:)`` for asynchronous callers.
+    func clearMessageContents(identifier: String) async throws(WormholeError)
+    /// ``clearAllMessageContents()`` for asynchronous callers.
+    func clearAllMessageContents() async throws(WormholeError)
+    /// ``summaries()-342tx`` for asynchronous callers.
+    func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary]
+
+    /// A reader of `identifier`'s records from `start` on. Call it after
+    /// ``WormholeTransiting/observe(identifier:handler:)-4fmmi`` so that no wake-up is missed in between.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader
+
+    /// A durable reader: it resumes after the last message acknowledged under `name`
+    /// (``WormholeTransitingReader/acknowledge(_:)-2zic3``), or starts at `start` the first time
+    /// the name is used. Throws ``WormholeError/Code/durableNameInUse`` while another
+    /// reader holds the name. The default throws: a back end without durable positions.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader
+
+    /// Who listens to `identifier` (every identifier when `nil`): live listeners and
+    /// durable names. The default reports nothing.
+    func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus]
+
+    /// ``makeReader(identifier:startingFrom:)`` for asynchronous callers (the async
+    /// `messages(...)` iteration): a back end that talks to a server implements it without
+    /// blocking a thread; the default calls the synchronous one.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader
+    /// ``makeReader(identifier:startingFrom:durableName:)`` for asynchronous callers.
+    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader
+    /// ``observe(identifier:handler:)`` for asynchronous callers.
+    func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation
+
+    /// Joins the work queue `name` of `identifier` as a new member (creating the queue,
+    /// the first time, at `start`): see ``WormholeTransitingWorkQueue``. The default
+    /// throws: a back end without work queues.
+    func joinWorkQueue(identifier: String, name: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingWorkQueue
+
+    /// The work queues of `identifier` (of every identifier when `nil`). The default
+    /// reports none.
+    func workQueues(identifier: String?) throws(WormholeError) -> [WormholeWorkQueueStatus]
+
+    /// Removes the durable position `name` of `identifier` (of every identifier when
+    /// `nil`); returns how many were removed. Refused while its listener runs.
+    func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int
+
+    /// Calls `handler` whenever records may have been added to `identifier`. The file
+    /// back end calls it on its inotify reader thread, where listeners without a queue
+    /// then read and run; a back end whose events arrive on a thread that must not block
+    /// (an event loop) moves them to another thread first.
+    func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation
+}
+
+/// The asynchronous entry points, for callers in Swift concurrency. A back end that waits
+/// on a network (the PostgreSQL one) implements them without blocking the caller's
+/// thread, so that waiting for a round trip never holds a thread of the cooperative
+/// pool. These defaults run the synchronous call: right for a back end whose calls do
+/// not wait on anything remote (the file back end's are a few system calls).
+extension WormholeTransiting {
+    public func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64> {
+        var range: Range<UInt64>?
+        for entry in batch {
+            let sequence = try append(entry.payload, kind: entry.kind, identifier: identifier).sequence
+            range = (range?.lowerBound ?? sequence)..<(sequence + 1)
+        }
+        return range ?? 0..<0
+    }
+
+    /// Stores a message for every listener, that never expires.
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
+        try append(payload, kind: kind, identifier: identifier, attributes: .message)
+    }
+
+    /// Stores a message for every listener, that never expires, for asynchronous callers.
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord {
+        try await append(payload, kind: kind, identifier: identifier, attributes: .message)
+    }
+
+    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
+                       attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord {
+        try synchronously { () throws(WormholeError) in try append(payload, kind: kind, identifier: identifier, attributes: attributes) }
+    }
+
+    public func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord? {
+        try synchronously { () throws(WormholeError) in try latestRecord(identifier: identifier) }
+    }
+
+    public func clearMessageContents(identifier: String) async throws(WormholeError) {
+        try synchronously { () throws(WormholeError) in try clearMessageContents(identifier: identifier) }
+    }
+
+    public func clearAllMessageContents() async throws(WormholeError) {
+        try synchronously { () throws(WormholeError) in try clearAllMessageContents() }
+    }
+
+    public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
+        try synchronously { () throws(WormholeError) in try summaries() }
+    }
+}
+
+/// Defaults for a back end without durable listeners, listener status or work queues.
+extension WormholeTransiting {
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
+        throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
+    }
+
+    public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] { [] }
+
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader {
+        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start) }
+    }
+
+    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader {
+        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start, durableName: name) }
+    }
+
+    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation {
+        try synchronously { () throws(WormholeError) in try observe(identifier: identifier, handler: handler) }
+    }
+
+    public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
+        throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
+    }
+    public func joinWorkQueue(identifier: String, name: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingWorkQueue {
+        throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep work queues")
+    }
+
+    public func workQueues(identifier: String?) throws(WormholeError) -> [WormholeWorkQueueStatus] { [] }
+}
+
+/// Runs `body`, a synchronous closure: inside it, overload resolution picks the
+/// synchronous variant of a call that also has an asynchronous one.
+@inline(__always)
+package func synchronously<T>(_ body: () throws(WormholeError) -> T) throws(WormholeError) -> T {
+    try body()
+}
+
+/// A position in one identifier's records. Used by one consumer at a time.
+public protocol WormholeTransitingReader: AnyObject {
+    /// The records after the position, at most `maximumCount`, oldest first, each either
+    /// a record or the error that made it unreadable; the position moves past them.
+    /// Empty when there is nothing new.
+    func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
+
+    /// ``read(maximumCount:)`` for asynchronous callers: a reader of a server suspends
+    /// for the round trip (the default calls the synchronous read).
+    func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
+
+    /// ``acknowledge(_:)`` for asynchronous callers.
+    func acknowledge(_ sequence: UInt64) async throws(WormholeError)
+
+    /// Releases the reader's resources; later reads return nothing.
+    func close()
+
+    /// The consumer has handled the record `sequence` (the latest one read): a durable
+    /// reader moves its stored position there. Others ignore it.
+    ///
+    /// - Throws: when the position could not be stored (a full disk, a lost connection):
+    ///   the position stays where it was, so the record comes again when the name
+    ///   resumes; nothing is skipped.
+    func acknowledge(_ sequence: UInt64) throws(WormholeError)
+
+    /// Whether records may be waiting although the last read returned fewer than it was
+    /// asked for: a reader that stopped at the end of a replaced file (so that one batch
+    /// never spans two logs) moves to the new one at the next read, and nothing else
+    /// will wake its consumer for it. A consumer reads again while this is `true`.
+    var mayHaveMore: Bool { get }
+
+    /// The file (or table) behind the position may have been replaced: the next read,
+    /// once it has read what it holds to the end, looks at what is there now.
+    func invalidate()
+
+    /// Whether the last read caught up without publishing its position (a listener's
+    /// claim is written at most once per idle interval, 50 ms): the consumer reads again
+    /// once the interval has passed, and that read publishes it, so that `status` shows
+    /// an idle listener's exact position.
+    var positionIsUnpublished: Bool { get }
+}
+
+extension WormholeTransitingReader {
+    /// The synchronous read, for asynchronous callers of a reader that does not block on
+    /// a server (the files' reader reads a file).
+    public func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
+        try synchronously { () throws(WormholeError) in try read(maximumCount: maximumCount) }
+    }
+
+    public func acknowledge(_ sequence: UInt64) async throws(WormholeError) {
+        try synchronously { () throws(WormholeError) in try acknowledge(sequence) }
+    }
+
+    public func invalidate() {}
+    public func acknowledge(_ sequence: UInt64) throws(WormholeError) {}
+    public var mayHaveMore: Bool { false }
+    public var positionIsUnpublished: Bool { false }
+}
+
+/// What an observation reports.
+public enum WormholeTransitingEvent: Sendable {
+    /// Records may have been added: read again.
+    case wake
+    /// What holds the records may have been replaced (a compaction, a deletion, lost
+    /// events): tell the reader (``WormholeTransitingReader/invalidate()``), then read.
+    case replaced
+    /// Observing ended with this error.
+    case failed(WormholeError)
+}
+
+/// A registration made by ``WormholeTransiting/observe(identifier:handler:)-4fmmi``.
+public protocol WormholeTransitingObservation: Sendable {
+    /// Stops the wake-ups and releases what they held.
+    func cancel()
+}
