@@ -24,9 +24,9 @@ struct ListenerStateMachineTests {
         let step2 = machine.wake(replaced: false, thread: otherThread)
         #expect(step2 == .none)
         // ... and the drain, whose read came back short, reads again instead of stopping.
-        let step3 = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
+        let step3 = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, publishPositionAfter: nil)
         #expect(step3 == .read(invalidate: false))
-        let step4 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
+        let step4 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, publishPositionAfter: nil)
         #expect(step4 == .end(.init()))
         #expect(machine.drain == .idle)
     }
@@ -40,13 +40,13 @@ struct ListenerStateMachineTests {
         #expect(step6 == .none, "scheduled already")
         let step7 = machine.beginScheduled(thread: queueThread)
         #expect(step7 == true, "the replacement is told before the first read")
-        let step8 = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
+        let step8 = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false, publishPositionAfter: nil)
         #expect(step8 == .read(invalidate: false))
         let step9 = machine.wake(replaced: true, thread: inotifyThread)
         #expect(step9 == .none)
-        let step10 = machine.batchRead(count: 3, maximumCount: 256, mayHaveMore: true, positionIsUnpublished: false)
+        let step10 = machine.batchRead(count: 3, maximumCount: 256, mayHaveMore: true, publishPositionAfter: nil)
         #expect(step10 == .read(invalidate: true))
-        let step11 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
+        let step11 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, publishPositionAfter: nil)
         #expect(step11 == .end(.init()))
     }
 
@@ -81,7 +81,7 @@ struct ListenerStateMachineTests {
         #expect(step16 == .waitForDrain)
         #expect(machine.drains(elsewhereThan: otherThread))
         #expect(machine.acknowledges(isDurable: true), "a cancel from elsewhere lets the call in progress finish as handled")
-        let next = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: true)
+        let next = machine.batchRead(count: 256, maximumCount: 256, mayHaveMore: false, publishPositionAfter: ListenerCursor.idleSeconds)
         #expect(next == .end(.init(closeReader: true, report: false, wakeAfter: nil)), "cancelled: no further read, no timer")
     }
 
@@ -138,7 +138,7 @@ struct ListenerStateMachineTests {
         #expect(reports == 1, "once per streak")
         // A read that succeeds ends the streak: the next failure is reported again, and
         // retried after the shortest delay.
-        _ = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
+        _ = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, publishPositionAfter: nil)
         _ = machine.wake(replaced: false, thread: inotifyThread)
         let next = machine.readFailed(outOfResources: true)
         #expect(next.report && next.wakeAfter == 0.01)
@@ -152,16 +152,16 @@ struct ListenerStateMachineTests {
     func idlePublishingAndAcknowledgements() {
         var machine = Machine(hasQueue: false)
         _ = machine.wake(replaced: false, thread: inotifyThread)
-        let first = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: true)
+        let first = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, publishPositionAfter: ListenerCursor.idleSeconds)
         #expect(first == .end(.init(closeReader: false, report: false, wakeAfter: ListenerCursor.idleSeconds)))
         _ = machine.wake(replaced: false, thread: inotifyThread)
-        let second = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: true)
+        let second = machine.batchRead(count: 1, maximumCount: 256, mayHaveMore: false, publishPositionAfter: ListenerCursor.idleSeconds)
         #expect(second == .end(.init()), "one timer at a time")
         let step23 = machine.scheduleDrain(fromTimer: true)
         #expect(step23)
         let step24 = machine.beginScheduled(thread: queueThread)
         #expect(step24 == false)
-        let step25 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, positionIsUnpublished: false)
+        let step25 = machine.batchRead(count: 0, maximumCount: 256, mayHaveMore: false, publishPositionAfter: nil)
         #expect(step25 == .end(.init()))
         let step26 = machine.acknowledged(false)
         #expect(step26)

@@ -155,9 +155,9 @@ struct ListenerStateMachine {
     }
 
     /// A read returned `count` records of `maximumCount`; `mayHaveMore` when the reader
-    /// stopped at the end of a replaced log, `positionIsUnpublished` when it caught up
-    /// without writing its position.
-    mutating func batchRead(count: Int, maximumCount: Int, mayHaveMore: Bool, positionIsUnpublished: Bool) -> Next {
+    /// stopped at the end of a replaced log; `publishPositionAfter` when it caught up
+    /// without writing its position, the seconds after which a read writes it.
+    mutating func batchRead(count: Int, maximumCount: Int, mayHaveMore: Bool, publishPositionAfter: Double?) -> Next {
         retryDelay = nil
         if !isCancelled, case .running(let holder, let again) = drain,
            // A full batch, or one that stopped at the end of a replaced log (no event
@@ -168,9 +168,9 @@ struct ListenerStateMachine {
             return .read(invalidate: takeInvalidated())
         }
         var ending = Ending()
-        if positionIsUnpublished && !timerScheduled {
+        if let delay = publishPositionAfter, !timerScheduled {
             timerScheduled = true
-            ending.wakeAfter = ListenerCursor.idleSeconds
+            ending.wakeAfter = delay
         }
         return .end(release(ending))
     }

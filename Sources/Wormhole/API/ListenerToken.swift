@@ -251,8 +251,8 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
                 case .failure(let error): onError(error)
                 }
             }
-            let (count, mayHaveMore, unpublished) = (batch.count, reader.mayHaveMore, reader.positionIsUnpublished)
-            switch state.withLock({ $0.batchRead(count: count, maximumCount: maximumCount, mayHaveMore: mayHaveMore, positionIsUnpublished: unpublished) }) {
+            let (count, mayHaveMore, unpublished) = (batch.count, reader.mayHaveMore, reader.unpublishedPositionDelay)
+            switch state.withLock({ $0.batchRead(count: count, maximumCount: maximumCount, mayHaveMore: mayHaveMore, publishPositionAfter: unpublished) }) {
             case .read(let again): invalidate = again
             case .end(let ending):
                 end(ending)

@@ -156,7 +156,7 @@ extension Wormhole {
         // Without a queue, on the shared directory, the request is answered on the thread
         // that was woken: no hop between the request's wake-up and its reply.
         return try joinWorkQueue(identifier: identifier, name: Requests.respondersQueue, options: options, queue: queue,
-                                 drainsOnWakingThread: transiting is FileTransiting, onError: onError) { [self] record, _ in
+                                 drainsOnWakingThread: transiting.handlesOnTheWakingThread, onError: onError) { [self] record, _ in
             // Only requests are answered; anything else passed under the identifier is
             // someone else's message.
             guard record.role == .request, record.correlation != 0 else { return }

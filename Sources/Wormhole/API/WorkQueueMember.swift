@@ -302,7 +302,7 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
             }
             // A message taken: take again; none: stop, unless a wake-up came meanwhile.
             let taken = delivery == nil ? 0 : 1
-            switch state.withLock({ $0.batchRead(count: taken, maximumCount: 1, mayHaveMore: false, positionIsUnpublished: false) }) {
+            switch state.withLock({ $0.batchRead(count: taken, maximumCount: 1, mayHaveMore: false, publishPositionAfter: nil) }) {
             case .read(let again): invalidate = again
             case .end(let ending):
                 end(ending, handled: handled)

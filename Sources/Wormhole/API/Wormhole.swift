@@ -48,13 +48,23 @@ public final class Wormhole: Sendable {
     /// `String`: ``WormholeJSONCoding/standard`` unless the initializer was given another.
     public let jsonCoding: JSONCoding
 
-    /// The shared directory, when the back end is ``FileTransiting``.
-    public var directory: String? { (transiting as? FileTransiting)?.directory }
+    /// The shared directory, when the back end keeps its records in one (the default
+    /// back end does; PostgreSQL's does not).
+    public var directory: String? { transiting.containerDirectory }
 
     /// The Darwin-style notification center of the shared directory (payload-free
     /// notifications by name, the namespace this wormhole's wake-ups share), when the
-    /// back end is ``FileTransiting``; `nil` for a back end without a directory.
-    public var notificationCenter: DarwinNotificationCenter? { (transiting as? FileTransiting)?.notificationCenter }
+    /// back end keeps its records in a directory; `nil` otherwise. Made at its first use.
+    public var notificationCenter: DarwinNotificationCenter? {
+        if let made = madeNotificationCenter.withLock({ $0 }) { return made }
+        // Opened outside the lock (it opens the directory); the first one stored is kept.
+        guard let directory, let center = try? DarwinNotificationCenter(directory: directory) else { return nil }
+        return madeNotificationCenter.withLock { made in
+            if made == nil { made = center }
+            return made
+        }
+    }
+    private let madeNotificationCenter = Locked<DarwinNotificationCenter?>(nil)
 
     private struct Registration {
         let identifier: String

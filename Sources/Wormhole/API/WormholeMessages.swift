@@ -156,10 +156,10 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
         /// A reader that caught up without publishing its position (at most one write
         /// per idle interval) is woken once the interval has passed: that read writes it.
         func readAgainToPublishPosition() {
-            guard reader?.positionIsUnpublished == true,
+            guard let delay = reader?.unpublishedPositionDelay,
                   !publishScheduled.withLock({ scheduled in defer { scheduled = true }; return scheduled }) else { return }
             let (signal, publishScheduled) = (self.signal, self.publishScheduled)
-            RetryClock.shared.schedule(after: ListenerCursor.idleSeconds) {
+            RetryClock.shared.schedule(after: delay) {
                 publishScheduled.withLock { $0 = false }
                 signal.signal()
             }

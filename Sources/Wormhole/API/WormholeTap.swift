@@ -26,12 +26,12 @@ import WormholeFiles
 /// again).
 public final class WormholeTap: Sendable {
     private let wormhole: Wormhole
-    private let transiting: FileTransiting
+    private let transiting: any WormholeTransiting
     private let queue: DispatchQueue?
     private let onError: @Sendable (WormholeError) -> Void
     private let listener: @Sendable (WormholeRecord) -> Void
     private let state = Mutex<State>(State())
-    private let observation = Mutex<EngineSubscription?>(nil)
+    private let observation = Mutex<(any WormholeTransitingObservation)?>(nil)
 
     private struct State {
         var tokens: [String: ListenerToken] = [:]
@@ -42,7 +42,7 @@ public final class WormholeTap: Sendable {
     /// revoked (reported once to `onError`).
     public var isCancelled: Bool { state.withLock { $0.cancelled } }
 
-    init(wormhole: Wormhole, transiting: FileTransiting, queue: DispatchQueue?,
+    init(wormhole: Wormhole, transiting: any WormholeTransiting, queue: DispatchQueue?,
          onError: @escaping @Sendable (WormholeError) -> Void,
          listener: @escaping @Sendable (WormholeRecord) -> Void) throws(WormholeError) {
         self.wormhole = wormhole
@@ -83,7 +83,7 @@ public final class WormholeTap: Sendable {
     /// Returns whether it ended.
     @discardableResult
     private func endIfRevoked() -> Bool {
-        guard let revoked = transiting.container.revocation() else { return false }
+        guard let revoked = transiting.containerRevocation() else { return false }
         let first = state.withLock { state -> Bool in
             defer { state.cancelled = true }
             return !state.cancelled
@@ -107,14 +107,12 @@ public final class WormholeTap: Sendable {
         let known = state.withLock { $0.cancelled || $0.tokens[identifier] != nil }
         guard !known else { return }
         do {
-            // A reader that opens the log for each read and keeps no claim: nothing of
-            // the identifier's stays open while the tap waits.
+            // A reader that holds nothing while the tap waits, where the back end can.
             let transiting = self.transiting
             let token = try wormhole.makeListener(
                 identifier: identifier, start: .after(sequence: sequence), durableName: nil,
                 makeReader: { () throws(WormholeError) in
-                    try FileLogReader(transiting: transiting, identifier: identifier, start: .after(sequence: sequence),
-                                      claims: false, holdsLog: false)
+                    try transiting.makeTapReader(identifier: identifier, startingFrom: .after(sequence: sequence))
                 },
                 queue: queue, onError: { [weak self] error in
                     // One report for the whole tap when the container was revoked, not one
@@ -146,9 +144,6 @@ extension Wormhole {
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         listener: @escaping @Sendable (WormholeRecord) -> Void
     ) throws(WormholeError) -> WormholeTap {
-        guard let transiting = transiting as? FileTransiting else {
-            throw WormholeError(.containerUnavailable, "listening to every identifier needs a container directory; name the identifiers instead")
-        }
-        return try WormholeTap(wormhole: self, transiting: transiting, queue: queue, onError: onError ?? Self.logError, listener: listener)
+        try WormholeTap(wormhole: self, transiting: transiting, queue: queue, onError: onError ?? Self.logError, listener: listener)
     }
 }

@@ -93,6 +93,37 @@ public protocol WormholeTransiting: Sendable {
     /// then read and run; a back end whose events arrive on a thread that must not block
     /// (an event loop) moves them to another thread first.
     func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation
+
+    // MARK: Capabilities: what a back end may offer beyond the requirements above. Each
+    // has a default for a back end without it, so that the layer above asks the back
+    // end, never its type.
+
+    /// The directory that holds the records, for a back end that keeps them in one; the
+    /// default is `nil`.
+    var containerDirectory: String? { get }
+
+    /// Whether a listener without a queue of its own may read and run its handler on the
+    /// thread that ``observe(identifier:handler:)-4fmmi`` calls its handler on (the file
+    /// back end's inotify reader thread), with no hop between a wake-up and its handling.
+    /// The default is `false`: a back end whose events arrive on a thread that must not
+    /// block (an event loop).
+    var handlesOnTheWakingThread: Bool { get }
+
+    /// Calls `handler` with each identifier whose records first appear after this call,
+    /// or with `nil` when identifiers may have appeared that it cannot name (events were
+    /// lost): what a tap of every identifier follows (`wormhole listen --all`). The
+    /// default throws: a back end without a container of its own to watch.
+    func observeIdentifiers(handler: @escaping @Sendable (String?) -> Void) throws(WormholeError) -> any WormholeTransitingObservation
+
+    /// A reader for a tap of every identifier: as ``makeReader(identifier:startingFrom:)``
+    /// (the default), but where the back end can, it keeps no claim and holds nothing
+    /// open between reads, so that following thousands of identifiers costs nothing
+    /// while they are quiet.
+    func makeTapReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader
+
+    /// The error that says the container can no longer be used (an administrator revoked
+    /// its share), or `nil`: the default, for a back end without one.
+    func containerRevocation() -> WormholeError?
 }
 
 /// The asynchronous entry points, for callers in Swift concurrency. A back end that waits
@@ -172,6 +203,22 @@ extension WormholeTransiting {
     public func workQueues(identifier: String?) throws(WormholeError) -> [WormholeWorkQueueStatus] { [] }
 }
 
+/// The capabilities' defaults: a back end without a directory of its own.
+extension WormholeTransiting {
+    public var containerDirectory: String? { nil }
+    public var handlesOnTheWakingThread: Bool { false }
+
+    public func observeIdentifiers(handler: @escaping @Sendable (String?) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
+        throw WormholeError(.containerUnavailable, "listening to every identifier needs a container directory; name the identifiers instead")
+    }
+
+    public func makeTapReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
+        try makeReader(identifier: identifier, startingFrom: start)
+    }
+
+    public func containerRevocation() -> WormholeError? { nil }
+}
+
 /// Runs `body`, a synchronous closure: inside it, overload resolution picks the
 /// synchronous variant of a call that also has an asynchronous one.
 @inline(__always)
@@ -214,11 +261,11 @@ public protocol WormholeTransitingReader: AnyObject {
     /// once it has read what it holds to the end, looks at what is there now.
     func invalidate()
 
-    /// Whether the last read caught up without publishing its position (a listener's
-    /// claim is written at most once per idle interval, 50 ms): the consumer reads again
-    /// once the interval has passed, and that read publishes it, so that `status` shows
-    /// an idle listener's exact position.
-    var positionIsUnpublished: Bool { get }
+    /// When the last read caught up without publishing its position (a listener's claim
+    /// is written at most once per idle interval), how long until a read publishes it:
+    /// the consumer reads again after that many seconds, so that `status` shows an idle
+    /// listener's exact position. `nil` (the default) when the position is published.
+    var unpublishedPositionDelay: Double? { get }
 }
 
 extension WormholeTransitingReader {
@@ -235,7 +282,7 @@ extension WormholeTransitingReader {
     public func invalidate() {}
     public func acknowledge(_ sequence: UInt64) throws(WormholeError) {}
     public var mayHaveMore: Bool { false }
-    public var positionIsUnpublished: Bool { false }
+    public var unpublishedPositionDelay: Double? { nil }
 }
 
 /// What an observation reports.

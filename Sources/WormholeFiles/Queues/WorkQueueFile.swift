@@ -37,7 +37,7 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// Open member files of the other members, by token: a lock test needs no `open`.
     private var others: [UInt64: FileDescriptor] = [:]
     /// Reads the log after the queue's position; made at the first take.
-    private var reader: (any WormholeTransitingReader)?
+    private var reader: FileLogReader?
     /// What the reader returned and the take has not looked at yet, with the `logID` of
     /// the log it came from: a read of one record may return a gap report before it.
     private var unread: [(item: Result<WormholeRecord, WormholeError>, logID: UInt64?)] = []
@@ -264,7 +264,7 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
                 if batch.isEmpty, reader.mayHaveMore { batch = try reader.read(maximumCount: 1) }
                 // Every item of the read is looked at: a gap report comes before the
                 // record that follows it, in the same read.
-                let logID = (reader as? FileLogReader)?.currentLogID
+                let logID = reader.currentLogID
                 unread = batch.map { ($0, logID) }
             }
             guard !unread.isEmpty else { return nil }
@@ -443,7 +443,7 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
         }
     }
 
-    private func currentReader(after sequence: UInt64, in logID: UInt64) throws(WormholeError) -> any WormholeTransitingReader {
+    private func currentReader(after sequence: UInt64, in logID: UInt64) throws(WormholeError) -> FileLogReader {
         if let reader { return reader }
         // No listener claim: the queue's state is the member's claim (§18.4), which kept
         // what a clear hid after `taken` (T3).

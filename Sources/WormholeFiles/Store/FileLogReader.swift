@@ -224,7 +224,11 @@ package final class FileLogReader: WormholeTransitingReader {
         invalidated = true
     }
 
-    package private(set) var positionIsUnpublished = false
+    /// Set when a read caught up without writing the claim (at most once per idle
+    /// interval): a read after ``ListenerCursor/idleInterval`` writes it.
+    private var positionIsUnpublished = false
+
+    package var unpublishedPositionDelay: Double? { positionIsUnpublished ? ListenerCursor.idleSeconds : nil }
 
     /// A read stopped at the end of a replaced file with records already in hand (a
     /// durable reader's batch never spans two logs): the next read moves on.

@@ -447,7 +447,7 @@ public final class FileTransiting: WormholeTransiting {
     /// Calls `handler` with the identifier of each log that appears in the container
     /// (created, or moved to its name), and with `nil` when anything may have changed
     /// (events lost, the directory replaced): look at every identifier again.
-    package func observeIdentifiers(handler: @escaping @Sendable (String?) -> Void) throws(WormholeError) -> EngineSubscription {
+    public func observeIdentifiers(handler: @escaping @Sendable (String?) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try InotifyEngine.shared.subscribe(directory: directory, names: [], changes: [.entry]) { event in
             switch event {
             case .changed(let name, _):
@@ -458,6 +458,19 @@ public final class FileTransiting: WormholeTransiting {
             }
         }
     }
+
+    /// A reader that opens the log for each read and keeps no claim: nothing of the
+    /// identifier's stays open while a tap waits.
+    public func makeTapReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
+        try FileLogReader(transiting: self, identifier: identifier, start: start, claims: false, holdsLog: false)
+    }
+
+    public func containerRevocation() -> WormholeError? { container.revocation() }
+
+    /// Listeners without a queue read and run on the inotify reader thread that was woken.
+    public var handlesOnTheWakingThread: Bool { true }
+
+    public var containerDirectory: String? { directory }
 
     /// What a listener hears of its log: writes (appends, and the cut of a torn tail) and
     /// the file at the name coming and going (created, replaced by compaction, deleted).
