@@ -122,11 +122,11 @@ struct Results: AsyncParsableCommand {
     func run() async throws {
         let wormhole = try place.makeWormhole()
         var done: [Int: [JobDone]] = [:]
-        for record in try retained(Identifiers.done, in: wormhole) {
+        for record in try wormhole.retainedRecords(withIdentifier: Identifiers.done) {
             if let report = try? record.decode(as: JobDone.self) { done[report.job, default: []].append(report) }
         }
         var letters: [WormholeDeadLetter] = []
-        for record in try retained(Identifiers.deadLetters, in: wormhole) {
+        for record in try wormhole.retainedRecords(withIdentifier: Identifiers.deadLetters) {
             if let letter = try? record.decode(as: WormholeDeadLetter.self) { letters.append(letter) }
         }
         let poisoned = Set(letters.compactMap { try? JSONDecoder().decode(Job.self, from: $0.payload).number })
@@ -147,14 +147,3 @@ struct Results: AsyncParsableCommand {
     }
 }
 
-/// The messages kept for `identifier`, oldest first.
-func retained(_ identifier: String, in wormhole: Wormhole) throws -> [WormholeRecord] {
-    let reader = try wormhole.transiting.makeReader(identifier: identifier, startingFrom: .history)
-    defer { reader.close() }
-    var records: [WormholeRecord] = []
-    while true {
-        let batch = try reader.read(maximumCount: 1_000)
-        if batch.isEmpty && !reader.mayHaveMore { return records }
-        records += batch.compactMap { try? $0.get() }
-    }
-}

@@ -7,7 +7,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole activation <identifier> -- <command>`: writes a systemd path unit that starts
 /// a service when a message (or a request) is passed under the identifier, and the

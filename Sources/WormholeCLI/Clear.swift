@@ -1,5 +1,5 @@
 import ArgumentParser
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole clear <identifier>...` or `wormhole clear --all`: removes messages, and says
 /// which.

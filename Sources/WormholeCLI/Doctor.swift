@@ -9,7 +9,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole doctor`: why a listener may never fire, checked one step at a time.
 struct Doctor: ParsableCommand {

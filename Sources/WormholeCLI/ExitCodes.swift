@@ -1,5 +1,5 @@
 import ArgumentParser
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// The exit statuses of `wormhole`; `Docs/CLI.md` documents them for scripts.
 enum WormholeExitCode {

@@ -4,7 +4,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole list`: the identifiers in the container.
 struct List: ParsableCommand {

@@ -5,7 +5,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole listen <identifier>...`: prints messages as they arrive.
 struct Listen: ParsableCommand {

@@ -4,7 +4,7 @@ import Glibc
 import Dispatch
 import ProcessSignals
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// How long `listen` and `observe` go on: until a count of events, a deadline or a
 /// signal, whichever comes first.

@@ -4,7 +4,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole observe <name>...`: prints each notification as it arrives.
 struct Observe: ParsableCommand {

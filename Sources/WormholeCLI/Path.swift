@@ -1,5 +1,5 @@
 import ArgumentParser
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole path`: where the messages live.
 struct Path: ParsableCommand {

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole post <name>...`: a bare, payload-free notification.
 struct Post: ParsableCommand {

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole read <identifier>`: prints the latest message.
 struct Read: ParsableCommand {

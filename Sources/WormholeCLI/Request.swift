@@ -4,7 +4,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole request <identifier> [message]`: asks the responders of an identifier.
 struct Request: ParsableCommand {

@@ -6,7 +6,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole send --lines IDENTIFIER`: each line of standard input is a message, passed
 /// in batches (``Wormhole/passMessages(_:identifier:)``): one lock and one write for all

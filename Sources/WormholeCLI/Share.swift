@@ -7,7 +7,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole share <group> --unix-group <name>`: shares an application group with the
 /// members of a Unix group (root only).

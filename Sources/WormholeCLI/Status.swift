@@ -7,7 +7,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole status [identifier]...`: who listens, and how far behind.
 struct Status: ParsableCommand {

@@ -8,7 +8,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole top`: each identifier's traffic, listeners, queue members and lag, at
 /// intervals.

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Wormhole
+@_spi(Backend) import Wormhole
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -4,7 +4,7 @@ import Foundation
 import Logging
 import PostgresNIO
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// The LISTEN side: one connection of its own per ``PostgresTransiting``, listening on
 /// the container's channel, waking the observers of the identifier each notification
@@ -47,27 +47,6 @@ final class PostgresNotifier: Sendable {
     /// returns, every pass committed from now on wakes the handler.
     func subscribe(_ identifier: String, handler: @escaping Handler) throws(WormholeError) -> UInt64 {
         try ensureListening()
-        return register(identifier, handler)
-    }
-
-    /// ``subscribe(_:handler:)`` for asynchronous callers: the LISTEN connection, when
-    /// there is none, is made and set up while the caller is suspended.
-    func subscribe(_ identifier: String, handler: @escaping Handler) async throws(WormholeError) -> UInt64 {
-        let (closed, current) = state.withLock { ($0.closed, $0.connection) }
-        if closed { throw WormholeError(.databaseError, "the PostgreSQL back end for \(session.server) was closed") }
-        if current == nil || current!.isClosed {
-            let connection = try await session.connect()
-            connection.addListener(channel: channel) { [weak self] _, notification in
-                self?.deliver(notification.payload)
-            }
-            do {
-                _ = try await connection.query(PostgresQuery(unsafeSQL: "LISTEN \"\(channel)\""), logger: session.logger).get()
-            } catch {
-                PostgresSession.closeConnection(connection)
-                throw PostgresSession.describe(error, doing: "LISTEN on \(session.server)")
-            }
-            install(connection)
-        }
         return register(identifier, handler)
     }
 

@@ -4,7 +4,7 @@ import Foundation
 import NIOCore
 import PostgresNIO
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// Group commit for one ``PostgresTransiting``: every pass of its threads and tasks, and
 /// every batch, goes through here, and the passes that arrive while a statement is on
@@ -105,13 +105,6 @@ final class PostgresPassQueue: Sendable {
     private final class Waiter: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         var result: Result<[Stored], any Error>?
-    }
-
-    /// ``pass(_:)`` for asynchronous callers: the caller is suspended, no thread waits.
-    func pass(_ passes: [Pass]) async throws -> [Stored] {
-        try await withCheckedThrowingContinuation { continuation in
-            submit(passes) { continuation.resume(with: $0) }
-        }
     }
 
     /// Queues `passes`; sends them at once when no statement is in flight.

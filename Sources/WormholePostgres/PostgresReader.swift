@@ -1,7 +1,7 @@
 #if Postgres
 import Foundation
 import PostgresNIO
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// A listener's position in one identifier's messages, with its claim in
 /// `wormhole.listeners`: pruning keeps every message after the claim's position while
@@ -65,33 +65,6 @@ final class PostgresReader: WormholeTransitingReader {
             close()
             throw error
         }
-    }
-
-    /// ``init(transiting:identifier:start:durableName:)`` for asynchronous callers: its
-    /// statements suspend the caller instead of blocking a thread.
-    static func make(transiting: PostgresTransiting, identifier: String, start: Wormhole.StartingPoint,
-                     durableName: String? = nil) async throws(WormholeError) -> PostgresReader {
-        let reader = PostgresReader(transiting: transiting, identifier: identifier, durableName: durableName)
-        let session = transiting.session
-        do throws(WormholeError) {
-            var start = start
-            if let durableName {
-                let taken = try await session.query(reader.takeQuery(durableName), reader.takeDoing(durableName))
-                guard let resumed = try reader.taking(taken, start) else {
-                    throw reader.inUse(durableName, holder: try? await session.query(reader.holderQuery(durableName), ""))
-                }
-                start = resumed
-            } else {
-                try await session.query(reader.claimQuery, reader.claimDoing)
-            }
-            if let store = try reader.starting(at: start, state: try await session.query(reader.stateQuery, reader.stateDoing)) {
-                try await session.query(store, reader.storeDoing)
-            }
-        } catch {
-            reader.close()
-            throw error
-        }
-        return reader
     }
 
     // MARK: - Starting: the statements, and what their rows decide
@@ -158,13 +131,6 @@ final class PostgresReader: WormholeTransitingReader {
         return finish(rows, plan, state: state)
     }
 
-    func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
-        guard let plan = plan(maximumCount) else { return [] }
-        let rows = try await transiting.session.query(plan.query, plan.doing)
-        let state = firstBeyondGap(rows) == nil ? nil : try? await transiting.session.query(stateQuery, "")
-        return finish(rows, plan, state: state)
-    }
-
     /// One read's statement, or `nil` when nothing new can have come.
     private struct Plan {
         let query: PostgresQuery
@@ -228,11 +194,6 @@ final class PostgresReader: WormholeTransitingReader {
     func acknowledge(_ sequence: UInt64) throws(WormholeError) {
         guard let store = storeQuery(sequence) else { return }
         try transiting.session.query(store, storeDoing)
-    }
-
-    func acknowledge(_ sequence: UInt64) async throws(WormholeError) {
-        guard let store = storeQuery(sequence) else { return }
-        try await transiting.session.query(store, storeDoing)
     }
 
     private func storeQuery(_ sequence: UInt64) -> PostgresQuery? {

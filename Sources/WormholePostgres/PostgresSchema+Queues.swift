@@ -1,7 +1,7 @@
 #if Postgres
 import Foundation
 import PostgresNIO
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// The statements of work queues (specified in `Docs/Scaling.md`, "Work queues and
 /// requests"). Each is one SQL statement, so one transaction:

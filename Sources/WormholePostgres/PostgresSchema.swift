@@ -1,7 +1,7 @@
 #if Postgres
 import Foundation
 import PostgresNIO
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// The tables in the database and the statements over them (specified in
 /// `Docs/Scaling.md`, "The schema").

@@ -2,7 +2,7 @@
 import Foundation
 import NIOSSL
 import PostgresNIO
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// Where the PostgreSQL server is and how to log in: parsed from a URL in libpq's form.
 ///

@@ -5,7 +5,7 @@ import NIOCore
 import NIOPosix
 import PostgresNIO
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// One connection to the server, shared by every call of one ``PostgresTransiting``,
 /// opened on first use and again after it was lost.

@@ -5,7 +5,7 @@ import NIOCore
 import NIOFoundationCompat
 import PostgresNIO
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// A back end for processes that do not share a machine: messages in a PostgreSQL table,
 /// wake-ups by `LISTEN`/`NOTIFY`.
@@ -32,7 +32,7 @@ import Wormhole
 /// several threads share the statement connection and run one after another; passes
 /// made while another is on its way share the next statement and its commit, and a batch
 /// (``append(batch:identifier:)``) is one `INSERT`.
-public final class PostgresTransiting: WormholeTransiting {
+@_spi(Backend) public final class PostgresTransiting: WormholeTransiting {
     /// Retention and size limits, enforced as by the file back end.
     public let configuration: Wormhole.Configuration
     /// The server, with its password hidden.
@@ -153,27 +153,6 @@ public final class PostgresTransiting: WormholeTransiting {
         return record
     }
 
-    /// ``append(_:kind:identifier:attributes:)`` without blocking the caller's thread.
-    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
-                       attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord {
-        let pass = try preparePass(payload, kind: kind, identifier: identifier, attributes: attributes)
-        let stored: [PostgresPassQueue.Stored]
-        do {
-            stored = try await passes.pass([pass.row])
-        } catch {
-            throw PostgresSession.describe(error, doing: "pass a message to '\(identifier)' in \(server)")
-        }
-        let (record, prune) = finishPass(pass, stored[0])
-        if prune {
-            do throws(WormholeError) {
-                try await self.prune(identifier)
-            } catch {
-                session.logger.warning("could not prune '\(identifier)' in \(server): \(error)")
-            }
-        }
-        return record
-    }
-
     /// Inserts the batch as the identifier's next rows: one statement, one `INSERT` of
     /// all of them, one `NOTIFY`, one transaction (so either every message is stored or
     /// none); no other pass's message falls between them. Blocks the calling thread
@@ -264,11 +243,6 @@ public final class PostgresTransiting: WormholeTransiting {
         try session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
     }
 
-    func prune(_ identifier: String) async throws(WormholeError) {
-        prunes.add(1, ordering: .relaxed)
-        try await session.query(pruneQuery(identifier), "prune '\(identifier)' in \(server)")
-    }
-
     /// Deletes the identifier's rows; its sequence numbers go on.
     public func clearMessageContents(identifier: String) throws(WormholeError) {
         try Wormhole.validate(identifier: identifier)
@@ -281,22 +255,6 @@ public final class PostgresTransiting: WormholeTransiting {
     public func clearAllMessageContents() throws(WormholeError) {
         for identifier in try identifiers() {
             try clearMessageContents(identifier: identifier)
-        }
-    }
-
-    /// ``clearMessageContents(identifier:)`` without blocking the caller's thread.
-    public func clearMessageContents(identifier: String) async throws(WormholeError) {
-        try Wormhole.validate(identifier: identifier)
-        try await session.query(PostgresSchema.clear(container: container, identifier: identifier),
-                                "clear '\(identifier)' in \(server)")
-        try await prune(identifier)
-    }
-
-    /// ``clearAllMessageContents()`` without blocking the caller's thread.
-    public func clearAllMessageContents() async throws(WormholeError) {
-        let rows = try await session.query(PostgresSchema.identifiers(container: container), "list the identifiers in \(server)")
-        for identifier in rows.compactMap({ try? $0.decode(String.self) }) {
-            try await clearMessageContents(identifier: identifier)
         }
     }
 
@@ -315,22 +273,9 @@ public final class PostgresTransiting: WormholeTransiting {
         return try rows.first.map { row throws(WormholeError) in try record(from: row, identifier: identifier).get() }
     }
 
-    /// ``latestRecord(identifier:)`` without blocking the caller's thread.
-    public func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord? {
-        try Wormhole.validate(identifier: identifier)
-        let rows = try await session.query(PostgresSchema.latest(container: container, identifier: identifier),
-                                           "read the latest message of '\(identifier)' in \(server)")
-        return try rows.first.map { row throws(WormholeError) in try record(from: row, identifier: identifier).get() }
-    }
-
     /// What is kept per identifier of the container: count, bytes, last update.
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
         summaries(from: try session.query(PostgresSchema.summaries(container: container), "summarize \(server)"))
-    }
-
-    /// ``summaries()`` without blocking the caller's thread.
-    public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
-        summaries(from: try await session.query(PostgresSchema.summaries(container: container), "summarize \(server)"))
     }
 
     private func summaries(from rows: [PostgresRow]) -> [WormholeIdentifierSummary] {
@@ -354,19 +299,6 @@ public final class PostgresTransiting: WormholeTransiting {
     public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) throws(WormholeError) -> any WormholeTransitingReader {
         try Wormhole.validate(identifier: identifier)
         return try PostgresReader(transiting: self, identifier: identifier, start: start)
-    }
-
-    /// ``makeReader(identifier:startingFrom:)`` without blocking the caller's thread.
-    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint) async throws(WormholeError) -> any WormholeTransitingReader {
-        try Wormhole.validate(identifier: identifier)
-        return try await PostgresReader.make(transiting: self, identifier: identifier, start: start)
-    }
-
-    /// ``makeReader(identifier:startingFrom:durableName:)`` without blocking the caller's thread.
-    public func makeReader(identifier: String, startingFrom start: Wormhole.StartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader {
-        try Wormhole.validate(identifier: identifier)
-        try Wormhole.validate(identifier: name, kind: "durable listener name")
-        return try await PostgresReader.make(transiting: self, identifier: identifier, start: start, durableName: name)
     }
 
     /// A reader that resumes after the last row the durable listener `name` handled; its
@@ -444,14 +376,6 @@ public final class PostgresTransiting: WormholeTransiting {
     public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) throws(WormholeError) -> any WormholeTransitingObservation {
         try Wormhole.validate(identifier: identifier)
         let id = try notifier.subscribe(identifier, handler: handler)
-        return Observation(notifier: notifier, identifier: identifier, id: id)
-    }
-
-    /// ``observe(identifier:handler:)`` without blocking the caller's thread: the LISTEN
-    /// connection, when there is none yet, is made while the caller is suspended.
-    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation {
-        try Wormhole.validate(identifier: identifier)
-        let id = try await notifier.subscribe(identifier, handler: handler)
         return Observation(notifier: notifier, identifier: identifier, id: id)
     }
 

@@ -2,7 +2,7 @@
 import Foundation
 import NIOCore
 import PostgresNIO
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// One member of a work queue kept in the database (see ``PostgresSchema`` and
 /// `Docs/Scaling.md`, "Work queues and requests").

@@ -1,5 +1,5 @@
 #if Postgres
-import Wormhole
+@_spi(Backend) import Wormhole
 
 extension Wormhole {
     /// A wormhole whose messages live in a PostgreSQL database, for processes on

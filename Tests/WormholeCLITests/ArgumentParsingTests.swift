@@ -1,7 +1,7 @@
 import ArgumentParser
 import Testing
 @testable import WormholeCLI
-import Wormhole
+@_spi(Backend) import Wormhole
 
 @Suite("Argument parsing")
 struct ArgumentParsingTests {

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Wormhole
+@_spi(Backend) import Wormhole
 import WormholeTestSupport
 
 /// What the docs show, checked against what the code does: a sentence or a snippet in

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 @testable import WormholeCLI
-import Wormhole
+@_spi(Backend) import Wormhole
 
 @Suite("Record output formats")
 struct RecordFormatTests {

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// `wormhole listen` at the edges of the process's limits: descriptors (`ulimit -n`) and
 /// inotify watches (a user namespace's own `max_inotify_watches`, so that the rest of the

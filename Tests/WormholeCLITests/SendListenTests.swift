@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
-import Wormhole
+@_spi(Backend) import Wormhole
 
 @Suite("Sending and listening across processes", .timeLimit(.minutes(10)))
 struct SendListenTests {

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// One version number for a release: the library's ``Wormhole/version`` is the one that
 /// is changed; the command and the Python package must say the same.

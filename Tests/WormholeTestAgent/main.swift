@@ -12,7 +12,7 @@
 import Glibc
 #endif
 import Foundation
-import Wormhole
+@_spi(Backend) import Wormhole
 import WormholeTestSupport
 import Synchronization
 

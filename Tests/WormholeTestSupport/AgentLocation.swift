@@ -1,15 +1,15 @@
 import Foundation
-import Wormhole
-import WormholePostgres
+@_spi(Backend) import Wormhole
+@_spi(Backend) import WormholePostgres
 
 /// Where a test's container is, as one argument that the test process and the agent
 /// processes it starts both understand: a directory, or `postgres:<container>` for a
 /// container in the database at `$WORMHOLE_TEST_POSTGRES_URL`.
-public enum AgentLocation {
-    public static let postgresPrefix = "postgres:"
-    public static let urlVariable = "WORMHOLE_TEST_POSTGRES_URL"
+package enum AgentLocation {
+    package static let postgresPrefix = "postgres:"
+    package static let urlVariable = "WORMHOLE_TEST_POSTGRES_URL"
 
-    public static func transiting(_ location: String, configuration: Wormhole.Configuration = .init()) throws -> any WormholeTransiting {
+    package static func transiting(_ location: String, configuration: Wormhole.Configuration = .init()) throws -> any WormholeTransiting {
         guard location.hasPrefix(postgresPrefix) else {
             return try FileTransiting(directory: location, configuration: configuration)
         }
@@ -24,7 +24,7 @@ public enum AgentLocation {
         #endif
     }
 
-    public static func wormhole(_ location: String, configuration: Wormhole.Configuration = .init()) throws -> Wormhole {
+    package static func wormhole(_ location: String, configuration: Wormhole.Configuration = .init()) throws -> Wormhole {
         Wormhole(transiting: try transiting(location, configuration: configuration))
     }
 }

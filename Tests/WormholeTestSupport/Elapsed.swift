@@ -4,7 +4,7 @@
 /// make a measured run look shorter or longer than it was.
 extension Duration {
     /// The duration in seconds, as a `Double` (for printing and comparing with limits).
-    public var inSeconds: Double {
+    package var inSeconds: Double {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

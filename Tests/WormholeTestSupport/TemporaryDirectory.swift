@@ -6,12 +6,12 @@ import Foundation
 /// A fresh directory under the system's temporary directory (`mkdtemp`, mode 0700),
 /// removed with everything in it when the last reference goes. The one helper of its
 /// kind for every test target: `WormholeTests`, `WormholeCLITests` and the agent.
-public final class TemporaryDirectory: Sendable {
-    public let path: String
+package final class TemporaryDirectory: Sendable {
+    package let path: String
 
     /// `name`: the start of the directory's name, for telling one test's leftovers from
     /// another's.
-    public init(_ name: String = "wormhole-test") {
+    package init(_ name: String = "wormhole-test") {
         let template = NSTemporaryDirectory() + "\(name)-XXXXXX"
         var bytes = Array(template.utf8CString)
         let made = bytes.withUnsafeMutableBufferPointer { buffer in
@@ -22,7 +22,7 @@ public final class TemporaryDirectory: Sendable {
     }
 
     /// The path of `name` in the directory.
-    public func file(_ name: String) -> String { path + "/" + name }
+    package func file(_ name: String) -> String { path + "/" + name }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
 }

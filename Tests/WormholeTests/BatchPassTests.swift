@@ -1,8 +1,8 @@
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// `passMessages(_:identifier:)`: a batch under one lock and one write, each message its
@@ -28,7 +28,7 @@ struct BatchPassTests {
             return ranges
         }.value
         async let single: Void = Task.detached {
-            for index in 0..<singles { try wormhole.passMessage("s\(index)", identifier: "stream") }
+            for index in 0..<singles { try await wormhole.passMessage("s\(index)", identifier: "stream") }
         }.value
         let ranges = try await batched
         try await single

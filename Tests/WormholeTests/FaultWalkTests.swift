@@ -1,8 +1,8 @@
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// Every system call of an operation, made to fail in turn, as SQLite's I/O-error and

@@ -1,9 +1,9 @@
 import Dispatch
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// `Wormhole.waitUntilIdle(for:)`: what a service started on demand waits for before it

@@ -1,8 +1,8 @@
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// What users build on, in ordinary operation: a compaction while a durable listener is
@@ -274,7 +274,7 @@ struct KeptPromisesTests {
         let writer = Task {
             var passes = 0
             while agent.isRunning && !Task.isCancelled {
-                _ = try? wormhole.passMessage("w\(passes)", identifier: "cycle")
+                _ = try? await wormhole.passMessage("w\(passes)", identifier: "cycle")
                 passes += 1
             }
             return passes

@@ -1,9 +1,9 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// The listener's state machine driven step by step, then the behaviour that rests on it

@@ -1,8 +1,8 @@
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// Listeners: several per identifier, queues, starting points, async sequences, stalls.

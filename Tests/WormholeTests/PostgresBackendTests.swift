@@ -2,9 +2,9 @@
 import Foundation
 import PostgresNIO
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 @testable import WormholePostgres
 import WormholeTestSupport
 

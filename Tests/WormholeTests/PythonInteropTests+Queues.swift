@@ -3,9 +3,9 @@ import Glibc
 #endif
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// Requests, replies and work queues between the Swift library and the Python package

@@ -1,8 +1,8 @@
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 @Suite("Request and reply")
@@ -60,7 +60,7 @@ struct RequestReplyTests {
         #expect(error?.code == .requestFailed)
         #expect(error?.message.contains("odd numbers are refused") == true)
         // The synchronous form, from a thread that may block.
-        let answer = try await Task.detached { try requester.request(Query(number: 7), identifier: "square", as: Answer.self, timeout: 5) }.value
+        let answer = try await Task.detached { try await requester.request(Query(number: 7), identifier: "square", as: Answer.self, timeout: 5) }.value
         #expect(answer.square == 49)
         first.cancel()
         second.cancel()

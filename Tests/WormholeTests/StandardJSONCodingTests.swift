@@ -1,8 +1,8 @@
 import Foundation
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 
 /// The library's own coder of the standard JSON form against Foundation's `JSONEncoder` and
 /// `JSONDecoder` with the standard settings: the same bytes written, the same values read,

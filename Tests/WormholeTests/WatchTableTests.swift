@@ -2,9 +2,9 @@
 import Glibc
 #endif
 import Testing
-@testable import Wormhole
-@testable import WormholeCore
-@testable import WormholeFiles
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 
 /// The engine's bookkeeping, without the kernel: a fake hands out watch descriptors and
 /// says which directories exist.

@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// The memory measurement's two processes: a sender that passes C messages in batches
 /// and a listener that counts them, each printing its resident size every N messages.

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Synchronization
-import Wormhole
+@_spi(Backend) import Wormhole
 
 /// The child processes of the requests and queues sections: request/reply round trips
 /// (Wormhole's, and a Unix socket's as the floor; D-Bus's are Benchmarks/C/dbus_peer's

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Dispatch
 import Foundation
-import Wormhole
+@_spi(Backend) import Wormhole
 #if Postgres
 import WormholePostgres
 #endif

@@ -1,8 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// When a wormhole's listeners, durable listeners, work queue members and responders
 /// last handled a message, and how many are handling one now: what

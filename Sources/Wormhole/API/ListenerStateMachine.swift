@@ -1,8 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// Everything that decides what a ``ListenerToken`` (or a ``WorkQueueMember``, whose
 /// drains take from its queue) does next, in one value behind one lock: whether it is

@@ -8,8 +8,8 @@ import FoundationEssentials
 import Foundation
 #endif
 import Synchronization
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// One listener of a ``Wormhole``; returned by
 /// ``Wormhole/listenForMessage(withIdentifier:as:startingFrom:queue:onError:listener:)``.
@@ -94,7 +94,7 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
     }
 
     /// The listener for asynchronous callers: watching and finding the starting position
-    /// suspend the caller (a back end that waits on a server blocks no thread for it).
+    /// run on a thread of ``BlockingWork``'s while the caller is suspended.
     static func make(
         transiting: any WormholeTransiting,
         identifier: String,
@@ -106,14 +106,16 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
         onCancel: @escaping @Sendable () -> Void
     ) async throws(WormholeError) -> ListenerToken {
         let relay = EventRelay()
-        let observation = try await transiting.observe(identifier: identifier) { relay.forward($0) }
-        let reader: any WormholeTransitingReader
-        do throws(WormholeError) {
-            reader = try await transiting.makeReader(identifier: identifier, startingFrom: start)
-        } catch {
-            observation.cancel()
-            throw error
+        let opened = try await BlockingWork.run { () throws(WormholeError) -> HandedOver<(any WormholeTransitingObservation, any WormholeTransitingReader)> in
+            let observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
+            do throws(WormholeError) {
+                return HandedOver((observation, try transiting.makeReader(identifier: identifier, startingFrom: start)))
+            } catch {
+                observation.cancel()
+                throw error
+            }
         }
+        let (observation, reader) = opened.value
         return ListenerToken(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: false,
                              queue: queue, onError: onError, listener: listener, activity: activity, onCancel: onCancel)
     }

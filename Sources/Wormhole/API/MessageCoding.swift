@@ -3,8 +3,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 extension WormholeRecord {
     /// The message as `Message`: `Data` gets the bytes as they are, `String` the UTF-8

@@ -4,8 +4,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// Request and reply: ask whoever serves an identifier and await the answer, with a
 /// timeout. No daemon: requests are messages of the identifier (role `request`, with a
@@ -55,6 +55,7 @@ extension Wormhole {
     /// thread's, and the process's reader thread is not woken by either append. Called
     /// from a listener or responder without a queue (on the process's reader thread), it
     /// serves the process's other events while it waits.
+    @available(*, noasync, message: "in an async context, await the async form: it waits for the reply without blocking a thread of the cooperative pool")
     public func request<Request: Encodable & Sendable, Reply: Decodable & Sendable>(
         _ request: Request, identifier: String, as type: Reply.Type = Reply.self, timeout: Double = 5
     ) throws(WormholeError) -> Reply {
@@ -71,6 +72,7 @@ extension Wormhole {
     }
 
     /// ``requestRecord(payload:kind:identifier:timeout:)-5o5yo`` blocking the calling thread.
+    @available(*, noasync, message: "in an async context, await the async form: it waits for the reply without blocking a thread of the cooperative pool")
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) throws(WormholeError) -> WormholeRecord {
         try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
         // What the wait needs, acquired before the pass: a request is never passed that its
@@ -192,15 +194,19 @@ extension Wormhole {
 
     /// Registers the request, with its timeout, with the identifier's reply router, makes
     /// the reader thread deliver its reply (which fails before anything is passed when it
-    /// cannot), and passes it. The reply listener's start and the pass suspend the caller
-    /// instead of blocking its thread (on a back end that waits on a server).
+    /// cannot), and passes it: on a thread of ``BlockingWork``'s while the caller is
+    /// suspended, since each may block (the listener's start, the reader thread's drain,
+    /// the pass).
     private func startRequest(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double) async throws(WormholeError) -> (ReplyRouter, PendingReply) {
         try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)
         let router: ReplyRouter
         do throws(WormholeError) {
-            router = try await replyRouters.router(for: identifier, in: self)
             // No thread of the caller's waits for this reply: the reader thread delivers it.
-            try router.holdReaderThread()
+            router = try await BlockingWork.run { [self] () throws(WormholeError) in
+                let router = try replyRouters.router(for: identifier, in: self)
+                try router.holdReaderThread()
+                return router
+            }
         } catch {
             throw Requests.notSent(identifier, because: error)
         }

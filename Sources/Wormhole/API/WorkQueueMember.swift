@@ -7,8 +7,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// How a work queue hands out messages and when it gives up on one.
 public struct WorkQueueOptions: Sendable, Hashable {
@@ -185,6 +185,10 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     /// acknowledged; called from the handler, that message is acknowledged when the
     /// handler returns. What this member still held goes to the others.
     public func cancel() {
+        cancelling()
+    }
+
+    private func cancelling() {
         let thread = UInt(pthread_self())
         let action = state.withLock { $0.cancel(from: thread) }
         guard action != .none else { return }

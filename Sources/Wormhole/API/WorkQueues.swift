@@ -1,6 +1,6 @@
 import Dispatch
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// Work queues: each message of an identifier to one of several members, acknowledged
 /// when its handler returns, handed out again when its member dies, moved to a

@@ -1,5 +1,5 @@
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 extension Wormhole {
     /// The version of this release of Wormhole: the library, the `wormhole` command
     /// (`wormhole --version`) and the Python package (`wormhole.__version__`) carry this

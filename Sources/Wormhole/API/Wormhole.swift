@@ -6,8 +6,8 @@ import Foundation
 #endif
 import Logging
 import Synchronization
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// Messages between processes through a shared directory: the app and its extensions,
 /// a daemon and its helpers.
@@ -41,8 +41,9 @@ public final class Wormhole: Sendable {
     /// The JSON encoder and decoder for messages that are neither `Data` nor `String`.
     public typealias JSONCoding = WormholeJSONCoding
 
-    /// Where messages are stored and how listeners are woken.
-    public let transiting: any WormholeTransiting
+    /// Where messages are stored and how listeners are woken: the back end (a service
+    /// provider interface, `@_spi(Backend)`).
+    @_spi(Backend) public let transiting: any WormholeTransiting
 
     /// How this wormhole encodes and decodes messages that are neither `Data` nor
     /// `String`: ``WormholeJSONCoding/standard`` unless the initializer was given another.
@@ -152,7 +153,7 @@ public final class Wormhole: Sendable {
     ///   - transiting: Where messages are stored and how listeners are woken.
     ///   - jsonCoding: The JSON form of messages that are neither `Data` nor `String`
     ///     (``WormholeJSONCoding/standard`` by default).
-    public init(transiting: any WormholeTransiting, jsonCoding: JSONCoding = .standard) {
+    @_spi(Backend) public init(transiting: any WormholeTransiting, jsonCoding: JSONCoding = .standard) {
         self.transiting = transiting
         self.jsonCoding = jsonCoding
     }
@@ -170,15 +171,28 @@ public final class Wormhole: Sendable {
     /// When this returns, the message is in the store: a process that reads later gets
     /// it, and every current listener will receive it.
     ///
+    /// With a `timeToLive` (seconds), the message is stale after it: a position, a "come
+    /// now" to whoever is listening, a job that must start soon or not at all. Listeners
+    /// that start later, resume (durable names) or take from a work queue then skip it,
+    /// and receive a ``WormholeError/Code/messagesExpired`` report with the count in its
+    /// place; a work queue counts it (``WormholeWorkQueueStatus/expired``). The expiry is
+    /// a wall-clock date in the record (Protocol.md §8.1 `expires`).
+    ///
+    /// ```swift
+    /// try wormhole.passMessage(Ping(), identifier: "presence", timeToLive: 10)
+    /// ```
+    ///
     /// - Returns: The message's sequence number in the identifier's order.
     /// - Throws: ``WormholeError`` with ``WormholeError/Code/invalidIdentifier``,
-    ///   ``WormholeError/Code/messageTooLarge``, ``WormholeError/Code/encodingFailed``
-    ///   or a system error (a full disk, for one); nothing is stored then.
-    @discardableResult
-    public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) throws(WormholeError) -> UInt64 {
+    ///   ``WormholeError/Code/messageTooLarge``, ``WormholeError/Code/encodingFailed``,
+    ///   ``WormholeError/Code/invalidConfiguration`` (a time to live that is not a
+    ///   positive number of seconds) or a system error (a full disk, for one); nothing is
+    ///   stored then.
+    @discardableResult @available(*, noasync, message: "in an async context, await the async passMessage, which does not block a thread of the cooperative pool")
+    public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String, timeToLive: Double? = nil) throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
         let (kind, payload) = try MessageCoding.encode(message, identifier: identifier, using: jsonCoding)
-        return try transiting.append(payload, kind: kind, identifier: identifier).sequence
+        return try transiting.append(payload, kind: kind, identifier: identifier, attributes: try Self.attributes(timeToLive: timeToLive)).sequence
     }
 
     /// Persists bytes that are already encoded under `identifier`, marked as `kind`, and
@@ -196,12 +210,12 @@ public final class Wormhole: Sendable {
     /// - Returns: The message's sequence number in the identifier's order.
     /// - Throws: ``WormholeError/Code/encodingFailed`` when the bytes are not what `kind`
     ///   says (`.text` that is not UTF-8, `.json` that is not one JSON value), and
-    ///   otherwise as ``passMessage(_:identifier:)-2w6mt``; nothing is stored then.
-    @discardableResult
-    public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> UInt64 {
+    ///   otherwise as ``passMessage(_:identifier:timeToLive:)-2bd1y``; nothing is stored then.
+    @discardableResult @available(*, noasync, message: "in an async context, await the async passPayload, which does not block a thread of the cooperative pool")
+    public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String, timeToLive: Double? = nil) throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
         try MessageCoding.check(payload, is: kind, identifier: identifier)
-        return try transiting.append(payload, kind: kind, identifier: identifier).sequence
+        return try transiting.append(payload, kind: kind, identifier: identifier, attributes: try Self.attributes(timeToLive: timeToLive)).sequence
     }
 
     /// Persists `messages` under `identifier` as consecutive messages and wakes every
@@ -246,6 +260,7 @@ public final class Wormhole: Sendable {
     ///
     /// - Throws: ``WormholeError/Code/decodingFailed`` when it is not a `Message`, or
     ///   ``WormholeError/Code/corruptRecord`` when it cannot be read.
+    @available(*, noasync, message: "in an async context, await the async form, which does not block a thread of the cooperative pool")
     public func message<Message: Decodable>(withIdentifier identifier: String, as type: Message.Type = Message.self) throws(WormholeError) -> Message? {
         try record(withIdentifier: identifier)?.decode(as: type, using: jsonCoding)
     }
@@ -254,6 +269,7 @@ public final class Wormhole: Sendable {
     /// `nil` when there is none, it was cleared, or its time to live has passed (Protocol.md
     /// §11.1: a reader that comes after its expiry does not get it, and an older message
     /// is not the latest).
+    @available(*, noasync, message: "in an async context, await the async form, which does not block a thread of the cooperative pool")
     public func record(withIdentifier identifier: String) throws(WormholeError) -> WormholeRecord? {
         try Identifier.validate(identifier)
         return Self.unexpired(try transiting.latestRecord(identifier: identifier))
@@ -269,6 +285,7 @@ public final class Wormhole: Sendable {
     /// Removes the messages of `identifier`: ``message(withIdentifier:as:)-5o1yf`` returns
     /// `nil` after this, and listeners that start from history see nothing older.
     /// Listeners do not hear of it; sequence numbers go on.
+    @available(*, noasync, message: "in an async context, await the async form, which does not block a thread of the cooperative pool")
     public func clearMessageContents(forIdentifier identifier: String) throws(WormholeError) {
         try Identifier.validate(identifier)
         try transiting.clearMessageContents(identifier: identifier)
@@ -276,11 +293,13 @@ public final class Wormhole: Sendable {
 
     /// Clears every identifier. Files in the directory that are not message logs are
     /// left alone.
+    @available(*, noasync, message: "in an async context, await the async form, which does not block a thread of the cooperative pool")
     public func clearAllMessageContents() throws(WormholeError) {
         try transiting.clearAllMessageContents()
     }
 
     /// What is retained per identifier: count, bytes, last update.
+    @available(*, noasync, message: "in an async context, await the async form, which does not block a thread of the cooperative pool")
     public func summaries() throws(WormholeError) -> [WormholeIdentifierSummary] {
         try transiting.summaries()
     }
@@ -288,24 +307,21 @@ public final class Wormhole: Sendable {
     // MARK: - From Swift concurrency
 
     // The same calls for callers in an `async` context, chosen there by overload
-    // resolution (`try await wormhole.passMessage(...)`). On a back end that waits on a
-    // network (PostgreSQL) they suspend instead of blocking a thread of the cooperative
-    // pool; on the file back end they are the synchronous calls, a few system calls each.
+    // resolution (`try await wormhole.passMessage(...)`): each runs the synchronous call
+    // on a thread of the library's own (BlockingWork) and suspends the caller meanwhile,
+    // so that a wait for another process's lock, or for a server, never holds a thread of
+    // the cooperative pool. The synchronous forms are `noasync`.
 
-    /// ``passMessage(_:identifier:)-2w6mt`` from an asynchronous context.
+    /// ``passMessage(_:identifier:timeToLive:)-2bd1y`` from an asynchronous context.
     @discardableResult
-    public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String) async throws(WormholeError) -> UInt64 {
-        try Identifier.validate(identifier)
-        let (kind, payload) = try MessageCoding.encode(message, identifier: identifier, using: jsonCoding)
-        return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
+    public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String, timeToLive: Double? = nil) async throws(WormholeError) -> UInt64 {
+        try await BlockingWork.run { [self] () throws(WormholeError) in try passMessage(message, identifier: identifier, timeToLive: timeToLive) }
     }
 
-    /// ``passPayload(_:kind:identifier:)-5tjp6`` from an asynchronous context.
+    /// ``passPayload(_:kind:identifier:timeToLive:)-4b8ed`` from an asynchronous context.
     @discardableResult
-    public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> UInt64 {
-        try Identifier.validate(identifier)
-        try MessageCoding.check(payload, is: kind, identifier: identifier)
-        return try await transiting.append(payload, kind: kind, identifier: identifier).sequence
+    public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String, timeToLive: Double? = nil) async throws(WormholeError) -> UInt64 {
+        try await BlockingWork.run { [self] () throws(WormholeError) in try passPayload(payload, kind: kind, identifier: identifier, timeToLive: timeToLive) }
     }
 
     /// ``message(withIdentifier:as:)-5o1yf`` from an asynchronous context.
@@ -313,26 +329,24 @@ public final class Wormhole: Sendable {
         try await record(withIdentifier: identifier)?.decode(as: type, using: jsonCoding)
     }
 
-    /// ``record(withIdentifier:)`` from an asynchronous context.
+    /// ``record(withIdentifier:)-10a8l`` from an asynchronous context.
     public func record(withIdentifier identifier: String) async throws(WormholeError) -> WormholeRecord? {
-        try Identifier.validate(identifier)
-        return Self.unexpired(try await transiting.latestRecord(identifier: identifier))
+        try await BlockingWork.run { [self] () throws(WormholeError) in try record(withIdentifier: identifier) }
     }
 
-    /// ``clearMessageContents(forIdentifier:)`` from an asynchronous context.
+    /// ``clearMessageContents(forIdentifier:)-w7e4`` from an asynchronous context.
     public func clearMessageContents(forIdentifier identifier: String) async throws(WormholeError) {
-        try Identifier.validate(identifier)
-        try await transiting.clearMessageContents(identifier: identifier)
+        try await BlockingWork.run { [self] () throws(WormholeError) in try clearMessageContents(forIdentifier: identifier) }
     }
 
-    /// ``clearAllMessageContents()`` from an asynchronous context.
+    /// ``clearAllMessageContents()-35r5s`` from an asynchronous context.
     public func clearAllMessageContents() async throws(WormholeError) {
-        try await transiting.clearAllMessageContents()
+        try await BlockingWork.run { [self] () throws(WormholeError) in try clearAllMessageContents() }
     }
 
-    /// ``summaries()`` from an asynchronous context.
+    /// ``summaries()-34py6`` from an asynchronous context.
     public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
-        try await transiting.summaries()
+        try await BlockingWork.run { [self] () throws(WormholeError) in try summaries() }
     }
 
     // MARK: - Listening
@@ -353,6 +367,18 @@ public final class Wormhole: Sendable {
     /// - Parameters:
     ///   - identifier: The identifier to listen to.
     ///   - type: What to decode each message as (`Data` and `String` take the bytes).
+    ///   - name: A durable listener's name, or `nil` (the default) for a listener of this
+    ///     process alone. A durable listener's position is kept in the container (the
+    ///     PostgreSQL back end keeps it in a table) and moves when `listener` returns:
+    ///     started again after its process was killed at any instant, it resumes after
+    ///     the last message it handled, so no message is missed and at most the one being
+    ///     handled is delivered again. The first time a name is used it starts at
+    ///     `start`. What it has not handled is kept while it is not running, up to the
+    ///     backlog cap (``WormholeConfiguration/maximumBacklogMessageCount``); past it the
+    ///     oldest go, and `onError` first receives ``WormholeError/Code/messagesLost``.
+    ///     One process at a time uses a name (another is refused with
+    ///     ``WormholeError/Code/durableNameInUse``); ``forgetDurableListener(named:identifier:)``
+    ///     releases what it keeps.
     ///   - start: ``WormholeStartingPoint/now`` (default), ``WormholeStartingPoint/latest``,
     ///     ``WormholeStartingPoint/history`` or ``WormholeStartingPoint/after(sequence:)``.
     ///   - queue: Where `listener` runs. When `nil`, it runs on the process's inotify
@@ -365,13 +391,14 @@ public final class Wormhole: Sendable {
     public func listenForMessage<Message: Decodable & Sendable>(
         withIdentifier identifier: String,
         as type: Message.Type = Message.self,
+        durableName name: String? = nil,
         startingFrom start: StartingPoint = .now,
         queue: DispatchQueue? = nil,
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         listener: @escaping @Sendable (Message) -> Void
     ) throws(WormholeError) -> ListenerToken {
         let report = onError ?? Self.logError
-        return try listenForRecords(withIdentifier: identifier, startingFrom: start, queue: queue, onError: report,
+        return try listenForRecords(withIdentifier: identifier, durableName: name, startingFrom: start, queue: queue, onError: report,
                                     listener: decoding(Message.self, listener, report: report))
     }
 
@@ -390,18 +417,21 @@ public final class Wormhole: Sendable {
         }
     }
 
-    /// Calls `listener` with every record passed under `identifier`: the message's
-    /// bytes with its sequence number, date and sending process.
+    /// ``listenForMessage(withIdentifier:as:durableName:startingFrom:queue:onError:listener:)``
+    /// with the records: the message's bytes with its sequence number, date and sending
+    /// process.
     @discardableResult
     public func listenForRecords(
         withIdentifier identifier: String,
+        durableName name: String? = nil,
         startingFrom start: StartingPoint = .now,
         queue: DispatchQueue? = nil,
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         listener: @escaping @Sendable (WormholeRecord) -> Void
     ) throws(WormholeError) -> ListenerToken {
-        try makeListener(identifier: identifier, start: start, durableName: nil, queue: queue,
-                         onError: onError ?? Self.logError, listener: listener)
+        if let name { try Identifier.validate(name, kind: "durable listener name") }
+        return try makeListener(identifier: identifier, start: start, durableName: name, queue: queue,
+                                onError: onError ?? Self.logError, listener: listener)
     }
 
     func makeListener(identifier: String, start: StartingPoint, durableName: String?, observeOnDemand: Bool = false,
@@ -453,7 +483,10 @@ public final class Wormhole: Sendable {
     ///
     /// Listening starts when iteration starts and stops when the loop ends or the task
     /// is cancelled. A message that cannot be decoded is reported to `onError` (logged
-    /// when `nil`) and skipped.
+    /// when `nil`) and skipped. With a `durableName`, the sequence starts with the
+    /// messages that durable listener has not handled yet; an element counts as handled
+    /// when the next one is requested: the one in hand when the process dies (or the
+    /// loop is left with `break`) is delivered again next time.
     ///
     /// ```swift
     /// for try await note in wormhole.messages(withIdentifier: "note", as: Note.self) {
@@ -463,21 +496,24 @@ public final class Wormhole: Sendable {
     public func messages<Message: Decodable & Sendable>(
         withIdentifier identifier: String,
         as type: Message.Type = Message.self,
+        durableName name: String? = nil,
         startingFrom start: StartingPoint = .now,
         onError: (@Sendable (WormholeError) -> Void)? = nil
-    ) -> WormholeMessages<Message> {
-        WormholeMessages(wormhole: self, identifier: identifier, start: start, onError: onError ?? Self.logError) { [jsonCoding] record throws(WormholeError) in
+    ) -> some AsyncSequence<Message, WormholeError> & Sendable {
+        WormholeMessages(wormhole: self, identifier: identifier, start: start, durableName: name, onError: onError ?? Self.logError) { [jsonCoding] record throws(WormholeError) in
             try record.decode(as: Message.self, using: jsonCoding)
         }
     }
 
-    /// The records passed under `identifier`, as an asynchronous sequence.
+    /// The records passed under `identifier`, as an asynchronous sequence: see
+    /// ``messages(withIdentifier:as:durableName:startingFrom:onError:)``.
     public func records(
         withIdentifier identifier: String,
+        durableName name: String? = nil,
         startingFrom start: StartingPoint = .now,
         onError: (@Sendable (WormholeError) -> Void)? = nil
-    ) -> WormholeMessages<WormholeRecord> {
-        WormholeMessages(wormhole: self, identifier: identifier, start: start, onError: onError ?? Self.logError) { $0 }
+    ) -> some AsyncSequence<WormholeRecord, WormholeError> & Sendable {
+        WormholeMessages(wormhole: self, identifier: identifier, start: start, durableName: name, onError: onError ?? Self.logError) { $0 }
     }
 
     // MARK: - Identifiers

@@ -1,13 +1,13 @@
 import Synchronization
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// The messages of one identifier as an asynchronous sequence; see
 /// ``Wormhole/messages(withIdentifier:as:startingFrom:onError:)``.
 ///
 /// The store is the buffer: the iterator reads from the log when it is asked for the
 /// next element, so a slow consumer holds no messages in memory and loses none.
-public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
+struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
     /// Each element: a decoded message, or a ``WormholeRecord`` for
     /// ``Wormhole/records(withIdentifier:startingFrom:onError:)``.
     public typealias Element = Message
@@ -99,8 +99,8 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
             registration = wormhole.makeRegistrationID()
         }
 
-        /// Watches the identifier, then opens the reader: with the back end's calls for
-        /// asynchronous callers, so that a back end on a server blocks no thread.
+        /// Watches the identifier, then opens the reader, on a thread of ``BlockingWork``'s
+        /// while the caller is suspended (so are its reads and acknowledgements).
         static func make(_ sequence: WormholeMessages) async throws(WormholeError) -> Source {
             try Identifier.validate(sequence.identifier)
             let source = Source(sequence.wormhole)
@@ -111,25 +111,33 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
         private func start(_ sequence: WormholeMessages) async throws(WormholeError) {
             let signal = self.signal
             let replaced = self.replaced
-            observation = try await wormhole.transiting.observe(identifier: sequence.identifier) { event in
-                switch event {
-                case .wake: signal.signal()
-                case .replaced:
-                    replaced.withLock { $0 = true }
-                    signal.signal()
-                case .failed(let error): signal.finish(throwing: error)
+            let transiting = wormhole.transiting
+            let (identifier, start, durableName) = (sequence.identifier, sequence.start, sequence.durableName)
+            let opened = try await BlockingWork.run { () throws(WormholeError) -> HandedOver<(any WormholeTransitingObservation, any WormholeTransitingReader)> in
+                let observation = try transiting.observe(identifier: identifier) { event in
+                    switch event {
+                    case .wake: signal.signal()
+                    case .replaced:
+                        replaced.withLock { $0 = true }
+                        signal.signal()
+                    case .failed(let error): signal.finish(throwing: error)
+                    }
+                }
+                do throws(WormholeError) {
+                    let reader: any WormholeTransitingReader
+                    if let durableName {
+                        reader = try transiting.makeReader(identifier: identifier, startingFrom: start, durableName: durableName)
+                    } else {
+                        reader = try transiting.makeReader(identifier: identifier, startingFrom: start)
+                    }
+                    return HandedOver((observation, reader))
+                } catch {
+                    observation.cancel()
+                    throw error
                 }
             }
-            do throws(WormholeError) {
-                if let name = sequence.durableName {
-                    reader = try await wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start, durableName: name)
-                } else {
-                    reader = try await wormhole.transiting.makeReader(identifier: sequence.identifier, startingFrom: sequence.start)
-                }
-            } catch {
-                observation?.cancel()
-                throw error
-            }
+            observation = opened.value.0
+            reader = opened.value.1
             wormhole.register(registration, sequence.identifier) { signal.finish() }
         }
 
@@ -139,13 +147,20 @@ public struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
         func acknowledgeDelivered() async throws(WormholeError) {
             guard let sequence = delivered else { return }
             delivered = nil
-            try await reader?.acknowledge(sequence)
+            guard let reader else { return }
+            let handed = HandedOver(reader)
+            try await BlockingWork.run { () throws(WormholeError) in try handed.value.acknowledge(sequence) }
         }
 
         func nextBuffered() async throws(WormholeError) -> Result<WormholeRecord, WormholeError>? {
             if index >= buffer.count {
                 if replaced.withLock({ flag in defer { flag = false }; return flag }) { reader?.invalidate() }
-                buffer = try await reader?.read(maximumCount: 256) ?? []
+                if let reader {
+                    let handed = HandedOver(reader)
+                    buffer = try await BlockingWork.run { () throws(WormholeError) in HandedOver(try handed.value.read(maximumCount: 256)) }.value
+                } else {
+                    buffer = []
+                }
                 index = 0
             }
             guard index < buffer.count else { return nil }

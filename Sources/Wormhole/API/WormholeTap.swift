@@ -1,7 +1,7 @@
 import Dispatch
 import Synchronization
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// A listener of every identifier of a container, those created later included: what
 /// `wormhole listen --all` and `wormhole top` show. Made by
@@ -62,13 +62,17 @@ public final class WormholeTap: Sendable {
         rescan()
     }
 
-    deinit { cancel() }
+    deinit { cancelling() }
 
     /// The identifiers it listens to now.
     public var identifiers: [String] { state.withLock { $0.tokens.keys.sorted() } }
 
-    /// Stops every listener of the tap.
+    /// Stops every listener of the tap, waiting for handlers that run on other threads.
     public func cancel() {
+        cancelling()
+    }
+
+    private func cancelling() {
         observation.withLock { $0 }?.cancel()
         let tokens = state.withLock { state -> [ListenerToken] in
             state.cancelled = true
@@ -88,7 +92,7 @@ public final class WormholeTap: Sendable {
             defer { state.cancelled = true }
             return !state.cancelled
         }
-        cancel()
+        cancelling()
         if first { onError(revoked) }
         return true
     }

@@ -7,8 +7,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// What a request ended with: the reply's record, or why there is none.
 typealias ReplyOutcome = Result<WormholeRecord, WormholeError>

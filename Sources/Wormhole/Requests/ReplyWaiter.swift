@@ -2,8 +2,8 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// What a thread blocked in a request waits on, so that the reply's append wakes that
 /// thread itself: an inotify instance of its own watching the reply log, and a

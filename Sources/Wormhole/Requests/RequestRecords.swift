@@ -3,8 +3,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
-import WormholeFiles
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 extension Wormhole {
     /// Passes a request or a reply: the version 3 record's role, correlation and expiry.
@@ -15,11 +15,13 @@ extension Wormhole {
                               attributes: WormholeRecordAttributes(role: role, correlation: correlation, expires: expires)).sequence
     }
 
-    /// ``passRecord(_:kind:identifier:role:correlation:expires:)`` for asynchronous callers.
+    /// ``passRecord(_:kind:identifier:role:correlation:expires:)`` for asynchronous callers,
+    /// on a thread of ``BlockingWork``'s.
     @discardableResult
     func passRecord(_ payload: Data, kind: WormholePayloadKind, identifier: String, role: WormholeRecordRole,
                     correlation: UInt64, expires: Date?) async throws(WormholeError) -> UInt64 {
-        try await transiting.append(payload, kind: kind, identifier: identifier,
-                                    attributes: WormholeRecordAttributes(role: role, correlation: correlation, expires: expires)).sequence
+        try await BlockingWork.run { [self] () throws(WormholeError) in
+            try passRecord(payload, kind: kind, identifier: identifier, role: role, correlation: correlation, expires: expires)
+        }
     }
 }

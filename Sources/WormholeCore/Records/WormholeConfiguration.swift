@@ -60,7 +60,7 @@ public struct WormholeConfiguration: Sendable, Hashable {
 
     /// Throws ``WormholeError/Code/messageTooLarge`` when a payload of `size` bytes for
     /// `identifier` is over ``maximumMessageSize``: the one size check of every back end.
-    public func checkMessageSize(_ size: Int, identifier: String) throws(WormholeError) {
+    @_spi(Backend) public func checkMessageSize(_ size: Int, identifier: String) throws(WormholeError) {
         guard size <= maximumMessageSize else {
             throw WormholeError(.messageTooLarge,
                 "message for '\(identifier)' is \(size) bytes; the limit is \(maximumMessageSize) bytes (Wormhole.Configuration.maximumMessageSize)")
@@ -69,7 +69,7 @@ public struct WormholeConfiguration: Sendable, Hashable {
 
     /// The configuration itself, or ``WormholeError/Code/invalidConfiguration``
     /// naming the value that is out of range. Back ends call it when they start.
-    public func validated() throws(WormholeError) -> WormholeConfiguration {
+    @_spi(Backend) public func validated() throws(WormholeError) -> WormholeConfiguration {
         guard retainedMessageCount >= 1 else {
             throw WormholeError(.invalidConfiguration, "retainedMessageCount must be at least 1, not \(retainedMessageCount)")
         }

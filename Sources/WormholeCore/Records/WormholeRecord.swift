@@ -92,7 +92,7 @@ public struct WormholeRecord: Sendable, Hashable {
 
 /// What a record carries besides its message, given when it is passed: the back end
 /// fills in the sequence number, the date, the process and the user.
-public struct WormholeRecordAttributes: Sendable, Hashable {
+@_spi(Backend) public struct WormholeRecordAttributes: Sendable, Hashable {
     /// What the record is for.
     public var role: WormholeRecordRole
     /// A request's identity (0 for a message).
@@ -137,7 +137,7 @@ public struct WormholeIdentifierSummary: Sendable, Hashable {
     /// When the latest retained message was passed.
     public let lastUpdate: Date?
 
-    public init(identifier: String, messageCount: Int, byteCount: Int, lastSequence: UInt64, lastUpdate: Date?) {
+    @_spi(Backend) public init(identifier: String, messageCount: Int, byteCount: Int, lastSequence: UInt64, lastUpdate: Date?) {
         self.identifier = identifier
         self.messageCount = messageCount
         self.byteCount = byteCount
@@ -185,7 +185,7 @@ public struct WormholeListenerStatus: Sendable, Hashable {
         pidNamespace == nil || pidNamespace == 0 || Syscalls.pidNamespace == 0 || pidNamespace == Syscalls.pidNamespace
     }
 
-    public init(identifier: String, durableName: String?, processID: Int32?, isRunning: Bool,
+    @_spi(Backend) public init(identifier: String, durableName: String?, processID: Int32?, isRunning: Bool,
                 position: UInt64, behind: UInt64, lastSeen: Date?, pidNamespace: UInt64? = nil, userID: UInt32? = nil) {
         self.identifier = identifier
         self.durableName = durableName

@@ -40,7 +40,7 @@ public struct WormholeDeadLetter: Codable, Sendable, Hashable {
     /// it. `nil` (no key in the JSON) when ``payload`` is the message's.
     public let omittedPayloadSize: Int?
 
-    public init(identifier: String, queue: String, sequence: UInt64, deliveries: UInt32, reason: String,
+    @_spi(Backend) public init(identifier: String, queue: String, sequence: UInt64, deliveries: UInt32, reason: String,
                 kind: String, payload: Data, date: Date, omittedPayloadSize: Int? = nil) {
         self.identifier = identifier
         self.queue = queue
@@ -54,7 +54,7 @@ public struct WormholeDeadLetter: Codable, Sendable, Hashable {
     }
 
     /// This letter without its payload, saying its size (``omittedPayloadSize``).
-    public func withoutPayload() -> WormholeDeadLetter {
+    @_spi(Backend) public func withoutPayload() -> WormholeDeadLetter {
         WormholeDeadLetter(identifier: identifier, queue: queue, sequence: sequence, deliveries: deliveries, reason: reason,
                            kind: kind, payload: Data(), date: date, omittedPayloadSize: omittedPayloadSize ?? payload.count)
     }

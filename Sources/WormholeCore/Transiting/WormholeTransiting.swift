@@ -4,15 +4,25 @@ import FoundationEssentials
 import Foundation
 #endif
 
-/// Storage and wake-ups for a ``Wormhole``: the pluggable layer, as MMWormhole's
-/// `MMWormholeTransiting`.
+/// Storage and wake-ups for a `Wormhole`: the pluggable layer, as MMWormhole's
+/// `MMWormholeTransiting`. A service provider interface: a back end of your own
+/// imports it with `@_spi(Backend) import Wormhole`.
 ///
-/// ``FileTransiting`` (a shared directory and inotify) is the default. Another back end
-/// implements this protocol and is passed to ``Wormhole/init(transiting:jsonCoding:)``; the
-/// ``Wormhole`` API does not change. Whatever the back end, it must keep the guarantees:
-/// one order per identifier that every reader sees, each record delivered to a reader
-/// once, no partial record ever visible, and history bounded by the configuration.
-public protocol WormholeTransiting: Sendable {
+/// `FileTransiting` (a shared directory and inotify) is the default; the PostgreSQL
+/// back end is another. A back end implements this protocol and is passed to
+/// `Wormhole(transiting:jsonCoding:)`; the `Wormhole` API does not change. Whatever the
+/// back end, it must keep the guarantees: one order per identifier that every reader
+/// sees, each record delivered to a reader once, no partial record ever visible, and
+/// history bounded by the configuration.
+///
+/// Every requirement is synchronous and may block its caller's thread for as long as the
+/// back end needs (a few system calls; a round trip to a server). The `Wormhole` API
+/// calls them from its synchronous methods on the caller's thread, and from its
+/// asynchronous ones on threads of its own, never on Swift's cooperative pool: a back end
+/// never needs an `async` twin of a requirement. A back end whose events arrive on a
+/// thread that must not block (an event loop) moves them to another thread before it
+/// calls an observation's handler.
+@_spi(Backend) public protocol WormholeTransiting: Sendable {
     /// The limits this back end enforces.
     var configuration: WormholeConfiguration { get }
 
@@ -39,19 +49,6 @@ public protocol WormholeTransiting: Sendable {
     /// What is retained for each identifier that has a log.
     func summaries() throws(WormholeError) -> [WormholeIdentifierSummary]
 
-    /// ``append(_:kind:identifier:attributes:)`` for asynchronous callers (see the
-    /// extension below for the default).
-    func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
-                attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord
-    /// ``latestRecord(identifier:)-63adk`` for asynchronous callers.
-    func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord?
-    /// ``clearMessageContents(identifier:)`` for asynchronous callers.
-    func clearMessageContents(identifier: String) async throws(WormholeError)
-    /// ``clearAllMessageContents()`` for asynchronous callers.
-    func clearAllMessageContents() async throws(WormholeError)
-    /// ``summaries()-342tx`` for asynchronous callers.
-    func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary]
-
     /// A reader of `identifier`'s records from `start` on. Call it after
     /// ``WormholeTransiting/observe(identifier:handler:)-4fmmi`` so that no wake-up is missed in between.
     func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) throws(WormholeError) -> any WormholeTransitingReader
@@ -65,15 +62,6 @@ public protocol WormholeTransiting: Sendable {
     /// Who listens to `identifier` (every identifier when `nil`): live listeners and
     /// durable names. The default reports nothing.
     func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus]
-
-    /// ``makeReader(identifier:startingFrom:)`` for asynchronous callers (the async
-    /// `messages(...)` iteration): a back end that talks to a server implements it without
-    /// blocking a thread; the default calls the synchronous one.
-    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader
-    /// ``makeReader(identifier:startingFrom:durableName:)`` for asynchronous callers.
-    func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader
-    /// ``observe(identifier:handler:)`` for asynchronous callers.
-    func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation
 
     /// Joins the work queue `name` of `identifier` as a new member (creating the queue,
     /// the first time, at `start`): see ``WormholeTransitingWorkQueue``. The default
@@ -126,12 +114,8 @@ public protocol WormholeTransiting: Sendable {
     func containerRevocation() -> WormholeError?
 }
 
-/// The asynchronous entry points, for callers in Swift concurrency. A back end that waits
-/// on a network (the PostgreSQL one) implements them without blocking the caller's
-/// thread, so that waiting for a round trip never holds a thread of the cooperative
-/// pool. These defaults run the synchronous call: right for a back end whose calls do
-/// not wait on anything remote (the file back end's are a few system calls).
-extension WormholeTransiting {
+/// Defaults: a batch passed one message at a time; a message for every listener.
+@_spi(Backend) extension WormholeTransiting {
     public func append(batch: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64> {
         var range: Range<UInt64>?
         for entry in batch {
@@ -145,53 +129,15 @@ extension WormholeTransiting {
     public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) throws(WormholeError) -> WormholeRecord {
         try append(payload, kind: kind, identifier: identifier, attributes: .message)
     }
-
-    /// Stores a message for every listener, that never expires, for asynchronous callers.
-    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String) async throws(WormholeError) -> WormholeRecord {
-        try await append(payload, kind: kind, identifier: identifier, attributes: .message)
-    }
-
-    public func append(_ payload: Data, kind: WormholePayloadKind, identifier: String,
-                       attributes: WormholeRecordAttributes) async throws(WormholeError) -> WormholeRecord {
-        try synchronously { () throws(WormholeError) in try append(payload, kind: kind, identifier: identifier, attributes: attributes) }
-    }
-
-    public func latestRecord(identifier: String) async throws(WormholeError) -> WormholeRecord? {
-        try synchronously { () throws(WormholeError) in try latestRecord(identifier: identifier) }
-    }
-
-    public func clearMessageContents(identifier: String) async throws(WormholeError) {
-        try synchronously { () throws(WormholeError) in try clearMessageContents(identifier: identifier) }
-    }
-
-    public func clearAllMessageContents() async throws(WormholeError) {
-        try synchronously { () throws(WormholeError) in try clearAllMessageContents() }
-    }
-
-    public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
-        try synchronously { () throws(WormholeError) in try summaries() }
-    }
 }
 
 /// Defaults for a back end without durable listeners, listener status or work queues.
-extension WormholeTransiting {
+@_spi(Backend) extension WormholeTransiting {
     public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) throws(WormholeError) -> any WormholeTransitingReader {
         throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
     }
 
     public func listeners(identifier: String?) throws(WormholeError) -> [WormholeListenerStatus] { [] }
-
-    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint) async throws(WormholeError) -> any WormholeTransitingReader {
-        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start) }
-    }
-
-    public func makeReader(identifier: String, startingFrom start: WormholeStartingPoint, durableName name: String) async throws(WormholeError) -> any WormholeTransitingReader {
-        try synchronously { () throws(WormholeError) in try makeReader(identifier: identifier, startingFrom: start, durableName: name) }
-    }
-
-    public func observe(identifier: String, handler: @escaping @Sendable (WormholeTransitingEvent) -> Void) async throws(WormholeError) -> any WormholeTransitingObservation {
-        try synchronously { () throws(WormholeError) in try observe(identifier: identifier, handler: handler) }
-    }
 
     public func forgetDurableListener(named name: String, identifier: String?) throws(WormholeError) -> Int {
         throw WormholeError(.invalidConfiguration, "this back end (\(type(of: self))) does not keep durable listener positions")
@@ -204,7 +150,7 @@ extension WormholeTransiting {
 }
 
 /// The capabilities' defaults: a back end without a directory of its own.
-extension WormholeTransiting {
+@_spi(Backend) extension WormholeTransiting {
     public var containerDirectory: String? { nil }
     public var handlesOnTheWakingThread: Bool { false }
 
@@ -219,26 +165,12 @@ extension WormholeTransiting {
     public func containerRevocation() -> WormholeError? { nil }
 }
 
-/// Runs `body`, a synchronous closure: inside it, overload resolution picks the
-/// synchronous variant of a call that also has an asynchronous one.
-@inline(__always)
-package func synchronously<T>(_ body: () throws(WormholeError) -> T) throws(WormholeError) -> T {
-    try body()
-}
-
 /// A position in one identifier's records. Used by one consumer at a time.
-public protocol WormholeTransitingReader: AnyObject {
+@_spi(Backend) public protocol WormholeTransitingReader: AnyObject {
     /// The records after the position, at most `maximumCount`, oldest first, each either
     /// a record or the error that made it unreadable; the position moves past them.
     /// Empty when there is nothing new.
     func read(maximumCount: Int) throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
-
-    /// ``read(maximumCount:)`` for asynchronous callers: a reader of a server suspends
-    /// for the round trip (the default calls the synchronous read).
-    func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>]
-
-    /// ``acknowledge(_:)`` for asynchronous callers.
-    func acknowledge(_ sequence: UInt64) async throws(WormholeError)
 
     /// Releases the reader's resources; later reads return nothing.
     func close()
@@ -268,17 +200,7 @@ public protocol WormholeTransitingReader: AnyObject {
     var unpublishedPositionDelay: Double? { get }
 }
 
-extension WormholeTransitingReader {
-    /// The synchronous read, for asynchronous callers of a reader that does not block on
-    /// a server (the files' reader reads a file).
-    public func read(maximumCount: Int) async throws(WormholeError) -> [Result<WormholeRecord, WormholeError>] {
-        try synchronously { () throws(WormholeError) in try read(maximumCount: maximumCount) }
-    }
-
-    public func acknowledge(_ sequence: UInt64) async throws(WormholeError) {
-        try synchronously { () throws(WormholeError) in try acknowledge(sequence) }
-    }
-
+@_spi(Backend) extension WormholeTransitingReader {
     public func invalidate() {}
     public func acknowledge(_ sequence: UInt64) throws(WormholeError) {}
     public var mayHaveMore: Bool { false }
@@ -286,7 +208,7 @@ extension WormholeTransitingReader {
 }
 
 /// What an observation reports.
-public enum WormholeTransitingEvent: Sendable {
+@_spi(Backend) public enum WormholeTransitingEvent: Sendable {
     /// Records may have been added: read again.
     case wake
     /// What holds the records may have been replaced (a compaction, a deletion, lost
@@ -297,7 +219,7 @@ public enum WormholeTransitingEvent: Sendable {
 }
 
 /// A registration made by ``WormholeTransiting/observe(identifier:handler:)-4fmmi``.
-public protocol WormholeTransitingObservation: Sendable {
+@_spi(Backend) public protocol WormholeTransitingObservation: Sendable {
     /// Stops the wake-ups and releases what they held.
     func cancel()
 }

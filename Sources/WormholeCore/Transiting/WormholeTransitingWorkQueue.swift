@@ -12,7 +12,7 @@ import Foundation
 /// Whatever the back end, each message goes to one live member at a time; a message
 /// whose member ended (its process killed) without acknowledging it is handed out again,
 /// with its count of deliveries; liveness is never decided by a process id.
-public protocol WormholeTransitingWorkQueue: AnyObject {
+@_spi(Backend) public protocol WormholeTransitingWorkQueue: AnyObject {
     /// Hands this member the oldest message nobody alive holds: first one whose member
     /// died (or gave it back), then the next one passed. A message handed out
     /// `maximumDeliveries` times already goes to `deadLetters` instead (a
@@ -50,7 +50,7 @@ public protocol WormholeTransitingWorkQueue: AnyObject {
     func close()
 }
 
-extension WormholeTransitingWorkQueue {
+@_spi(Backend) extension WormholeTransitingWorkQueue {
     public func invalidate() {}
     public func delayRedeliveries(_ delay: @escaping @Sendable (UInt32) -> Double) {}
 
@@ -62,7 +62,7 @@ extension WormholeTransitingWorkQueue {
 }
 
 /// A message handed to one member of a work queue.
-public struct WormholeWorkQueueDelivery: Sendable {
+@_spi(Backend) public struct WormholeWorkQueueDelivery: Sendable {
     /// The message.
     public let record: WormholeRecord
     /// How many times it has been handed out, this time included.
@@ -74,7 +74,7 @@ public struct WormholeWorkQueueDelivery: Sendable {
     }
 }
 
-extension WormholeDeadLetter {
+@_spi(Backend) extension WormholeDeadLetter {
     /// The dead letter of `record`, which the work queue `queue` gave up on after
     /// `deliveries` deliveries because of `reason`.
     public init(record: WormholeRecord, queue: String, deliveries: UInt32, reason: String) {
@@ -107,7 +107,7 @@ extension WormholeDeadLetter {
     }
 }
 
-extension WormholeError {
+@_spi(Backend) extension WormholeError {
     /// What a work queue's members are told when it lost messages.
     public static func workQueueLost(_ count: UInt64, queue: String, identifier: String, because reason: String) -> WormholeError {
         WormholeError(.messagesLost, "the work queue '\(queue)' of '\(identifier)' lost \(count) message\(count == 1 ? "" : "s"): \(reason)",

@@ -11,7 +11,7 @@ public struct WormholeWorkQueueStatus: Sendable, Hashable {
         /// Whether it is handling a message now.
         public let isHandling: Bool
 
-        public init(processID: Int32, pidNamespace: UInt64?, isHandling: Bool) {
+        @_spi(Backend) public init(processID: Int32, pidNamespace: UInt64?, isHandling: Bool) {
             self.processID = processID
             self.pidNamespace = pidNamespace
             self.isHandling = isHandling
@@ -40,7 +40,7 @@ public struct WormholeWorkQueueStatus: Sendable, Hashable {
     /// Whether the queue's state file is damaged (nothing above is known then).
     public let isDamaged: Bool
 
-    public init(identifier: String, name: String, members: [Member], pending: UInt64, inFlight: Int,
+    @_spi(Backend) public init(identifier: String, name: String, members: [Member], pending: UInt64, inFlight: Int,
                 acknowledged: UInt64, deadLettered: UInt64, expired: UInt64, lost: UInt64, isDamaged: Bool = false) {
         self.identifier = identifier
         self.name = name

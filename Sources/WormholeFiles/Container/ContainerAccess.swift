@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// Who may use a container: one Unix user, or the members of one Unix group (an
 /// application group shared by `wormhole share`, Protocol.md §4).

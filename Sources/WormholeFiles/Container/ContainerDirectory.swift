@@ -3,7 +3,7 @@ import Glibc
 #endif
 import SystemPackage
 import Synchronization
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// An open container directory: every file of the container is reached through this
 /// one descriptor, never by a path that could be redirected.

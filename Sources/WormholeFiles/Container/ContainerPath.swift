@@ -1,4 +1,4 @@
-import WormholeCore
+@_spi(Backend) import WormholeCore
 /// A container's path, made absolute and normalised once: every later step (opening it
 /// through its parent, creating what is missing, messages that name it) works on this
 /// one form.

@@ -2,28 +2,28 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 extension WormholeContainer {
     /// The result of ``share(applicationGroupIdentifier:unixGroup:)``.
-    public struct Share: Sendable, Hashable {
+    package struct Share: Sendable, Hashable {
         /// The shared container's path.
-        public let path: String
+        package let path: String
         /// The Unix group whose members use it.
-        public let unixGroup: String
+        package let unixGroup: String
         /// Its group id.
-        public let groupID: UInt32
+        package let groupID: UInt32
         /// Whether this call changed anything (`false`: it was shared so already).
-        public let changed: Bool
+        package let changed: Bool
         /// The container's files and directories whose ACL entries this call removed,
         /// each with the entries as `getfacl` writes them: they gave users or groups
         /// other than the Unix group access that the modes do not show.
-        public let removedAccessControlEntries: [String]
+        package let removedAccessControlEntries: [String]
         /// Regular files with several hard links, which this call left as they were:
         /// another of their names may be outside the container (a file linked in from
         /// elsewhere), so changing their group or mode could change a file outside it.
         /// Wormhole makes no such files; remove them.
-        public let filesWithSeveralLinks: [String]
+        package let filesWithSeveralLinks: [String]
     }
 
     /// Shares an application group with the members of a Unix group: makes (or repairs)
@@ -43,7 +43,7 @@ extension WormholeContainer {
     ///
     /// `/run` is emptied at boot: the container is made again by the next `share`, or at
     /// boot by systemd-tmpfiles with the line ``tmpfilesLine(applicationGroupIdentifier:unixGroup:)``.
-    public static func share(applicationGroupIdentifier: String, unixGroup: String) throws(WormholeError) -> Share {
+    package static func share(applicationGroupIdentifier: String, unixGroup: String) throws(WormholeError) -> Share {
         try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
         try validate(unixGroupName: unixGroup)
         guard Syscalls.effectiveUserID == 0 else {
@@ -99,9 +99,9 @@ extension WormholeContainer {
     /// Something in a shared container that gives access beyond its Unix group, or that
     /// ``share(applicationGroupIdentifier:unixGroup:)`` must leave as it is: what
     /// ``findings(inSharedContainer:)`` reports.
-    public struct SharedContainerFinding: Sendable, Hashable, CustomStringConvertible {
+    package struct SharedContainerFinding: Sendable, Hashable, CustomStringConvertible {
         /// What was found.
-        public enum Kind: Sendable, Hashable {
+        package enum Kind: Sendable, Hashable {
             /// ACL entries beyond the mode, as `getfacl` writes them (`user:mallory:rw-`):
             /// they give users or groups access that the mode does not show.
             case accessControlEntries([String])
@@ -110,11 +110,11 @@ extension WormholeContainer {
             case severalLinks(Int)
         }
         /// The file or directory.
-        public let path: String
+        package let path: String
         /// What is wrong with it.
-        public let kind: Kind
+        package let kind: Kind
 
-        public var description: String {
+        package var description: String {
             switch kind {
             case .accessControlEntries(let entries):
                 "'\(path)' has ACL entries (\(entries.joined(separator: ", "))) that give access its mode does not show"
@@ -131,7 +131,7 @@ extension WormholeContainer {
     /// reads: any member may run it.
     ///
     /// - Throws: ``WormholeError`` when the container cannot be opened.
-    public static func findings(inSharedContainer path: String) throws(WormholeError) -> [SharedContainerFinding] {
+    package static func findings(inSharedContainer path: String) throws(WormholeError) -> [SharedContainerFinding] {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw ContainerDirectory.unavailable(path, Errno(rawValue: errno)) }
         defer { close(fd) }
@@ -159,7 +159,7 @@ extension WormholeContainer {
     /// again. Running it when the group is not shared changes nothing; returns whether
     /// something was removed. Needs root.
     @discardableResult
-    public static func revokeShare(applicationGroupIdentifier: String) throws(WormholeError) -> Bool {
+    package static func revokeShare(applicationGroupIdentifier: String) throws(WormholeError) -> Bool {
         try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
         guard Syscalls.effectiveUserID == 0 else {
             throw WormholeError(.containerInsecure, "revoking a shared application group removes a directory under /run that only root may remove: run it as root")
@@ -182,7 +182,7 @@ extension WormholeContainer {
     /// as ``share(applicationGroupIdentifier:unixGroup:)`` checks them.
     ///
     /// - Throws: ``WormholeError/Code/invalidIdentifier`` for either name.
-    public static func tmpfilesLine(applicationGroupIdentifier: String, unixGroup: String) throws(WormholeError) -> String {
+    package static func tmpfilesLine(applicationGroupIdentifier: String, unixGroup: String) throws(WormholeError) -> String {
         try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
         try validate(unixGroupName: unixGroup)
         var quoted = ""
@@ -207,13 +207,13 @@ extension WormholeContainer {
     ///
     /// - Throws: ``WormholeError/Code/invalidIdentifier`` when the identifier is not one
     ///   (a `/` or a leading `.` would name another file).
-    public static func tmpfilesPath(applicationGroupIdentifier: String) throws(WormholeError) -> String {
+    package static func tmpfilesPath(applicationGroupIdentifier: String) throws(WormholeError) -> String {
         try Identifier.validate(applicationGroupIdentifier, kind: "application group identifier")
         return "/etc/tmpfiles.d/wormhole-\(applicationGroupIdentifier).conf"
     }
 
     /// The longest Unix group name ``validate(unixGroupName:)`` accepts, in bytes.
-    public static let maximumUnixGroupNameLength = 64
+    package static let maximumUnixGroupNameLength = 64
 
     /// Checks that `name` can be a Unix group name that ``share(applicationGroupIdentifier:unixGroup:)``
     /// gives a container to, and that a configuration line can hold as one word.
@@ -229,7 +229,7 @@ extension WormholeContainer {
     /// ```
     ///
     /// - Throws: ``WormholeError/Code/invalidIdentifier`` naming what is wrong.
-    public static func validate(unixGroupName name: String) throws(WormholeError) {
+    package static func validate(unixGroupName name: String) throws(WormholeError) {
         func reject(_ why: String) -> WormholeError {
             WormholeError(.invalidIdentifier, "Unix group name '\(Identifier.printable(name))' \(why)")
         }

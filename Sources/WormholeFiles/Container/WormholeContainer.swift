@@ -7,7 +7,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// Finds and secures the shared directory that processes of one application group use,
 /// the Linux analogue of an iOS App Group container.
@@ -135,7 +135,7 @@ public enum WormholeContainer {
     /// created and checked: `$WORMHOLE_APP_GROUPS_DIRECTORY`, else
     /// `/run/user/<uid>/app-groups` when `/run/user/<uid>` is the user's own, else
     /// `/dev/shm/app-groups-<uid>`.
-    public static func groupsDirectory(environment: [String: String] = currentEnvironment()) throws(WormholeError) -> String {
+    package static func groupsDirectory(environment: [String: String] = currentEnvironment()) throws(WormholeError) -> String {
         if let base = try overrideDirectory(environment) {
             try prepare(base, createParents: true)
             return base
@@ -149,7 +149,7 @@ public enum WormholeContainer {
     /// besides where it resolves: the user's other roots, the override, the shared
     /// container, and `$XDG_RUNTIME_DIR/app-groups` (where versions before this
     /// resolution put it). `wormhole doctor` looks in each for a split set-up.
-    public static func candidateDirectories(
+    package static func candidateDirectories(
         forApplicationGroupIdentifier applicationGroupIdentifier: String,
         environment: [String: String] = currentEnvironment()
     ) -> [String] {
@@ -166,7 +166,7 @@ public enum WormholeContainer {
     /// The containers of `applicationGroupIdentifier` that belong to other users, as far
     /// as this process may see them (root sees every one; another user sees none, since
     /// their roots are 0700): under `/run/user/*/app-groups` and `/dev/shm/app-groups-*`.
-    public static func otherUsersDirectories(forApplicationGroupIdentifier applicationGroupIdentifier: String) -> [String] {
+    package static func otherUsersDirectories(forApplicationGroupIdentifier applicationGroupIdentifier: String) -> [String] {
         let me = Syscalls.effectiveUserID
         var found: [String] = []
         for user in (try? FileManager.default.contentsOfDirectory(atPath: "/run/user")) ?? [] where UInt32(user) != nil && UInt32(user) != me {
@@ -183,7 +183,7 @@ public enum WormholeContainer {
     /// The names of existing groups that look like `applicationGroupIdentifier` (a typo
     /// away: at most two edits, or one contains the other), in the user's groups
     /// directory, the override and the shared groups: what "did you mean" offers.
-    public static func similarGroups(
+    package static func similarGroups(
         to applicationGroupIdentifier: String,
         environment: [String: String] = currentEnvironment()
     ) -> [String] {
@@ -201,7 +201,7 @@ public enum WormholeContainer {
     }
 
     /// The environment of this process.
-    public static func currentEnvironment() -> [String: String] {
+    @usableFromInline package static func currentEnvironment() -> [String: String] {
         ProcessInfo.processInfo.environment
     }
 
@@ -212,14 +212,14 @@ public enum WormholeContainer {
     /// shared container shows so inside a sandbox, and is checked by its mode and access
     /// instead (Docs/Security.md, "Sandboxes: user namespaces"). Always `false` outside a
     /// user namespace.
-    public static func ownerIsHiddenByUserNamespace(_ userID: UInt32) -> Bool {
+    package static func ownerIsHiddenByUserNamespace(_ userID: UInt32) -> Bool {
         UserNamespace.hidesOwner(userID)
     }
 
     /// Whether `groupID`, the group of a file as `stat` shows it, stands for a group this
     /// process cannot see, as ``ownerIsHiddenByUserNamespace(_:)`` says of owners (the
     /// overflow gid, `/proc/sys/kernel/overflowgid`).
-    public static func groupIsHiddenByUserNamespace(_ groupID: UInt32) -> Bool {
+    package static func groupIsHiddenByUserNamespace(_ groupID: UInt32) -> Bool {
         UserNamespace.hidesGroup(groupID)
     }
 

@@ -8,7 +8,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// The Linux analogue of Darwin notifications: payload-free, named signals between
 /// processes that share a directory, with one 64-bit state value per name.
@@ -46,7 +46,7 @@ public final class DarwinNotificationCenter: Sendable {
     package let container: ContainerDirectory
 
     /// The suffix of the file that stands for a name.
-    public static let fileSuffix = ".notification"
+    package static let fileSuffix = ".notification"
 
     /// Opens the namespace in `directory`, creating it (mode 0700) when it is missing.
     ///
@@ -68,7 +68,7 @@ public final class DarwinNotificationCenter: Sendable {
     }
 
     /// The path of the file that stands for `name`.
-    public func path(forName name: String) -> String {
+    package func path(forName name: String) -> String {
         directory + "/" + name + Self.fileSuffix
     }
 
@@ -181,7 +181,7 @@ public final class DarwinNotificationCenter: Sendable {
     /// ```swift
     /// for try await _ in center.notifications(named: "refresh") { reload() }
     /// ```
-    public func notifications(named name: String) -> DarwinNotifications {
+    public func notifications(named name: String) -> some AsyncSequence<String, WormholeError> & Sendable {
         DarwinNotifications(center: self, name: name)
     }
 

@@ -1,10 +1,10 @@
-import WormholeCore
+@_spi(Backend) import WormholeCore
 /// The posts of one name, as an asynchronous sequence; see
 /// ``DarwinNotificationCenter/notifications(named:)``.
 ///
 /// Each element is the posted name. Posts that arrive while the consumer is busy
 /// collapse into one element, as Darwin notifications coalesce.
-public struct DarwinNotifications: AsyncSequence, Sendable {
+package struct DarwinNotifications: AsyncSequence, Sendable {
     public typealias Element = String
     public typealias Failure = WormholeError
 

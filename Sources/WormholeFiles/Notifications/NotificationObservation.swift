@@ -6,7 +6,7 @@ import Foundation
 #endif
 import Logging
 import Synchronization
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// One observer registered with ``DarwinNotificationCenter/addObserver(forName:queue:onError:using:)``.
 ///

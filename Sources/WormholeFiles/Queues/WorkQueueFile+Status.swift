@@ -1,4 +1,4 @@
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 extension WormholeWorkQueueStatus {
     /// The status of the work queues of `identifier` (of every identifier when `nil`), read

@@ -7,7 +7,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// One member's handle on a work queue of the file back end (Protocol.md §18):
 /// `.queues/<identifier>/<name>/state` (what the queue has taken and handed out) and

@@ -3,7 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// What a work queue's `state` file holds (Protocol.md §18): how far the queue has taken
 /// from its identifier's log, the messages handed out and not yet acknowledged, and

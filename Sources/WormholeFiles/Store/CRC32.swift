@@ -1,4 +1,4 @@
-import WormholeCore
+@_spi(Backend) import WormholeCore
 /// CRC-32 as zlib computes it (reflected polynomial 0xEDB88320, initial value and final
 /// XOR 0xFFFFFFFF), so that `zlib.crc32` in another language checks the same records.
 ///

@@ -7,7 +7,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// A durable listener's position: the last message it handled, kept in the container
 /// while it is not running, so that it resumes after that message.

@@ -1,5 +1,5 @@
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// A listener's position in one identifier's log, as an explicit state machine.
 ///

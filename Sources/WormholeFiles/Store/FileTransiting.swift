@@ -9,7 +9,7 @@ import Foundation
 import Logging
 import SystemPackage
 import Synchronization
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// The default back end: one append-only log file per identifier in a shared directory,
 /// woken by inotify.
@@ -24,7 +24,7 @@ import WormholeCore
 /// checksum) and its own inotify event (IN_MODIFY on the log) is the wake-up: a steady
 /// pass is four system calls, `flock`, `fstat`, `pwritev` and `flock` again. Every file
 /// is reached through the container's directory descriptor (`ContainerDirectory`).
-public final class FileTransiting: WormholeTransiting {
+@_spi(Backend) public final class FileTransiting: WormholeTransiting {
     /// The shared directory.
     public let directory: String
     public let configuration: WormholeConfiguration

@@ -7,7 +7,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// A live listener's claim on a log: "keep every record after sequence N of the log
 /// `logID` until I have read it". One file per listener in `.listeners/<identifier>/`,

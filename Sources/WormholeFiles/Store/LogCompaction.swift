@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Logging
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// Rewrites a log with only what must be kept, under the writer's lock.
 ///

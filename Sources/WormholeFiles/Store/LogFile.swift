@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// One open message log: its descriptor, its identity and its header, with the reads
 /// that the writer, the readers and compaction share. Every read is bounded by the

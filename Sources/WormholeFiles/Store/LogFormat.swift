@@ -6,7 +6,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// Version 3 of the on-disk message log (and version 2, which it reads): the byte layout
 /// that `Docs/Protocol.md` specifies. Every integer is little-endian.

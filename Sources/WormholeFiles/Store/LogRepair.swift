@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Logging
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// What a writer does, under the log's lock, when the log was changed by a program that
 /// does not follow the protocol: emptied (`: > id.wormhole`, logrotate's

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Logging
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// When a writer compacts a log, and the thresholds each log's header carries: handed the
 /// configuration, used by the writer (is it due?), by a new log's header and by

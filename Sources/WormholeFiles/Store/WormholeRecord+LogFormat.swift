@@ -3,7 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 extension WormholeRecord {
     /// A record read from a log.

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// POSIX access control lists, read and removed through their extended attributes
 /// (`system.posix_acl_access`, `system.posix_acl_default`): an entry for a named user or

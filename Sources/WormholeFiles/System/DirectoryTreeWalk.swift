@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// A depth-first walk of a directory tree that holds one directory descriptor at a time
 /// and never builds a path: no depth and no path length stops it (a member of a shared

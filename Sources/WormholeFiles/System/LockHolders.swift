@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// Who holds the `flock` locks of this system, as the kernel lists them in `/proc/locks`:
 /// the process that took each exclusive lock, and that process's effective user.

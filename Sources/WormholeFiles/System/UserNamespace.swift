@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// What this process can and cannot tell about the owners of files from inside a user
 /// namespace (a sandbox such as Flatpak, or `bwrap --unshare-user`).

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import Foundation
-import Wormhole
+@_spi(Backend) import Wormhole
 import WormholeTestSupport
 import Synchronization
 

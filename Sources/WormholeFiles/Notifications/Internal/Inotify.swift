@@ -7,7 +7,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// One inotify instance: the kernel calls the engine needs, over a descriptor created
 /// close-on-exec. Its reader thread waits in `poll` (on this descriptor and on a

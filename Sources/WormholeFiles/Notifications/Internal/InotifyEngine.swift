@@ -9,7 +9,7 @@ import Foundation
 import Dispatch
 import SystemPackage
 import Synchronization
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// What the engine tells a directory subscriber: which of its files changed and how, as
 /// inotify said, with no idea of what the files are. What a change means (an append, a

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import SystemPackage
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// A way to wake the inotify reader thread that does not go through inotify: a connected
 /// pair of local datagram sockets, both ends close-on-exec and non-blocking.

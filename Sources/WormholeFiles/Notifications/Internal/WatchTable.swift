@@ -1,7 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import WormholeCore
+@_spi(Backend) import WormholeCore
 
 /// The kernel calls a ``WatchTable`` makes. The engine passes its inotify instance; the
 /// tests pass a fake, so the table's bookkeeping is tested without the kernel.
