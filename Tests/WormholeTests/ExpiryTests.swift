@@ -87,8 +87,8 @@ struct ExpiryTests {
         #expect(await received.wait(for: 1) == ["before"])
         // Expired the moment they are passed: every read of them comes after their expiry.
         let expired = WormholeRecordAttributes(expires: Date())
-        _ = try await wormhole.transiting.append(Data("\"stale 1\"".utf8), kind: .json, identifier: "news", attributes: expired)
-        let newest = try await wormhole.transiting.append(Data("\"stale 2\"".utf8), kind: .json, identifier: "news", attributes: expired).sequence
+        _ = try wormhole.transiting.append(Data("\"stale 1\"".utf8), kind: .json, identifier: "news", attributes: expired)
+        let newest = try wormhole.transiting.append(Data("\"stale 2\"".utf8), kind: .json, identifier: "news", attributes: expired).sequence
         try await wormhole.passMessage("after", identifier: "news")
         #expect(await received.wait(for: 2) == ["before", "after"])
         await settle()
@@ -105,7 +105,7 @@ struct ExpiryTests {
         let wormhole = try Wormhole(directory: directory.path)
         try wormhole.listenForRecords(withIdentifier: "news", durableName: "archive") { _ in }.cancel()
         try await wormhole.passMessage("kept", identifier: "news")
-        let stale = try await wormhole.transiting.append(Data("\"stale\"".utf8), kind: .json, identifier: "news",
+        let stale = try wormhole.transiting.append(Data("\"stale\"".utf8), kind: .json, identifier: "news",
                                                          attributes: WormholeRecordAttributes(expires: Date())).sequence
         let received = Collector<String>()
         for round in 1...2 {

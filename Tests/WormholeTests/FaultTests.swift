@@ -113,7 +113,7 @@ struct FaultTests {
         // Everything acknowledged is intact and readable while the disk is still full:
         // for the listener, for one read of the whole log, and as the latest message.
         #expect(await received.wait(for: passed).count == passed)
-        let whole = try await wormhole.transiting.makeReader(identifier: "fill", startingFrom: .after(sequence: 0)).read(maximumCount: 100_000)
+        let whole = try wormhole.transiting.makeReader(identifier: "fill", startingFrom: .after(sequence: 0)).read(maximumCount: 100_000)
         #expect(whole.compactMap { try? $0.get() }.map { String(decoding: $0.payload, as: UTF8.self) } == (0..<passed).map { "\($0):\(block)" })
         await #expect(try wormhole.summaries().first?.messageCount == passed)
         await #expect(try wormhole.message(withIdentifier: "fill", as: String.self) == "\(passed - 1):\(block)")
@@ -122,7 +122,7 @@ struct FaultTests {
         try await wormhole.passMessage("after", identifier: "fill")
         #expect(await received.wait(for: passed + 1).last == "after")
         await #expect(try wormhole.record(withIdentifier: "fill")?.sequence == UInt64(passed + 1))
-        let history = try await wormhole.transiting.makeReader(identifier: "fill", startingFrom: .history).read(maximumCount: 100_000)
+        let history = try wormhole.transiting.makeReader(identifier: "fill", startingFrom: .history).read(maximumCount: 100_000)
         #expect(history.count == passed + 1)
         #expect(history.allSatisfy { (try? $0.get()) != nil })
         token.cancel()

@@ -82,7 +82,7 @@ struct MultiProcessTests {
         }
         #expect(records.first { $0.sequence == last }.map { String(decoding: $0.payload, as: UTF8.self) } == "after the kills")
         // The store stays readable from start to end, and leftovers stay bounded.
-        let history = try await store.transiting(configuration: configuration)
+        let history = try store.transiting(configuration: configuration)
             .makeReader(identifier: "flood", startingFrom: .history).read(maximumCount: 10_000)
         #expect(history.allSatisfy { (try? $0.get()) != nil })
         let latest = try #require(try await wormhole.record(withIdentifier: "flood"))
