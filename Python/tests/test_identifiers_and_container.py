@@ -91,7 +91,7 @@ class SharedIdentifierTableTests(unittest.TestCase):
 
     def test_the_table_of_assigned_code_points_is_the_swift_librarys(self) -> None:
         from wormhole import _unicode_table
-        path = os.path.join(self.REPOSITORY, "Sources", "Wormhole", "Internal", "Identifier+UnicodeTable.swift")
+        path = os.path.join(self.REPOSITORY, "Sources", "WormholeCore", "System", "Identifier+UnicodeTable.swift")
         with open(path, encoding="utf-8") as source:
             text = source.read()
         body = text[text.index("assignedRangeBounds"):]

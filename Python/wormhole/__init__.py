@@ -30,6 +30,6 @@ __all__ = ["Wormhole", "ListenerToken", "LogSubscription", "MessageStream", "Con
            "StartingPoint", "ListenerStatus", "NotificationCenter", "ObservationToken", "directory_for_group",
            "ENVIRONMENT_OVERRIDE", "WorkQueueMember", "WorkQueueOptions", "WorkQueueStatus", "WorkQueueMemberStatus", "KIND_DATA", "KIND_TEXT", "KIND_JSON", "ROLE_MESSAGE", "ROLE_REQUEST",
            "ROLE_REPLY", "ROLE_ERROR_REPLY"]
-# The release's version: the Swift library's Wormhole.version (Sources/Wormhole/Wormhole/
+# The release's version: the Swift library's Wormhole.version (Sources/Wormhole/API/
 # Wormhole+Version.swift) is the one to change; this copy must say the same (VersionTests).
 __version__ = "0.2.0"

@@ -1,5 +1,5 @@
 """The one error type of the library, with the codes and messages of the Swift library's
-``WormholeError`` (Sources/Wormhole/Errors/WormholeError.swift)."""
+``WormholeError`` (Sources/WormholeCore/Errors/WormholeError.swift)."""
 
 from __future__ import annotations
 

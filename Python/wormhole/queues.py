@@ -3,7 +3,7 @@ a queue, in whatever process and language, acknowledged, handed out again when i
 member dies, moved to a dead-letter identifier after too many tries. No daemon: the
 members share ``.queues/<id>/<queue>/state``, changed only under its lock, and each
 holds a lock on ``members/<token>`` for as long as it lives. The Swift library's
-``WorkQueueFile`` and ``WorkQueueState`` (Sources/Wormhole/Queues)."""
+``WorkQueueFile`` and ``WorkQueueState`` (Sources/WormholeFiles/Queues)."""
 
 from __future__ import annotations
 

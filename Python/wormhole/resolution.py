@@ -1,5 +1,5 @@
 """Where an application group's container is: the resolution of the Swift library's
-``WormholeContainer`` (Sources/Wormhole/Container/WormholeContainer.swift), kept in this
+``WormholeContainer`` (Sources/WormholeFiles/Container/WormholeContainer.swift), kept in this
 one module so that it follows the Swift library's order step for step. The place depends
 on the effective user id, never on ``XDG_RUNTIME_DIR`` or ``HOME``, so that every process
 of a user meets in one container whatever started it (Protocol.md §4):

@@ -1,5 +1,5 @@
 """Work queue members (Protocol.md §18): the Swift library's ``WorkQueueOptions`` and
-``WorkQueueMember`` (Sources/Wormhole/Wormhole/WorkQueueMember.swift), returned by
+``WorkQueueMember`` (Sources/Wormhole/API/WorkQueueMember.swift), returned by
 ``Wormhole.listen_for_message(identifier, callback, work_queue=...)``."""
 
 from __future__ import annotations

@@ -31,6 +31,20 @@ extension Wormhole {
         configuration: Configuration = Configuration(),
         jsonCoding: JSONCoding = .standard
     ) throws(WormholeError) {
+        try self.init(postgres: PostgresServer(url: postgresURL), applicationGroupIdentifier: applicationGroupIdentifier,
+                      optionalDirectory: optionalDirectory, configuration: configuration, jsonCoding: jsonCoding)
+    }
+
+    /// ``init(postgresURL:applicationGroupIdentifier:optionalDirectory:configuration:jsonCoding:)``
+    /// with a server made in code: a ``PostgresServer`` whose connection settings
+    /// (TLS, timeouts) a URL does not express.
+    public convenience init(
+        postgres server: PostgresServer,
+        applicationGroupIdentifier: String,
+        optionalDirectory: String? = nil,
+        configuration: Configuration = Configuration(),
+        jsonCoding: JSONCoding = .standard
+    ) throws(WormholeError) {
         // Checked here to name what is wrong as the file back end does; the transiting
         // checks the container it is given again, whoever calls it.
         try Wormhole.validate(identifier: applicationGroupIdentifier, kind: "application group identifier")
@@ -39,9 +53,8 @@ extension Wormhole {
             try Wormhole.validate(identifier: optionalDirectory, kind: "optional directory")
             container += "/" + optionalDirectory
         }
-        self.init(transiting: try PostgresTransiting(
-            server: PostgresServer(url: postgresURL), container: container, configuration: configuration),
-            jsonCoding: jsonCoding)
+        self.init(transiting: try PostgresTransiting(server: server, container: container, configuration: configuration),
+                  jsonCoding: jsonCoding)
     }
 }
 #endif
