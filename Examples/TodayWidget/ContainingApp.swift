@@ -71,7 +71,7 @@ struct ContainingApp: AsyncParsableCommand {
             model.queue.sync { model.startSharing() }
             // A widget may also ask the running app for its state, and waits for the answer
             // (request/reply): answered on the model's queue, between ticks.
-            let responder = try wormhole.respond(toIdentifier: Identifiers.state, as: StateQuery.self, queue: model.queue) { query in
+            let responder = try wormhole.respondToRequests(withIdentifier: Identifiers.state, as: StateQuery.self, queue: model.queue) { query in
                 say("app: the \(query.asker) asked for the current count")
                 return model.snapshot
             }

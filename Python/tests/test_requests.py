@@ -174,7 +174,7 @@ print("wrong", len(bad))
         self.assertEqual(caught.exception.code, WormholeError.TIMED_OUT)
         self.assertEqual(str(caught.exception),
                          "no reply to the request to 'svc' within 0.3 s: no responder serves 'svc' (start one with "
-                         "respond(toIdentifier:) or 'wormhole respond svc -- COMMAND')")
+                         "respondToRequests(withIdentifier:) or 'wormhole respond svc -- COMMAND')")
         self.assertGreaterEqual(elapsed, 0.3)
         release = threading.Event()
         self.respond(lambda request: release.wait(10) and "late")

@@ -32,4 +32,4 @@ __all__ = ["Wormhole", "ListenerToken", "LogSubscription", "MessageStream", "Con
            "ROLE_REPLY", "ROLE_ERROR_REPLY"]
 # The release's version: the Swift library's Wormhole.version (Sources/Wormhole/API/
 # Wormhole+Version.swift) is the one to change; this copy must say the same (VersionTests).
-__version__ = "0.2.0"
+__version__ = "0.3.0"

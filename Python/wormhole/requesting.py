@@ -60,7 +60,7 @@ def timed_out(identifier: str, timeout: float, work_queues: Callable[[str], List
     except WormholeError:
         members = 0
     if members == 0:
-        why = (f"no responder serves '{identifier}' (start one with respond(toIdentifier:) or 'wormhole respond "
+        why = (f"no responder serves '{identifier}' (start one with respondToRequests(withIdentifier:) or 'wormhole respond "
                f"{identifier} -- COMMAND')")
     else:
         why = f"{members} responder{'' if members == 1 else 's'} of '{identifier}' did not answer in time"

@@ -172,7 +172,7 @@ struct Respond: ParsableCommand {
             let command = self.command, verbose = self.verbose
             let replyLimit = wormhole.transiting.configuration.maximumMessageSize
             struct Failed: Error, CustomStringConvertible { let description: String }
-            let responder = try wormhole.respondToRecords(toIdentifier: identifier, queue: session.queue,
+            let responder = try wormhole.respondToRecords(withIdentifier: identifier, queue: session.queue,
                                                           onError: { Output.error($0.description) }) { request in
                 var outcome: Result<ChildCommand.Outcome, CommandFailure>?
                 guard session.admit({ outcome = ChildCommand.run(command, input: Array(request.payload), outputLimit: replyLimit) }),

@@ -308,7 +308,7 @@ struct FaultWalkTests {
         /// responder of a deployment would); then what each request got.
         func answers(after setting: Setting) async throws -> [Result<String, WormholeError>] {
             guard let wormhole else { return [] }
-            let backup = try wormhole.respond(toIdentifier: "ask", as: String.self) { "re:\($0)" }
+            let backup = try wormhole.respondToRequests(withIdentifier: "ask", as: String.self) { "re:\($0)" }
             defer { backup.cancel() }
             var results: [Result<String, WormholeError>] = []
             for task in tasks { results.append(await task.value) }
@@ -357,7 +357,7 @@ struct FaultWalkTests {
 
     /// The test's responder of "ask", for the "request" scenario.
     static func respond(_ wormhole: Wormhole) throws -> WorkQueueMember {
-        try wormhole.respond(toIdentifier: "ask", as: String.self) { "re:\($0)" }
+        try wormhole.respondToRequests(withIdentifier: "ask", as: String.self) { "re:\($0)" }
     }
 
     /// A requester that faulted: each request got its own reply, or failed at once with

@@ -95,7 +95,7 @@ struct IdleWaitTests {
         let service = try store.wormhole()
         let answered = Locked<ContinuousClock.Instant?>(nil)
         let answering = DispatchSemaphore(value: 0)
-        let responder = try service.respond(toIdentifier: "slow", as: String.self, queue: DispatchQueue(label: "idle.responder")) { request in
+        let responder = try service.respondToRequests(withIdentifier: "slow", as: String.self, queue: DispatchQueue(label: "idle.responder")) { request in
             answering.signal()
             Thread.sleep(forTimeInterval: 0.5)
             answered.withLock { $0 = .now }

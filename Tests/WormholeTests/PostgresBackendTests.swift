@@ -169,7 +169,7 @@ struct PostgresBackendTests {
         let sending = Wormhole(transiting: try store.postgresTransiting())
         try await sending.passMessage(0, identifier: "n")   // connected, schema made
         let responding = Wormhole(transiting: try store.postgresTransiting())
-        let responder = try responding.respond(toIdentifier: "double", as: Int.self) { $0 * 2 }
+        let responder = try responding.respondToRequests(withIdentifier: "double", as: Int.self) { $0 * 2 }
         let requesting = Wormhole(transiting: try store.postgresTransiting())
         try await requesting.passMessage(0, identifier: "double")   // its row exists (not a request: skipped)
         // Another session holds both identifiers' rows: every pass and request waits on the server.
@@ -248,7 +248,7 @@ struct PostgresBackendTests {
             let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w") { taken.append($0) }
             #expect(await taken.wait(for: 2).count == 2)
             #expect(taken.all == ["old", "new"])
-            let responder = try wormhole.respond(toIdentifier: "echo", as: String.self) { "echo \($0)" }
+            let responder = try wormhole.respondToRequests(withIdentifier: "echo", as: String.self) { "echo \($0)" }
             #expect(try await wormhole.request("hi", identifier: "echo", as: String.self, timeout: 10) == "echo hi")
             member.cancel()
             responder.cancel()

@@ -46,7 +46,7 @@ extension PythonInteropTests {
         }
 
         // Swift responds, Python asks.
-        let member = try wormhole.respond(toIdentifier: "swift.state", as: String.self) { request in
+        let member = try wormhole.respondToRequests(withIdentifier: "swift.state", as: String.self) { request in
             if request == "q:3" { throw Refusal(description: "refused \(request)") }
             return "swift:\(request)"
         }
@@ -68,14 +68,14 @@ extension PythonInteropTests {
         #expect(unserved.status == 0, "\(unserved.errorOutput)")
         let timedOut = try String(contentsOfFile: none, encoding: .utf8).split(separator: " ", maxSplits: 3).map(String.init)
         #expect(timedOut.count == 4 && timedOut[1] == "error" && timedOut[2] == "timedOut")
-        #expect(timedOut.last?.hasSuffix("no reply to the request to 'nobody' within 0.5 s: no responder serves 'nobody' (start one with respond(toIdentifier:) or 'wormhole respond nobody -- COMMAND')\n") == true, "\(timedOut)")
+        #expect(timedOut.last?.hasSuffix("no reply to the request to 'nobody' within 0.5 s: no responder serves 'nobody' (start one with respondToRequests(withIdentifier:) or 'wormhole respond nobody -- COMMAND')\n") == true, "\(timedOut)")
     }
 
     @Test("Swift and Python requesters asking at once share one reply log: each gets the replies to its own requests, none to another's",
           .timeLimit(.minutes(3)))
     func swiftAndPythonRequestersShareTheReplyLog() async throws {
         let (scratch, container, wormhole) = try Self.scratchContainer()
-        let member = try wormhole.respond(toIdentifier: "mixed", as: String.self) { "re:\($0)" }
+        let member = try wormhole.respondToRequests(withIdentifier: "mixed", as: String.self) { "re:\($0)" }
         defer { member.cancel() }
         let count = scaled(200)
         // Two Python processes ask one after the other each; this process asks from 4

@@ -20,7 +20,7 @@ struct RequestReplyTests {
         let requester = Task { try await wormhole.request(Query(number: 3), identifier: "square", as: Answer.self, timeout: 20) }
         #expect(await eventually { try wormhole.summaries().first { $0.identifier == "square" }?.messageCount ?? 0 >= 2 })
         let calls = Collector<Int>()
-        let responder = try wormhole.respond(toIdentifier: "square", as: Query.self) { query in
+        let responder = try wormhole.respondToRequests(withIdentifier: "square", as: Query.self) { query in
             calls.append(query.number)
             return Answer(square: query.number * query.number, responder: "late")
         }
@@ -36,12 +36,12 @@ struct RequestReplyTests {
         let wormhole = try store.wormhole()
         let other = try store.wormhole()
         let calls = Collector<String>()
-        let first = try wormhole.respond(toIdentifier: "square", as: Query.self) { query in
+        let first = try wormhole.respondToRequests(withIdentifier: "square", as: Query.self) { query in
             calls.append("a\(query.number)")
             if query.number == -1 { throw Refused() }
             return Answer(square: query.number * query.number, responder: "a")
         }
-        let second = try other.respond(toIdentifier: "square", as: Query.self) { query in
+        let second = try other.respondToRequests(withIdentifier: "square", as: Query.self) { query in
             calls.append("b\(query.number)")
             if query.number == -1 { throw Refused() }
             return Answer(square: query.number * query.number, responder: "b")
@@ -97,7 +97,7 @@ struct RequestReplyTests {
     func blockingRequestsLeaveTheReaderThreadAlone() async throws {
         let store = try Backend.file.makeStore()
         let responder = try store.wormhole()
-        let serving = try responder.respond(toIdentifier: "ask", as: Int.self) { $0 + 1 }
+        let serving = try responder.respondToRequests(withIdentifier: "ask", as: Int.self) { $0 + 1 }
         defer { serving.cancel() }
         func wakeUps(_ mode: String) async throws -> Int {
             let pipe = Pipe()
@@ -125,7 +125,7 @@ struct RequestReplyTests {
         configuration.retainedMessageCount = 4
         let store = try Backend.file.makeStore()
         let responder = try store.wormhole(configuration: configuration)
-        let member = try responder.respond(toIdentifier: "svc", as: Int.self) { $0 + 1 }
+        let member = try responder.respondToRequests(withIdentifier: "svc", as: Int.self) { $0 + 1 }
         let idle = try store.wormhole()
         let busy = try store.wormhole()
         func ask(_ wormhole: Wormhole, _ numbers: Range<Int>) async -> [Int] {
@@ -182,10 +182,10 @@ struct RequestReplyTests {
         configuration.retainedMessageCount = 4
         let store = try Backend.file.makeStore()
         let wormhole = try store.wormhole(configuration: configuration)
-        let inner = try wormhole.respond(toIdentifier: "double", as: Int.self) { $0 * 2 }
+        let inner = try wormhole.respondToRequests(withIdentifier: "double", as: Int.self) { $0 * 2 }
         // Without a queue: answered on the reader thread, which the blocking request below
         // cannot wait for; it reads its reply through a watch of its own.
-        let outer = try wormhole.respond(toIdentifier: "double-plus-one", as: Int.self) { number in
+        let outer = try wormhole.respondToRequests(withIdentifier: "double-plus-one", as: Int.self) { number in
             try wormhole.request(number, identifier: "double", as: Int.self, timeout: 5) + 1
         }
         let heard = Collector<Int>()
@@ -222,7 +222,7 @@ struct RequestReplyTests {
         let wormhole = try store.wormhole()
         let identifiers = (0..<40).map { "service-\($0)" }
         let responders = try identifiers.map { identifier in
-            try wormhole.respond(toIdentifier: identifier, as: Int.self) { $0 + 1 }
+            try wormhole.respondToRequests(withIdentifier: identifier, as: Int.self) { $0 + 1 }
         }
         let requester = try store.wormhole()
         let answers = await withCheckedContinuation { (done: CheckedContinuation<[Int], Never>) in
@@ -264,8 +264,8 @@ struct RequestReplyTests {
     func requestersPollOnlyWhenItPays() async throws {
         let store = try Backend.file.makeStore()
         let responder = try store.wormhole()
-        let fast = try responder.respond(toIdentifier: "fast", as: Int.self) { $0 + 1 }
-        let slow = try responder.respond(toIdentifier: "slow", as: Int.self, queue: DispatchQueue(label: "slow responder")) { number in
+        let fast = try responder.respondToRequests(withIdentifier: "fast", as: Int.self) { $0 + 1 }
+        let slow = try responder.respondToRequests(withIdentifier: "slow", as: Int.self, queue: DispatchQueue(label: "slow responder")) { number in
             Thread.sleep(forTimeInterval: 0.005)
             return number + 1
         }
@@ -336,7 +336,7 @@ struct RequestReplyTests {
         configuration.maximumMessageSize = 1024
         let wormhole = try Wormhole(directory: directory.path, configuration: configuration)
         let runs = Collector<String>()
-        let responder = try wormhole.respondToRecords(toIdentifier: "big") { request in
+        let responder = try wormhole.respondToRecords(withIdentifier: "big") { request in
             runs.append(String(decoding: request.payload, as: UTF8.self))
             return (Data(count: 2048), .data)
         }
@@ -364,7 +364,7 @@ struct RequestReplyTests {
         #expect(error?.code == .invalidIdentifier, "\(error?.description ?? "")")
         #expect(error?.message.contains("work queue name 'responders' is reserved") == true, "\(error?.message ?? "")")
         // Other names stay free, beside a responder.
-        let responder = try wormhole.respond(toIdentifier: "service", as: String.self) { $0.uppercased() }
+        let responder = try wormhole.respondToRequests(withIdentifier: "service", as: String.self) { $0.uppercased() }
         let member = try wormhole.listenForRecords(withIdentifier: "service", workQueue: "workers") { _, _ in }
         for index in 1...5 {
             let reply = try await wormhole.request("r\(index)", identifier: "service", as: String.self, timeout: 10)

@@ -35,7 +35,7 @@ enum RequestRoles {
             return 0
         default:
             let wormhole = try Wormhole(directory: try options.string("dir"))
-            let responder = try wormhole.respondToRecords(toIdentifier: requestIdentifier) { record in
+            let responder = try wormhole.respondToRecords(withIdentifier: requestIdentifier) { record in
                 (record.payload, record.kind)
             }
             emit("READY")

@@ -142,7 +142,7 @@ struct Forecast: ParsableCommand {
     func run() throws {
         let wormhole = try place.makeWormhole()
         say("started: forecast")
-        let responder = try wormhole.respond(toIdentifier: Identifiers.forecast, as: ForecastRequest.self,
+        let responder = try wormhole.respondToRequests(withIdentifier: Identifiers.forecast, as: ForecastRequest.self,
                                              onError: { say("error: \($0)") }) { request in
             say("answering a forecast for \(request.days) days")
             return ForecastReply(days: request.days, summary: "sunny, then showers", pid: getpid())

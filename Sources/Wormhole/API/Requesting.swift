@@ -111,7 +111,7 @@ extension Wormhole {
     /// again.
     ///
     /// ```swift
-    /// let responder = try wormhole.respond(toIdentifier: "app.state", as: StateQuery.self) { _ in
+    /// let responder = try wormhole.respondToRequests(withIdentifier: "app.state", as: StateQuery.self) { _ in
     ///     model.currentState
     /// }
     /// ```
@@ -127,25 +127,25 @@ extension Wormhole {
     ///
     /// - Returns: The responder's membership; ``WorkQueueMember/cancel()`` stops it.
     @discardableResult
-    public func respond<Request: Decodable & Sendable, Reply: Encodable & Sendable>(
-        toIdentifier identifier: String,
+    public func respondToRequests<Request: Decodable & Sendable, Reply: Encodable & Sendable>(
+        withIdentifier identifier: String,
         as type: Request.Type = Request.self,
         queue: DispatchQueue? = nil,
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         responder: @escaping @Sendable (Request) throws -> Reply
     ) throws(WormholeError) -> WorkQueueMember {
-        try respondToRecords(toIdentifier: identifier, queue: queue, onError: onError) { [jsonCoding] record in
+        try respondToRecords(withIdentifier: identifier, queue: queue, onError: onError) { [jsonCoding] record in
             let reply = try responder(try record.decode(as: Request.self, using: jsonCoding))
             let (kind, payload) = try MessageCoding.encode(reply, identifier: Requests.repliesIdentifier(of: identifier), using: jsonCoding)
             return (payload, kind)
         }
     }
 
-    /// ``respond(toIdentifier:as:queue:onError:responder:)`` with the request's record;
+    /// ``respondToRequests(withIdentifier:as:queue:onError:responder:)`` with the request's record;
     /// `responder` returns the reply's bytes and kind. What `wormhole respond` uses.
     @discardableResult
     public func respondToRecords(
-        toIdentifier identifier: String,
+        withIdentifier identifier: String,
         queue: DispatchQueue? = nil,
         onError: (@Sendable (WormholeError) -> Void)? = nil,
         responder: @escaping @Sendable (WormholeRecord) throws -> (payload: Data, kind: WormholePayloadKind)

@@ -37,7 +37,7 @@ extension Wormhole {
     ///   - type: What to decode each message as.
     ///   - name: The queue's name; the members of one queue share its messages. The
     ///     name `responders` is reserved for the responders of requests
-    ///     (``respond(toIdentifier:as:queue:onError:responder:)``): a member of it would take
+    ///     (``respondToRequests(withIdentifier:as:queue:onError:responder:)``): a member of it would take
     ///     requests and answer none.
     ///   - options: Deliveries before the dead letters, their identifier, and where a
     ///     new queue starts.

@@ -11,11 +11,11 @@ extension Wormhole {
     /// releases share a container as long as they speak the same protocol version.
     ///
     /// ```swift
-    /// print("Wormhole \(Wormhole.version)")   // Wormhole 0.2.0
+    /// print("Wormhole \(Wormhole.version)")   // Wormhole 0.3.0
     /// ```
     ///
     /// This constant is where the number is changed; `Python/wormhole/__init__.py` repeats
     /// it (Python cannot read Swift), and a test (`VersionTests`) fails until both say
     /// the same. How a release is made: Architecture.md, "Versions and releasing".
-    public static let version = "0.2.0"
+    public static let version = "0.3.0"
 }

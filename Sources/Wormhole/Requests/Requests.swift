@@ -18,7 +18,7 @@ enum Requests {
     /// The error for a work queue named ``respondersQueue`` that is not the responders'.
     static func reservedQueue(_ identifier: String) -> WormholeError {
         WormholeError(.invalidIdentifier,
-                      "the work queue name '\(respondersQueue)' is reserved for the responders of requests to '\(identifier)' (respond(toIdentifier:)); its members would take requests and answer none: choose another name")
+                      "the work queue name '\(respondersQueue)' is reserved for the responders of requests to '\(identifier)' (respondToRequests(withIdentifier:)); its members would take requests and answer none: choose another name")
     }
 
     /// Where the replies to requests of `identifier` are passed.
@@ -52,7 +52,7 @@ enum Requests {
             .first { $0.name == respondersQueue }?.members.count ?? 0
         let seconds = timeout == timeout.rounded() ? String(Int(timeout)) : String(timeout)
         let why = members == 0
-            ? "no responder serves '\(identifier)' (start one with respond(toIdentifier:) or 'wormhole respond \(identifier) -- COMMAND')"
+            ? "no responder serves '\(identifier)' (start one with respondToRequests(withIdentifier:) or 'wormhole respond \(identifier) -- COMMAND')"
             : "\(members) responder\(members == 1 ? "" : "s") of '\(identifier)' did not answer in time"
         return WormholeError(.timedOut, "no reply to the request to '\(identifier)' within \(seconds) s: \(why)")
     }

@@ -197,7 +197,7 @@ func faultCommand() throws {
         // A responder of "ask", armed from its start: its takes, each request's reply
         // pass, and each acknowledgement with the next take.
         walkMember(identifier: "ask", queue: nil) { handled, onError throws(WormholeError) in
-            try wormhole.respond(toIdentifier: "ask", as: String.self, onError: onError) { request in
+            try wormhole.respondToRequests(withIdentifier: "ask", as: String.self, onError: onError) { request in
                 handled(request)
                 return "re:\(request)"
             }

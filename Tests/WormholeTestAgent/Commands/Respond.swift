@@ -17,7 +17,7 @@ func respondCommand() throws {
     let wormhole = try AgentLocation.wormhole(argument(1))
     let name = argument(3)
     let hang = arguments.count > 5 ? argument(5) : nil
-    let member = try wormhole.respond(toIdentifier: argument(2), as: String.self) { request in
+    let member = try wormhole.respondToRequests(withIdentifier: argument(2), as: String.self) { request in
         if request == hang { while true { sleep(60) } }
         return "\(name):\(request)"
     }

@@ -16,7 +16,7 @@ import Synchronization
 func wakeupsCommand() throws {
     let wormhole = try AgentLocation.wormhole(argument(1))
     let count = Int(argument(2)) ?? 0
-    let responder = try wormhole.respond(toIdentifier: "ask", as: Int.self) { $0 + 1 }
+    let responder = try wormhole.respondToRequests(withIdentifier: "ask", as: Int.self) { $0 + 1 }
     let member = try wormhole.listenForRecords(withIdentifier: "ask", workQueue: "audit") { _, _ in }
     let heard = Atomic<Int>(0)
     let listener = try wormhole.listenForRecords(withIdentifier: "ask") { _ in heard.add(1, ordering: .relaxed) }
