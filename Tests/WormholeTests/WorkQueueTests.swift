@@ -313,6 +313,34 @@ struct WorkQueueTests {
         #expect(entry.retryDelay == UInt32.max)
     }
 
+    @Test("reading the queues' states (for status and compaction) leaves no descriptor of theirs open: the caller gets values, not directories to close",
+          .timeLimit(.minutes(1)))
+    func statesLeaveNoDescriptorOpen() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.file("c"))
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w") { _ in }
+        defer { member.cancel() }
+        try await wormhole.passMessage("a", identifier: "jobs")
+        let container = try ContainerDirectory(path: directory.file("c"))
+        // This process's descriptors on the queue's members directory (the member holds one).
+        func membersDescriptors() -> Int {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            return names.filter { name in
+                let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + name)
+                return target?.hasSuffix("/c/.queues/jobs/w/members") == true && target?.hasPrefix(directory.path) == true
+            }.count
+        }
+        let before = membersDescriptors()
+        #expect(before >= 1, "the member's own")
+        for _ in 0..<5 {
+            let states = WorkQueueFile.states(container: container, identifier: "jobs")
+            #expect(states.map(\.name) == ["w"])
+        }
+        _ = WormholeWorkQueueStatus.read(transiting: try FileTransiting(directory: directory.file("c")), identifier: "jobs")
+        #expect(WorkQueueFile.lowestUnhandled(container: container, identifier: "jobs", logID: 0) != nil)
+        #expect(membersDescriptors() == before)
+    }
+
     @Test("a failing job is handed out again only after its retry delay, doubled at each failure up to the maximum, while other jobs are handed out meanwhile; the member waiting for it wakes when it is due (Protocol.md §18.1, revision 3.1)",
           .timeLimit(.minutes(1)))
     func failingJobBacksOff() async throws {
@@ -335,7 +363,6 @@ struct WorkQueueTests {
         let container = try ContainerDirectory(path: directory.file("c"))
         func entry() -> WorkQueueState.Entry? {
             let states = WorkQueueFile.states(container: container, identifier: "jobs")
-            for state in states { try? state.members?.close() }
             return states.compactMap { $0.state?.entries.first }.first
         }
         #expect(await eventually { entry()?.member == 0 })

@@ -568,14 +568,20 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     // MARK: - Readers without membership (compaction, status)
 
-    /// The queues of `identifier` and their states (`nil`: damaged), without locking.
-    static func states(container: ContainerDirectory, identifier: String) -> [(name: String, state: WorkQueueState?, members: FileDescriptor?)] {
+    /// A live member of a queue: its token, process id and PID namespace.
+    typealias LiveMember = (token: UInt64, processID: Int32, pidNamespace: UInt64?)
+
+    /// The queues of `identifier` and their states (`nil`: damaged), without locking; with
+    /// `liveMembers`, also each queue's live members (``liveMembers(_:)``; `nil` when its
+    /// directory could not be opened). Every descriptor it opens is closed before it returns.
+    static func states(container: ContainerDirectory, identifier: String,
+                       liveMembers withMembers: Bool = false) -> [(name: String, state: WorkQueueState?, members: [LiveMember]?)] {
         guard case .success(let top) = Syscalls.open(directory, in: container.current.descriptor, .directory) else { return [] }
         defer { try? top.close() }
         guard case .success(let queues) = Syscalls.open(identifier, in: top, .directory) else { return [] }
         defer { try? queues.close() }
         guard case .success(let names) = Syscalls.directoryEntries(at: queues, name: ".") else { return [] }
-        var result: [(String, WorkQueueState?, FileDescriptor?)] = []
+        var result: [(String, WorkQueueState?, [LiveMember]?)] = []
         for name in names.sorted() where !name.hasPrefix(".") {
             guard case .success(let queue) = Syscalls.open(name, in: queues, .directory) else { continue }
             defer { try? queue.close() }
@@ -591,7 +597,11 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             case .failure:
                 break
             }
-            let members = try? Syscalls.open(membersDirectory, in: queue, .directory).get()
+            var members: [LiveMember]?
+            if withMembers, case .success(let directory) = Syscalls.open(membersDirectory, in: queue, .directory) {
+                members = liveMembers(directory)
+                try? directory.close()
+            }
             result.append((name, state, members))
         }
         return result
@@ -602,8 +612,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// 0 (keep everything) for a damaged state. `nil` when it has no queue.
     static func lowestUnhandled(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
         var lowest: UInt64?
-        for (_, state, members) in states(container: container, identifier: identifier) {
-            try? members?.close()
+        for (_, state, _) in states(container: container, identifier: identifier) {
             let keep = state?.lowestUnhandled(in: logID) ?? 0
             lowest = min(lowest ?? keep, keep)
         }
@@ -615,8 +624,7 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// `nil` when no queue has taken from that log.
     static func highestTaken(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
         var highest: UInt64?
-        for (_, state, members) in states(container: container, identifier: identifier) {
-            try? members?.close()
+        for (_, state, _) in states(container: container, identifier: identifier) {
             guard let state, state.logID == logID, state.taken > 0 else { continue }
             highest = max(highest ?? state.taken, state.taken)
         }
@@ -631,9 +639,9 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     /// The live members of a queue, from its `members` directory: process id and PID
     /// namespace of each file that is locked.
-    static func liveMembers(_ members: FileDescriptor) -> [(token: UInt64, processID: Int32, pidNamespace: UInt64?)] {
+    static func liveMembers(_ members: FileDescriptor) -> [LiveMember] {
         guard case .success(let names) = Syscalls.directoryEntries(at: members, name: ".") else { return [] }
-        var result: [(UInt64, Int32, UInt64?)] = []
+        var result: [LiveMember] = []
         for name in names.sorted() where !name.hasPrefix(".") {
             guard let token = UInt64(name, radix: 16), case .success(let fd) = Syscalls.open(name, in: members, .read) else { continue }
             defer { try? fd.close() }
