@@ -313,6 +313,29 @@ struct WorkQueueTests {
         #expect(entry.retryDelay == UInt32.max)
     }
 
+    @Test("a take frees the entries of the member taking and of members that ended (these after their back-off), and looks next at the lowest due entry held by nobody, or one at its maximum deliveries however long its delay")
+    func takeReleasesAndPicksTheNextWaitingEntry() {
+        let now: Int64 = 100_000_000_000
+        var state = WorkQueueState()
+        state.entries = [
+            .init(sequence: 9, member: 0, deliveries: 1, delivered: now),
+            .init(sequence: 4, member: 7, deliveries: 2, delivered: now),
+            .init(sequence: 5, member: 8, deliveries: 1, delivered: now),
+            .init(sequence: 6, member: 9, deliveries: 1, delivered: now),
+        ]
+        state.entries[0].retryDelay = 0
+        // Member 7 takes; member 8 ended; member 9 lives.
+        state.releaseEntries(heldBy: 7, now: now, isAlive: { $0 == 9 }, delay: { Double($0) * 2 })
+        #expect(state.entries.map(\.member) == [0, 0, 0, 9])
+        #expect(state.entries[1].retryDelay == 0, "its own: handed out again at once")
+        #expect(state.entries[2].retryDelay == 2_000, "an ended member's: after the back-off of 1 delivery")
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 5, skipping: []) == 1)
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 5, skipping: [4]) == 0, "5 waits for its delay")
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 1, skipping: [4]) == 2, "at its maximum: to the dead letters now")
+        #expect(state.nextWaitingEntry(at: now + 2_000_000_000, maximumDeliveries: 5, skipping: [4]) == 2)
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 5, skipping: [4, 9]) == nil)
+    }
+
     @Test("reading the queues' states (for status and compaction) leaves no descriptor of theirs open: the caller gets values, not directories to close",
           .timeLimit(.minutes(1)))
     func statesLeaveNoDescriptorOpen() async throws {

@@ -172,32 +172,40 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
     private func take(from state: inout WorkQueueState, maximumDeliveries: UInt32, deadLetters: String,
                       report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
         let now = Syscalls.wallClockNanoseconds()
-        for index in state.entries.indices where state.entries[index].member != 0 {
-            if state.entries[index].member == token {
-                // This member takes with nothing in hand (what it handled is acknowledged
-                // first): an entry it holds is one whose handing out never reached it.
-                // Handed out again, with its count, rather than held for as long as it lives.
-                state.entries[index].member = 0
-            } else if !isAlive(state.entries[index].member) {
-                // Its member ended holding it (killed, perhaps by this very message):
-                // handed out again after the back-off, as a message given back is.
-                state.entries[index].member = 0
-                state.entries[index].waitBeforeRedelivery(redeliveryDelay(state.entries[index].deliveries), now: now)
-            }
-        }
-        // Messages whose dead letter could not be passed (a full disk, a damaged or
-        // unwritable dead-letter log): kept for the next take, skipped in this one. Once
-        // one failed for want of a writable dead-letter log, those that failed before are
-        // not tried again in this take: they would fail alike.
+        state.releaseEntries(heldBy: token, now: now, isAlive: isAlive, delay: redeliveryDelay)
         var unmoved: Set<UInt64> = []
+        if let delivery = try takeWaiting(from: &state, now: now, maximumDeliveries: maximumDeliveries,
+                                          deadLetters: deadLetters, unmoved: &unmoved, report: report) {
+            return delivery
+        }
+        if !deadLetterFailures.isEmpty {
+            // Moved or lost meanwhile (by another member): forgotten.
+            let held = Set(state.entries.map(\.sequence))
+            deadLetterFailures = deadLetterFailures.filter { held.contains($0.key) }
+        }
+        guard state.entries.count < WorkQueueState.maximumEntries else {
+            if !unmoved.isEmpty, !reportedFull {
+                reportedFull = true
+                report(WormholeError(.systemError,
+                    "the work queue '\(name)' of '\(identifier)' holds \(state.entries.count) messages, as many as its state can, \(unmoved.count) of them waiting until they can be moved to its dead letters '\(deadLetters)' (see the errors reported for them): it takes no new message until some are moved",
+                    path: statePath))
+            }
+            return nil
+        }
+        reportedFull = false
+        return try takeNext(from: &state, now: now, report: report)
+    }
+
+    /// Hands out the oldest entry of the state that is due (``WorkQueueState/nextWaitingEntry(at:maximumDeliveries:skipping:)``),
+    /// passing to `deadLetters` those handed out `maximumDeliveries` times and dropping
+    /// the expired and the lost on the way. Those whose dead letter could not be passed go
+    /// in `unmoved`, kept for the next take.
+    private func takeWaiting(from state: inout WorkQueueState, now: Int64, maximumDeliveries: UInt32, deadLetters: String,
+                             unmoved: inout Set<UInt64>, report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        // Once one failed for want of a writable dead-letter log, those that failed
+        // before are not tried again in this take: they would fail alike.
         var deadLettersFailing = false
-        // An entry whose retry delay has not run out waits (T2, revision 3.1), unless it
-        // is to go to the dead letters: it will not be handed out again.
-        while let index = state.entries.indices.filter({
-                  let entry = state.entries[$0]
-                  return entry.member == 0 && !unmoved.contains(entry.sequence)
-                      && (entry.isDue(at: now) || entry.deliveries >= maximumDeliveries)
-              }).min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
+        while let index = state.nextWaitingEntry(at: now, maximumDeliveries: maximumDeliveries, skipping: unmoved) {
             let entry = state.entries[index]
             if deadLettersFailing, entry.deliveries >= maximumDeliveries, deadLetterFailures[entry.sequence] != nil {
                 unmoved.insert(entry.sequence)
@@ -241,21 +249,12 @@ final class WorkQueueFile: WormholeTransitingWorkQueue {
             state.entries[index].retryDelay = 0
             return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
         }
-        if !deadLetterFailures.isEmpty {
-            // Moved or lost meanwhile (by another member): forgotten.
-            let held = Set(state.entries.map(\.sequence))
-            deadLetterFailures = deadLetterFailures.filter { held.contains($0.key) }
-        }
-        guard state.entries.count < WorkQueueState.maximumEntries else {
-            if !unmoved.isEmpty, !reportedFull {
-                reportedFull = true
-                report(WormholeError(.systemError,
-                    "the work queue '\(name)' of '\(identifier)' holds \(state.entries.count) messages, as many as its state can, \(unmoved.count) of them waiting until they can be moved to its dead letters '\(deadLetters)' (see the errors reported for them): it takes no new message until some are moved",
-                    path: statePath))
-            }
-            return nil
-        }
-        reportedFull = false
+        return nil
+    }
+
+    /// Hands out the next message of the log after what the queue has taken, counting the
+    /// gaps before it as lost and skipping the expired; `nil` when the log has no more.
+    private func takeNext(from state: inout WorkQueueState, now: Int64, report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
         let reader = try currentReader(after: state.taken, in: state.logID)
         while true {
             if unread.isEmpty {
