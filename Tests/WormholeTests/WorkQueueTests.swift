@@ -336,6 +336,26 @@ struct WorkQueueTests {
         #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 5, skipping: [4, 9]) == nil)
     }
 
+    @Test("queue options are refused with a message naming the option: no delivery, a redelivery interval that is not positive, retry delays out of range or out of order, dead letters to the queue's own identifier")
+    func optionsAreValidated() throws {
+        #expect(try WorkQueueOptions().validatedDeadLetters(of: "jobs") == WorkQueueOptions().deadLetters(of: "jobs"))
+        let refused: [(WorkQueueOptions, String)] = [
+            (WorkQueueOptions(maximumDeliveries: 0), "maximumDeliveries is 0"),
+            (WorkQueueOptions(redeliveryInterval: .infinity), "redeliveryInterval is inf"),
+            (WorkQueueOptions(retryDelay: -1), "retryDelay is -1.0"),
+            (WorkQueueOptions(retryDelay: 10, maximumRetryDelay: 5), "maximumRetryDelay is 5.0, less than retryDelay 10.0"),
+            (WorkQueueOptions(deadLetterIdentifier: "jobs"), "cannot be 'jobs' itself"),
+        ]
+        for (options, message) in refused {
+            do {
+                _ = try options.validatedDeadLetters(of: "jobs")
+                Issue.record("accepted, though \(message)")
+            } catch {
+                #expect(error.code == .invalidConfiguration && error.message.contains(message), "\(error.message)")
+            }
+        }
+    }
+
     @Test("reading the queues' states (for status and compaction) leaves no descriptor of theirs open: the caller gets values, not directories to close",
           .timeLimit(.minutes(1)))
     func statesLeaveNoDescriptorOpen() async throws {
