@@ -65,9 +65,21 @@ enum ChildCommand {
             for fd in [toChild[1], fromChild[0], errorsOf[0]] { close(fd) }
             return .failure(CommandFailure("cannot run '\(arguments[0])': \(String(cString: strerror(spawned)))"))
         }
-        // The input is written by a thread of its own, so that a command that writes much
-        // before reading all of it does not wait on us while we wait on it.
-        let writer = toChild[1]
+        let fed = feed(input, to: toChild[1])
+        let (output, error, outputExceeded) = collect(output: fromChild[0], errors: errorsOf[0], outputLimit: outputLimit)
+        fed.wait()
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let exited = status & 0x7f == 0
+        let code = exited ? (status >> 8) & 0xff : status & 0x7f
+        return .success(Outcome(status: exited ? code : 128 + code, output: output, outputExceeded: outputExceeded, error: error,
+                                ending: exited ? "exited with status \(code)" : "was killed by signal \(code)"))
+    }
+
+    /// Writes `input` to `writer` and closes it, from a thread of its own, so that a
+    /// command that writes much before reading all of it does not wait on us while we
+    /// wait on it. The semaphore is signalled once it is done.
+    private static func feed(_ input: [UInt8], to writer: Int32) -> DispatchSemaphore {
         let fed = DispatchSemaphore(value: 0)
         signal(SIGPIPE, SIG_IGN)
         DispatchQueue.global().async {
@@ -81,8 +93,15 @@ enum ChildCommand {
             }
             close(writer)
         }
+        return fed
+    }
+
+    /// Reads the command's standard output (up to `outputLimit` bytes, then no more) and
+    /// standard error (its first ``errorLimit`` bytes kept) until both end; closes both.
+    private static func collect(output outputFD: Int32, errors errorsFD: Int32,
+                                outputLimit: Int) -> (output: [UInt8], error: [UInt8], outputExceeded: Bool) {
         var output: [UInt8] = [], error: [UInt8] = [], outputExceeded = false
-        var open = [fromChild[0], errorsOf[0]]
+        var open = [outputFD, errorsFD]
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while !open.isEmpty {
             var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
@@ -90,7 +109,7 @@ enum ChildCommand {
             for entry in fds where entry.revents != 0 {
                 let count = buffer.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
                 if count > 0 {
-                    if entry.fd == fromChild[0] {
+                    if entry.fd == outputFD {
                         output += buffer[0..<min(count, outputLimit + 1 - output.count)]
                         // One byte past the limit tells that it was exceeded; no more is read.
                         guard output.count > outputLimit else { continue }
@@ -107,13 +126,7 @@ enum ChildCommand {
                 open.removeAll { $0 == entry.fd }
             }
         }
-        fed.wait()
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        let exited = status & 0x7f == 0
-        let code = exited ? (status >> 8) & 0xff : status & 0x7f
-        return .success(Outcome(status: exited ? code : 128 + code, output: output, outputExceeded: outputExceeded, error: error,
-                                ending: exited ? "exited with status \(code)" : "was killed by signal \(code)"))
+        return (output, error, outputExceeded)
     }
 
     /// Sets `attributes` so that the child starts with every signal at its default action

@@ -30,10 +30,43 @@ struct Doctor: ParsableCommand {
 
     func run() throws {
         var problems: [String] = []
-        func line(_ text: String) { Output.line(text) }
         let environment = ProcessInfo.processInfo.environment
-
         // 1. Which container, and why.
+        let (location, wormhole) = try openContainer(environment: environment)
+        if let path = wormhole.directory {
+            Output.line("  path: \(path)")
+            problems += Self.ownership(of: path, location: location)
+        }
+        // 2. The inotify limits in force and what this user uses of them.
+        if wormhole.directory != nil {
+            let usage = Self.inotifyUsage()
+            let watches = Self.limit("max_user_watches", namespaced: "max_inotify_watches")
+            let instances = Self.limit("max_user_instances", namespaced: "max_inotify_instances")
+            Output.line("inotify: \(usage.watches) watches of \(watches.value.map(String.init) ?? "?") (\(watches.name)), \(usage.instances) instances of \(instances.value.map(String.init) ?? "?") (\(instances.name)) used by this user's processes")
+            problems += Self.inotifyProblems(usage: usage, watches: watches, instances: instances)
+        }
+        // 3. Who listens here.
+        describeListeners(of: wormhole)
+        // 4. Other containers of the same group: processes there never hear this one.
+        if case .group(let group, let sub) = location {
+            problems += Self.otherContainers(of: group, sub: sub, here: wormhole.directory ?? "", environment: environment)
+        }
+        // 5. A test message, watched as a listener would.
+        switch Self.testMessage(wormhole) {
+        case .success(let text): Output.line(text)
+        case .failure(let problem): problems.append(problem.description)
+        }
+        if problems.isEmpty {
+            Output.line("all is well")
+            return
+        }
+        for problem in problems { Output.error("problem: \(problem)") }
+        throw ExitCode.failure
+    }
+
+    /// Prints the container the options and environment select, and why, and opens it;
+    /// exits with the problem when it cannot.
+    private func openContainer(environment: [String: String]) throws -> (ContainerOptions.Location, Wormhole) {
         let location: ContainerOptions.Location
         do {
             location = try container.location()
@@ -41,107 +74,98 @@ struct Doctor: ParsableCommand {
             Output.error(failure.description)
             throw ExitCode(failure.exitCode.rawValue)
         }
-        line("container: \(location)")
-        line("  chosen by: \(container.reason(environment: environment))")
-        let wormhole: Wormhole
+        Output.line("container: \(location)")
+        Output.line("  chosen by: \(container.reason(environment: environment))")
         do {
-            wormhole = try container.existingWormhole()
+            return (location, try container.existingWormhole())
         } catch let failure as CommandFailure where failure.exitCode == WormholeExitCode.noMessage {
-            line("problem: \(failure.description)")
+            Output.line("problem: \(failure.description)")
             throw ExitCode.failure
         } catch let error as WormholeError {
-            line("problem: \(error.description)")
+            Output.line("problem: \(error.description)")
             throw ExitCode.failure
         } catch let failure as CommandFailure {
-            line("problem: \(failure.description)")
+            Output.line("problem: \(failure.description)")
             throw ExitCode.failure
         }
-        if let path = wormhole.directory {
-            line("  path: \(path)")
-            var status = stat()
-            if lstat(path, &status) == 0 {
-                let mode = String(status.st_mode & 0o7777, radix: 8)
-                // Inside a sandbox's user namespace, an owner or group it does not map shows
-                // as the overflow id: say so rather than name 'nobody'.
-                let hiddenOwner = WormholeContainer.ownerIsHiddenByUserNamespace(status.st_uid)
-                let hiddenGroup = WormholeContainer.groupIsHiddenByUserNamespace(status.st_gid)
-                let owner = getpwuid(status.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
-                line(hiddenOwner
-                     ? "  owner: not visible from inside this user namespace (uid \(status.st_uid) is the overflow uid); its mode and access are checked instead, mode 0\(mode)"
-                     : "  owner: \(owner) (uid \(status.st_uid)), mode 0\(mode)")
-                if status.st_mode & S_ISGID != 0 && status.st_mode & 0o070 == 0o070 {
-                    let group = hiddenGroup ? "GROUP" : getgrgid(status.st_gid).map { String(cString: $0.pointee.gr_name) } ?? String(status.st_gid)
-                    line(hiddenGroup
-                         ? "  shared with the members of a Unix group not visible from inside this user namespace (gid \(status.st_gid) is the overflow gid)"
-                         : "  shared with the members of Unix group \(group) (gid \(status.st_gid))")
-                    // ACL entries give access the modes do not show; a file with several
-                    // links may be another's outside the container.
-                    let shared = if case .group(let identifier, nil) = location { identifier } else { "GROUP" }
-                    for finding in (try? WormholeContainer.findings(inSharedContainer: path)) ?? [] {
-                        switch finding.kind {
-                        case .accessControlEntries:
-                            problems.append("\(finding): only members of \(group) should reach the container. Remove them: sudo wormhole share \(shared) --unix-group \(group)")
-                        case .severalLinks:
-                            problems.append("\(finding): remove it")
-                        }
-                    }
-                } else if status.st_uid != geteuid() && !hiddenOwner {
-                    problems.append("the container belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): run as that user, or choose a container of your own with --group or --directory")
-                }
+    }
+
+    /// Prints the owner and mode of the container at `path` (and its Unix group when
+    /// shared); returns the problems they show: another user's container, ACL entries or
+    /// files with several links in a shared one.
+    private static func ownership(of path: String, location: ContainerOptions.Location) -> [String] {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return [] }
+        let mode = String(status.st_mode & 0o7777, radix: 8)
+        // Inside a sandbox's user namespace, an owner or group it does not map shows
+        // as the overflow id: say so rather than name 'nobody'.
+        let hiddenOwner = WormholeContainer.ownerIsHiddenByUserNamespace(status.st_uid)
+        let hiddenGroup = WormholeContainer.groupIsHiddenByUserNamespace(status.st_gid)
+        let owner = getpwuid(status.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
+        Output.line(hiddenOwner
+             ? "  owner: not visible from inside this user namespace (uid \(status.st_uid) is the overflow uid); its mode and access are checked instead, mode 0\(mode)"
+             : "  owner: \(owner) (uid \(status.st_uid)), mode 0\(mode)")
+        guard status.st_mode & S_ISGID != 0 && status.st_mode & 0o070 == 0o070 else {
+            guard status.st_uid != geteuid() && !hiddenOwner else { return [] }
+            return ["the container belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): run as that user, or choose a container of your own with --group or --directory"]
+        }
+        let group = hiddenGroup ? "GROUP" : getgrgid(status.st_gid).map { String(cString: $0.pointee.gr_name) } ?? String(status.st_gid)
+        Output.line(hiddenGroup
+             ? "  shared with the members of a Unix group not visible from inside this user namespace (gid \(status.st_gid) is the overflow gid)"
+             : "  shared with the members of Unix group \(group) (gid \(status.st_gid))")
+        // ACL entries give access the modes do not show; a file with several
+        // links may be another's outside the container.
+        let shared = if case .group(let identifier, nil) = location { identifier } else { "GROUP" }
+        return ((try? WormholeContainer.findings(inSharedContainer: path)) ?? []).map { finding in
+            switch finding.kind {
+            case .accessControlEntries:
+                "\(finding): only members of \(group) should reach the container. Remove them: sudo wormhole share \(shared) --unix-group \(group)"
+            case .severalLinks:
+                "\(finding): remove it"
             }
         }
+    }
 
-        // 2. The inotify limits in force and what this user uses of them.
-        if wormhole.directory != nil {
-            let usage = Self.inotifyUsage()
-            let watches = Self.limit("max_user_watches", namespaced: "max_inotify_watches")
-            let instances = Self.limit("max_user_instances", namespaced: "max_inotify_instances")
-            line("inotify: \(usage.watches) watches of \(watches.value.map(String.init) ?? "?") (\(watches.name)), \(usage.instances) instances of \(instances.value.map(String.init) ?? "?") (\(instances.name)) used by this user's processes")
-            if let limit = watches.value, usage.watches + 2 > limit {
-                problems.append("\(max(0, limit - usage.watches)) of this user's \(limit) inotify watches are left, and a listener needs 2 (its container and the container's parent): raise the limit with 'sysctl -w \(watches.name)=\(max(limit * 2, 8192))', or stop programs that watch many files")
-            }
-            if let limit = instances.value, usage.instances + 1 > limit {
-                problems.append("this user has used \(usage.instances) of \(limit) inotify instances: raise it with 'sysctl -w \(instances.name)=\(max(limit * 2, 128))'")
-            }
+    /// Decides whether this user's inotify `usage` leaves room for a listener under the
+    /// `watches` and `instances` limits (a listener needs 2 watches and 1 instance), and
+    /// says how to raise a limit that does not.
+    static func inotifyProblems(usage: (instances: Int, watches: Int), watches: (value: Int?, name: String),
+                                instances: (value: Int?, name: String)) -> [String] {
+        var problems: [String] = []
+        if let limit = watches.value, usage.watches + 2 > limit {
+            problems.append("\(max(0, limit - usage.watches)) of this user's \(limit) inotify watches are left, and a listener needs 2 (its container and the container's parent): raise the limit with 'sysctl -w \(watches.name)=\(max(limit * 2, 8192))', or stop programs that watch many files")
         }
+        if let limit = instances.value, usage.instances + 1 > limit {
+            problems.append("this user has used \(usage.instances) of \(limit) inotify instances: raise it with 'sysctl -w \(instances.name)=\(max(limit * 2, 128))'")
+        }
+        return problems
+    }
 
-        // 3. Who listens here.
+    /// Prints who listens in the container of `wormhole`, and a note when nobody does.
+    private func describeListeners(of wormhole: Wormhole) {
         let listeners = (try? wormhole.listeners()) ?? []
         let running = listeners.filter(\.isRunning)
         let identifiers = Set(running.map(\.identifier)).sorted()
-        line("listeners: \(running.count) running\(identifiers.isEmpty ? "" : " (on \(identifiers.map { "'\($0)'" }.joined(separator: ", ")))"), \(listeners.filter { $0.durableName != nil }.count) durable name(s); '\(container.command("status"))' shows them")
+        Output.line("listeners: \(running.count) running\(identifiers.isEmpty ? "" : " (on \(identifiers.map { "'\($0)'" }.joined(separator: ", ")))"), \(listeners.filter { $0.durableName != nil }.count) durable name(s); '\(container.command("status"))' shows them")
         if running.isEmpty {
-            line("  note: no process listens in this container now. If yours does, it uses another container: run 'wormhole doctor' with its options and environment, and compare the paths")
+            Output.line("  note: no process listens in this container now. If yours does, it uses another container: run 'wormhole doctor' with its options and environment, and compare the paths")
         }
+    }
 
-        // 4. Other containers of the same group: processes there never hear this one.
-        if case .group(let group, let sub) = location {
-            let here = wormhole.directory ?? ""
-            let suffix = sub.map { "/" + $0 } ?? ""
-            let others = (WormholeContainer.candidateDirectories(forApplicationGroupIdentifier: group, environment: environment)
-                + WormholeContainer.otherUsersDirectories(forApplicationGroupIdentifier: group))
-                .map { $0 + suffix }
-                .filter { $0 != here && FileManager.default.fileExists(atPath: $0) }
-            for other in others {
-                line("  also: \(other) (\(Self.describe(other)))")
-            }
-            if !others.isEmpty {
-                problems.append("group \(group) has \(others.count + 1) containers (\(([here] + others).joined(separator: ", "))): processes that use different ones never hear each other. Use one: remove the others once no process uses them, unset \(WormholeContainer.environmentOverride) where it differs, or share the group between users with 'wormhole share'")
-            }
+    /// Prints the other containers of `group` (other users', or other candidates) than
+    /// `here`; returns the problem they make when there are any: processes that use
+    /// different ones never hear each other.
+    private static func otherContainers(of group: String, sub: String?, here: String, environment: [String: String]) -> [String] {
+        let suffix = sub.map { "/" + $0 } ?? ""
+        let others = (WormholeContainer.candidateDirectories(forApplicationGroupIdentifier: group, environment: environment)
+            + WormholeContainer.otherUsersDirectories(forApplicationGroupIdentifier: group))
+            .map { $0 + suffix }
+            .filter { $0 != here && FileManager.default.fileExists(atPath: $0) }
+        for other in others {
+            Output.line("  also: \(other) (\(Self.describe(other)))")
         }
-
-        // 5. A test message, watched as a listener would.
-        switch Self.testMessage(wormhole) {
-        case .success(let text): line(text)
-        case .failure(let problem): problems.append(problem.description)
-        }
-
-        if problems.isEmpty {
-            line("all is well")
-            return
-        }
-        for problem in problems { Output.error("problem: \(problem)") }
-        throw ExitCode.failure
+        guard !others.isEmpty else { return [] }
+        return ["group \(group) has \(others.count + 1) containers (\(([here] + others).joined(separator: ", "))): processes that use different ones never hear each other. Use one: remove the others once no process uses them, unset \(WormholeContainer.environmentOverride) where it differs, or share the group between users with 'wormhole share'"]
     }
 
     /// Passes a message under `wormhole-doctor` and waits (up to 5 s) for a listener of

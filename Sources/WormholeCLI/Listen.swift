@@ -212,15 +212,14 @@ struct Listen: ParsableCommand {
             let wormhole = try container.makeWormhole()
             let format = self.format
             let terminal = Output.outputIsTerminal
-            let tokens = Mutex<[ListenerToken]>([])
-            defer { tokens.withLock { $0 }.forEach { $0.cancel() } }
             if let queue {
                 try listen(queue: queue, wormhole: wormhole, session: session, format: format, terminal: terminal)
                 return
             }
             // With --no-follow: the last message of each identifier now, where printing stops.
-            let remaining = Mutex(noFollow ? try lastMessages(in: wormhole) : [:])
-            if noFollow && remaining.withLock({ $0.isEmpty }) {
+            let listeners = Listeners(remaining: noFollow ? try lastMessages(in: wormhole) : [:])
+            defer { listeners.cancelAll() }
+            if noFollow && listeners.remaining.withLock({ $0.isEmpty }) {
                 throw CommandFailure("no message to print under \(Self.names(identifiers)): \(durable == nil ? "none is kept" : "the durable listener '\(durable!)' has printed every one")",
                                      exitCode: WormholeExitCode.noMessage)
             }
@@ -234,46 +233,16 @@ struct Listen: ParsableCommand {
             // Each identifier once: naming one twice must not print its messages twice.
             var seen = Set<String>()
             for identifier in identifiers where seen.insert(identifier).inserted {
-                let onError: @Sendable (WormholeError) -> Void = { error in
-                        // A listener that stopped (nothing can wake it any more) ends the
-                        // command; anything else is reported and listening goes on.
-                        if tokens.withLock({ $0 }).contains(where: { $0.identifier == identifier && $0.isCancelled }) {
-                            session.finish(.failed("stopped listening to '\(identifier)': \(error.description)"))
-                        } else {
-                            Output.error(error.description)
-                            // With --no-follow, a message reported instead of printed (too
-                            // large for this reader, or expired: the report names the
-                            // newest of those it stands for) is passed all the same.
-                            if noFollow, let sequence = error.sequence, Self.passed(identifier, sequence, in: remaining) {
-                                session.finish(.reachedCount)
-                            }
-                        }
-                    }
-                // A durable listener's position moves once the message was written out. One
-                // that arrives after the end (--count reached, a signal) is not printed: the
-                // listeners stop before this call returns, so it is not counted as handled.
-                let listener: @Sendable (WormholeRecord) -> Void = { record in
-                    if !session.admit({ Self.print(record, format: format, terminal: terminal, verbose: verbose) }) {
-                        tokens.withLock { $0 }.forEach { $0.cancel() }
-                    } else if noFollow, Self.passed(identifier, record.sequence, in: remaining) {
-                        session.finish(.reachedCount)
-                    }
-                }
-                let token = if let durable {
-                    try wormhole.listenForRecords(withIdentifier: identifier, durableName: durable, startingFrom: startingPoint,
-                                                  queue: session.queue, onError: onError, listener: listener)
-                } else {
-                    try wormhole.listenForRecords(withIdentifier: identifier, startingFrom: startingPoint,
-                                                  queue: session.queue, onError: onError, listener: listener)
-                }
-                tokens.withLock { $0.append(token) }
+                let token = try listen(to: identifier, wormhole: wormhole, session: session, listeners: listeners,
+                                       format: format, terminal: terminal)
+                listeners.tokens.withLock { $0.append(token) }
             }
             session.queue.resume()
             suspended = false
             try session.finishWhenIdle(wormhole, after: exitWhenIdle)
             announce(Self.names(identifiers), in: wormhole)
             try session.finish(count: count, timeout: timeout, what: "messages", names: Self.names(identifiers)) {
-                tokens.withLock { $0 }.forEach { $0.cancel() }
+                listeners.cancelAll()
             }
             // Reached the end with nothing printed: every message there had expired (or
             // could not be read), each reported above.
@@ -282,6 +251,55 @@ struct Listen: ParsableCommand {
                                      exitCode: WormholeExitCode.noMessage)
             }
         }
+    }
+
+    /// The listeners of one run and, with --no-follow, the last message of each identifier
+    /// that printing has not reached yet.
+    private final class Listeners: Sendable {
+        let tokens = Mutex<[ListenerToken]>([])
+        let remaining: Mutex<[String: UInt64]>
+
+        init(remaining: [String: UInt64]) { self.remaining = Mutex(remaining) }
+
+        func cancelAll() { tokens.withLock { $0 }.forEach { $0.cancel() } }
+    }
+
+    /// Starts listening to `identifier` on the session's queue: what arrives is printed
+    /// until the session ends; a listener that stops ends the session.
+    private func listen(to identifier: String, wormhole: Wormhole, session: ListeningSession, listeners: Listeners,
+                        format: RecordFormat, terminal: Bool) throws -> ListenerToken {
+        let noFollow = self.noFollow, verbose = self.verbose
+        let onError: @Sendable (WormholeError) -> Void = { error in
+            // A listener that stopped (nothing can wake it any more) ends the
+            // command; anything else is reported and listening goes on.
+            if listeners.tokens.withLock({ $0 }).contains(where: { $0.identifier == identifier && $0.isCancelled }) {
+                session.finish(.failed("stopped listening to '\(identifier)': \(error.description)"))
+            } else {
+                Output.error(error.description)
+                // With --no-follow, a message reported instead of printed (too
+                // large for this reader, or expired: the report names the
+                // newest of those it stands for) is passed all the same.
+                if noFollow, let sequence = error.sequence, Self.passed(identifier, sequence, in: listeners.remaining) {
+                    session.finish(.reachedCount)
+                }
+            }
+        }
+        // A durable listener's position moves once the message was written out. One
+        // that arrives after the end (--count reached, a signal) is not printed: the
+        // listeners stop before this call returns, so it is not counted as handled.
+        let listener: @Sendable (WormholeRecord) -> Void = { record in
+            if !session.admit({ Self.print(record, format: format, terminal: terminal, verbose: verbose) }) {
+                listeners.cancelAll()
+            } else if noFollow, Self.passed(identifier, record.sequence, in: listeners.remaining) {
+                session.finish(.reachedCount)
+            }
+        }
+        if let durable {
+            return try wormhole.listenForRecords(withIdentifier: identifier, durableName: durable, startingFrom: startingPoint,
+                                                 queue: session.queue, onError: onError, listener: listener)
+        }
+        return try wormhole.listenForRecords(withIdentifier: identifier, startingFrom: startingPoint,
+                                             queue: session.queue, onError: onError, listener: listener)
     }
 
     /// For --no-follow: notes that `identifier`'s listener got (or reported) message

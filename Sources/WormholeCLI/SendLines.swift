@@ -22,53 +22,8 @@ enum SendLines {
     /// line and says how many were passed before it.
     static func pass(identifier: String, json: Bool, printSequence: Bool, container: ContainerOptions.Choice) throws {
         try Failures.reported {
-            let wormhole = try container.makeWormhole()
-            let limit = Send.limit
-            var pending: [UInt8] = []
+            let passer = Passer(wormhole: try container.makeWormhole(), identifier: identifier, json: json)
             var chunk = [UInt8](repeating: 0, count: 256 << 10)
-            var lineNumber = 0
-            var passed = 0
-            var first: UInt64?
-            var last: UInt64?
-            func passBatch(_ batch: [(payload: Data, kind: WormholePayloadKind)]) throws {
-                guard !batch.isEmpty else { return }
-                let sequences = try wormhole.passPayloads(batch, identifier: identifier)
-                passed += batch.count
-                first = first ?? sequences.lowerBound
-                last = sequences.upperBound - 1
-            }
-            /// The complete lines of `pending` (all of it at the end of the input), in batches.
-            func drain(atEnd: Bool) throws {
-                var batch: [(payload: Data, kind: WormholePayloadKind)] = []
-                var start = 0
-                while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) ?? (atEnd && start < pending.count ? pending.count : nil) {
-                    lineNumber += 1
-                    let line = Data(pending[start..<newline])
-                    start = min(newline + 1, pending.count)
-                    guard line.count <= limit else {
-                        try passBatch(batch)
-                        throw CommandFailure("line \(lineNumber) is \(line.count) bytes, more than the largest message (\(limit) bytes); \(passed) lines were passed before it")
-                    }
-                    var kind: WormholePayloadKind = String(data: line, encoding: .utf8) != nil ? .text : .data
-                    if json {
-                        if let problem = Send.jsonProblem(line) {
-                            try passBatch(batch)
-                            throw CommandFailure("line \(lineNumber) is not JSON (\(problem)); \(passed) lines were passed before it")
-                        }
-                        kind = .json
-                    }
-                    batch.append((line, kind))
-                    if batch.count == batchLimit {
-                        try passBatch(batch)
-                        batch.removeAll(keepingCapacity: true)
-                    }
-                }
-                try passBatch(batch)
-                pending.removeFirst(start)
-                guard pending.count <= limit else {
-                    throw CommandFailure("line \(lineNumber + 1) is longer than the largest message (\(limit) bytes); \(passed) lines were passed before it")
-                }
-            }
             if Output.inputIsTerminal {
                 Output.error("passing each line of standard input to '\(identifier)'; end with Ctrl-D")
             }
@@ -76,14 +31,78 @@ enum SendLines {
                 let count = chunk.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
                 if count < 0 {
                     if errno == EINTR { continue }
-                    throw CommandFailure("cannot read standard input: \(String(cString: strerror(errno))); \(passed) lines were passed")
+                    throw CommandFailure("cannot read standard input: \(String(cString: strerror(errno))); \(passer.passed) lines were passed")
                 }
                 if count == 0 { break }
-                pending.append(contentsOf: chunk[..<count])
-                try drain(atEnd: false)
+                passer.pending.append(contentsOf: chunk[..<count])
+                try passer.drain(atEnd: false)
             }
-            try drain(atEnd: true)
-            if printSequence, let first, let last { Output.line(first == last ? "\(first)" : "\(first)-\(last)") }
+            try passer.drain(atEnd: true)
+            if printSequence, let first = passer.first, let last = passer.last {
+                Output.line(first == last ? "\(first)" : "\(first)-\(last)")
+            }
+        }
+    }
+
+    /// The lines read and not passed yet, and what was passed of them so far.
+    private final class Passer {
+        let wormhole: Wormhole
+        let identifier: String
+        let json: Bool
+        let limit = Send.limit
+        /// Bytes read after the last complete line.
+        var pending: [UInt8] = []
+        var lineNumber = 0
+        var passed = 0
+        var first: UInt64?
+        var last: UInt64?
+
+        init(wormhole: Wormhole, identifier: String, json: Bool) {
+            self.wormhole = wormhole
+            self.identifier = identifier
+            self.json = json
+        }
+
+        func passBatch(_ batch: [(payload: Data, kind: WormholePayloadKind)]) throws {
+            guard !batch.isEmpty else { return }
+            let sequences = try wormhole.passPayloads(batch, identifier: identifier)
+            passed += batch.count
+            first = first ?? sequences.lowerBound
+            last = sequences.upperBound - 1
+        }
+
+        /// Passes the complete lines of `pending` (all of it at the end of the input), in
+        /// batches; a line too long or (with `json`) not JSON stops it, after the lines before it.
+        func drain(atEnd: Bool) throws {
+            var batch: [(payload: Data, kind: WormholePayloadKind)] = []
+            var start = 0
+            while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) ?? (atEnd && start < pending.count ? pending.count : nil) {
+                lineNumber += 1
+                let line = Data(pending[start..<newline])
+                start = min(newline + 1, pending.count)
+                guard line.count <= limit else {
+                    try passBatch(batch)
+                    throw CommandFailure("line \(lineNumber) is \(line.count) bytes, more than the largest message (\(limit) bytes); \(passed) lines were passed before it")
+                }
+                var kind: WormholePayloadKind = String(data: line, encoding: .utf8) != nil ? .text : .data
+                if json {
+                    if let problem = Send.jsonProblem(line) {
+                        try passBatch(batch)
+                        throw CommandFailure("line \(lineNumber) is not JSON (\(problem)); \(passed) lines were passed before it")
+                    }
+                    kind = .json
+                }
+                batch.append((line, kind))
+                if batch.count == batchLimit {
+                    try passBatch(batch)
+                    batch.removeAll(keepingCapacity: true)
+                }
+            }
+            try passBatch(batch)
+            pending.removeFirst(start)
+            guard pending.count <= limit else {
+                throw CommandFailure("line \(lineNumber + 1) is longer than the largest message (\(limit) bytes); \(passed) lines were passed before it")
+            }
         }
     }
 }

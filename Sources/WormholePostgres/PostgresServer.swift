@@ -39,15 +39,7 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
         guard scheme == "postgres" || scheme == "postgresql" else {
             throw invalid("has the scheme '\(scheme)', not postgres:// or postgresql://")
         }
-        var parameters: [String: String] = [:]
-        for item in components.queryItems ?? [] {
-            guard let value = item.value else { throw invalid("has the parameter '\(item.name)' without a value") }
-            parameters[item.name] = value
-        }
-        let known: Set<String> = ["sslmode", "host", "port", "user", "password", "dbname", "connect_timeout", "application_name"]
-        if let unknown = parameters.keys.sorted().first(where: { !known.contains($0) }) {
-            throw invalid("has the parameter '\(unknown)', which is not one of \(known.sorted().joined(separator: ", "))")
-        }
+        let parameters = try Self.parameters(of: components, invalid: invalid)
         let environment = ProcessInfo.processInfo.environment
         let user = parameters["user"] ?? components.user.flatMap { $0.isEmpty ? nil : $0 } ?? environment["PGUSER"] ?? Self.loginName()
         guard let user, !user.isEmpty else { throw invalid("names no user, and the login name is unknown") }
@@ -70,19 +62,7 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
             configuration = PostgresConnection.Configuration(
                 unixSocketPath: host + "/.s.PGSQL.\(port)", username: user, password: password, database: database)
         } else {
-            let tls: PostgresConnection.Configuration.TLS
-            switch parameters["sslmode"] ?? "prefer" {
-            case "disable":
-                tls = .disable
-            case "prefer", "allow":
-                tls = .prefer(try Self.tlsContext(verify: false, shown: shown))
-            case "require":
-                tls = .require(try Self.tlsContext(verify: false, shown: shown))
-            case "verify-full", "verify-ca":
-                tls = .require(try Self.tlsContext(verify: true, shown: shown))
-            case let other:
-                throw invalid("has sslmode '\(other)', not disable, prefer, require or verify-full")
-            }
+            let tls = try Self.tls(sslmode: parameters["sslmode"] ?? "prefer", shown: shown, invalid: invalid)
             configuration = PostgresConnection.Configuration(
                 host: host ?? "localhost", port: port, username: user, password: password, database: database, tls: tls)
         }
@@ -101,6 +81,40 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
     public init(configuration: PostgresConnection.Configuration, description: String) {
         self.configuration = configuration
         self.description = description
+    }
+
+    /// The query parameters of the URL, each once with a value and each one libpq's
+    /// form knows; else the error `invalid` words.
+    private static func parameters(of components: URLComponents,
+                                   invalid: (String) -> WormholeError) throws(WormholeError) -> [String: String] {
+        var parameters: [String: String] = [:]
+        for item in components.queryItems ?? [] {
+            guard let value = item.value else { throw invalid("has the parameter '\(item.name)' without a value") }
+            parameters[item.name] = value
+        }
+        let known: Set<String> = ["sslmode", "host", "port", "user", "password", "dbname", "connect_timeout", "application_name"]
+        if let unknown = parameters.keys.sorted().first(where: { !known.contains($0) }) {
+            throw invalid("has the parameter '\(unknown)', which is not one of \(known.sorted().joined(separator: ", "))")
+        }
+        return parameters
+    }
+
+    /// The TLS of a connection with `sslmode`, as libpq's modes: none, offered and
+    /// unverified, required and unverified, or required and verified.
+    private static func tls(sslmode: String, shown: String,
+                            invalid: (String) -> WormholeError) throws(WormholeError) -> PostgresConnection.Configuration.TLS {
+        switch sslmode {
+        case "disable":
+            return .disable
+        case "prefer", "allow":
+            return .prefer(try tlsContext(verify: false, shown: shown))
+        case "require":
+            return .require(try tlsContext(verify: false, shown: shown))
+        case "verify-full", "verify-ca":
+            return .require(try tlsContext(verify: true, shown: shown))
+        case let other:
+            throw invalid("has sslmode '\(other)', not disable, prefer, require or verify-full")
+        }
     }
 
     /// `url` with the password replaced by `***`.

@@ -29,6 +29,29 @@ struct PostgresBackendTests {
         return Int(rows.first.flatMap { try? $0.decode(Int64.self) } ?? -1)
     }
 
+    @Test("a PostgreSQL URL's parameters and sslmode are checked as libpq's: each refusal names the parameter and shows the form, the password hidden")
+    func urlParametersAreChecked() throws {
+        let refused: [(String, String)] = [
+            ("postgres://u:secret@h/db?sslmode", "has the parameter 'sslmode' without a value"),
+            ("postgres://u:secret@h/db?colour=blue", "has the parameter 'colour', which is not one of application_name, connect_timeout"),
+            ("postgres://u:secret@h/db?sslmode=always", "has sslmode 'always', not disable, prefer, require or verify-full"),
+            ("mysql://u@h/db", "has the scheme 'mysql'"),
+        ]
+        for (url, message) in refused {
+            do {
+                _ = try PostgresServer(url: url)
+                Issue.record("accepted \(url)")
+            } catch {
+                #expect(error.code == .invalidConfiguration && error.message.contains(message), "\(error.message)")
+                #expect(!error.message.contains("secret"))
+            }
+        }
+        let server = try PostgresServer(url: "postgres://u:secret@db.example.com:6543/app?sslmode=disable&application_name=probe")
+        #expect(server.configuration.username == "u" && server.configuration.database == "app")
+        #expect(server.configuration.options.additionalStartupParameters.contains { $0 == ("application_name", "probe") })
+        #expect(server.description == "postgres://u:***@db.example.com:6543/app?sslmode=disable&application_name=probe")
+    }
+
     /// Docs/Scaling.md, "No torn reads": once a pass's statement has reached the server,
     /// the server runs it to its end and commits it, though its sender was killed. The
     /// test holds the identifier's row so that a writer's statement waits on the server,

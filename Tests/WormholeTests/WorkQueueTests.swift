@@ -315,6 +315,77 @@ struct WorkQueueTests {
         #expect(entry.retryDelay == UInt32.max)
     }
 
+    @Test("a take frees the entries of the member taking and of members that ended (these after their back-off), and looks next at the lowest due entry held by nobody, or one at its maximum deliveries however long its delay")
+    func takeReleasesAndPicksTheNextWaitingEntry() {
+        let now: Int64 = 100_000_000_000
+        var state = WorkQueueState()
+        state.entries = [
+            .init(sequence: 9, member: 0, deliveries: 1, delivered: now),
+            .init(sequence: 4, member: 7, deliveries: 2, delivered: now),
+            .init(sequence: 5, member: 8, deliveries: 1, delivered: now),
+            .init(sequence: 6, member: 9, deliveries: 1, delivered: now),
+        ]
+        state.entries[0].retryDelay = 0
+        // Member 7 takes; member 8 ended; member 9 lives.
+        state.releaseEntries(heldBy: 7, now: now, isAlive: { $0 == 9 }, delay: { Double($0) * 2 })
+        #expect(state.entries.map(\.member) == [0, 0, 0, 9])
+        #expect(state.entries[1].retryDelay == 0, "its own: handed out again at once")
+        #expect(state.entries[2].retryDelay == 2_000, "an ended member's: after the back-off of 1 delivery")
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 5, skipping: []) == 1)
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 5, skipping: [4]) == 0, "5 waits for its delay")
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 1, skipping: [4]) == 2, "at its maximum: to the dead letters now")
+        #expect(state.nextWaitingEntry(at: now + 2_000_000_000, maximumDeliveries: 5, skipping: [4]) == 2)
+        #expect(state.nextWaitingEntry(at: now, maximumDeliveries: 5, skipping: [4, 9]) == nil)
+    }
+
+    @Test("queue options are refused with a message naming the option: no delivery, a redelivery interval that is not positive, retry delays out of range or out of order, dead letters to the queue's own identifier")
+    func optionsAreValidated() throws {
+        #expect(try WorkQueueOptions().validatedDeadLetters(of: "jobs") == WorkQueueOptions().deadLetters(of: "jobs"))
+        let refused: [(WorkQueueOptions, String)] = [
+            (WorkQueueOptions(maximumDeliveries: 0), "maximumDeliveries is 0"),
+            (WorkQueueOptions(redeliveryInterval: .infinity), "redeliveryInterval is inf"),
+            (WorkQueueOptions(retryDelay: -1), "retryDelay is -1.0"),
+            (WorkQueueOptions(retryDelay: 10, maximumRetryDelay: 5), "maximumRetryDelay is 5.0, less than retryDelay 10.0"),
+            (WorkQueueOptions(deadLetterIdentifier: "jobs"), "cannot be 'jobs' itself"),
+        ]
+        for (options, message) in refused {
+            do {
+                _ = try options.validatedDeadLetters(of: "jobs")
+                Issue.record("accepted, though \(message)")
+            } catch {
+                #expect(error.code == .invalidConfiguration && error.message.contains(message), "\(error.message)")
+            }
+        }
+    }
+
+    @Test("reading the queues' states (for status and compaction) leaves no descriptor of theirs open: the caller gets values, not directories to close",
+          .timeLimit(.minutes(1)))
+    func statesLeaveNoDescriptorOpen() async throws {
+        let directory = TemporaryDirectory()
+        let wormhole = try Wormhole(directory: directory.file("c"))
+        let member = try wormhole.listenForMessage(withIdentifier: "jobs", as: String.self, workQueue: "w") { _ in }
+        defer { member.cancel() }
+        try await wormhole.passMessage("a", identifier: "jobs")
+        let container = try ContainerDirectory(path: directory.file("c"))
+        // This process's descriptors on the queue's members directory (the member holds one).
+        func membersDescriptors() -> Int {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            return names.filter { name in
+                let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + name)
+                return target?.hasSuffix("/c/.queues/jobs/w/members") == true && target?.hasPrefix(directory.path) == true
+            }.count
+        }
+        let before = membersDescriptors()
+        #expect(before >= 1, "the member's own")
+        for _ in 0..<5 {
+            let states = WorkQueueFile.states(container: container, identifier: "jobs")
+            #expect(states.map(\.name) == ["w"])
+        }
+        _ = WormholeWorkQueueStatus.read(transiting: try FileTransiting(directory: directory.file("c")), identifier: "jobs")
+        #expect(WorkQueueFile.lowestUnhandled(container: container, identifier: "jobs", logID: 0) != nil)
+        #expect(membersDescriptors() == before)
+    }
+
     @Test("a failing job is handed out again only after its retry delay, doubled at each failure up to the maximum, while other jobs are handed out meanwhile; the member waiting for it wakes when it is due (Protocol.md §18.1, revision 3.1)",
           .timeLimit(.minutes(1)))
     func failingJobBacksOff() async throws {
@@ -337,7 +408,6 @@ struct WorkQueueTests {
         let container = try ContainerDirectory(path: directory.file("c"))
         func entry() -> WorkQueueState.Entry? {
             let states = WorkQueueFile.states(container: container, identifier: "jobs")
-            for state in states { try? state.members?.close() }
             return states.compactMap { $0.state?.entries.first }.first
         }
         #expect(await eventually { entry()?.member == 0 })

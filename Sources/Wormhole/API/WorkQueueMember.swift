@@ -120,24 +120,7 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
          handler: @escaping @Sendable (WormholeRecord, Int) throws -> Void,
          activity: HandlingActivity? = nil,
          onCancel: @escaping @Sendable () -> Void) throws(WormholeError) {
-        guard options.maximumDeliveries >= 1 else {
-            throw WormholeError(.invalidConfiguration, "maximumDeliveries is \(options.maximumDeliveries); a message must be handed out at least once")
-        }
-        guard options.redeliveryInterval > 0, options.redeliveryInterval.isFinite else {
-            throw WormholeError(.invalidConfiguration, "redeliveryInterval is \(options.redeliveryInterval); it must be a positive number of seconds")
-        }
-        for (name, value) in [("retryDelay", options.retryDelay), ("maximumRetryDelay", options.maximumRetryDelay)]
-        where !(value >= 0 && value <= WorkQueueOptions.longestRetryDelay) {
-            throw WormholeError(.invalidConfiguration, "\(name) is \(value); it must be between 0 and \(Int(WorkQueueOptions.longestRetryDelay)) seconds")
-        }
-        guard options.maximumRetryDelay >= options.retryDelay else {
-            throw WormholeError(.invalidConfiguration, "maximumRetryDelay is \(options.maximumRetryDelay), less than retryDelay \(options.retryDelay)")
-        }
-        let deadLetters = options.deadLetters(of: identifier)
-        try Identifier.validate(deadLetters, kind: "dead-letter identifier")
-        guard deadLetters != identifier else {
-            throw WormholeError(.invalidConfiguration, "the dead-letter identifier of a queue of '\(identifier)' cannot be '\(identifier)' itself")
-        }
+        let deadLetters = try options.validatedDeadLetters(of: identifier)
         self.identifier = identifier
         self.name = name
         self.options = options
@@ -335,5 +318,32 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
             file = nil
             state.readerClosed()
         }
+    }
+}
+
+extension WorkQueueOptions {
+    /// Decides whether these options can run a queue of `identifier`: at least one
+    /// delivery, a positive redelivery interval, retry delays in range and in order, and a
+    /// valid dead-letter identifier other than `identifier`, which it returns.
+    func validatedDeadLetters(of identifier: String) throws(WormholeError) -> String {
+        guard maximumDeliveries >= 1 else {
+            throw WormholeError(.invalidConfiguration, "maximumDeliveries is \(maximumDeliveries); a message must be handed out at least once")
+        }
+        guard redeliveryInterval > 0, redeliveryInterval.isFinite else {
+            throw WormholeError(.invalidConfiguration, "redeliveryInterval is \(redeliveryInterval); it must be a positive number of seconds")
+        }
+        for (name, value) in [("retryDelay", retryDelay), ("maximumRetryDelay", maximumRetryDelay)]
+        where !(value >= 0 && value <= WorkQueueOptions.longestRetryDelay) {
+            throw WormholeError(.invalidConfiguration, "\(name) is \(value); it must be between 0 and \(Int(WorkQueueOptions.longestRetryDelay)) seconds")
+        }
+        guard maximumRetryDelay >= retryDelay else {
+            throw WormholeError(.invalidConfiguration, "maximumRetryDelay is \(maximumRetryDelay), less than retryDelay \(retryDelay)")
+        }
+        let letters = self.deadLetters(of: identifier)
+        try Identifier.validate(letters, kind: "dead-letter identifier")
+        guard letters != identifier else {
+            throw WormholeError(.invalidConfiguration, "the dead-letter identifier of a queue of '\(identifier)' cannot be '\(identifier)' itself")
+        }
+        return letters
     }
 }

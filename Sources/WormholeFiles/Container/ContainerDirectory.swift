@@ -404,24 +404,7 @@ package final class ContainerDirectory: Sendable {
             throw WormholeError(.containerInsecure, "the root directory cannot be a container; choose a directory of your own", path: path.description)
         }
         let parentPath = path.parent
-        var parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        if case .failure(.noSuchFileOrDirectory) = parent, createParents {
-            try path.createAncestors()
-            parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        }
-        let parentFD: FileDescriptor
-        switch parent {
-        case .success(let value):
-            parentFD = FileDescriptor(rawValue: value)
-        case .failure(.permissionDenied):
-            // A directory in a shared container of a group this user is not in: say so.
-            if case .success(let status) = Syscalls.linkStatus(parentPath) {
-                _ = try ContainerAccess.of(status, path: parentPath)
-            }
-            throw unavailable(path.description, .permissionDenied)
-        case .failure(let errno):
-            throw unavailable(path.description, errno)
-        }
+        let parentFD = try openParent(of: path, createParents: createParents)
         defer { try? parentFD.close() }
         let parentStatus = try Syscalls.status(parentFD).orThrow("inspect", path: parentPath)
         // A directory in a shared container (an optional directory of a shared group) is
@@ -437,26 +420,7 @@ package final class ContainerDirectory: Sendable {
                 _ = Syscalls.makeDirectory(path.name, in: parentFD, permissions: 0o700)
             }
         }
-        let fd: FileDescriptor
-        switch Syscalls.open(path.name, in: parentFD, .directory) {
-        case .success(let opened): fd = opened
-        case .failure(.tooManySymbolicLinkLevels), .failure(.notDirectory):
-            if (try? FilePath(path.name).stat(relativeTo: parentFD, flags: .symlinkNoFollow))?.isSymbolicLink == true {
-                throw symbolicLinkRefused(path.description)
-            }
-            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path.description)
-        case .failure(.permissionDenied):
-            // A shared container of a group this user is not in: say so.
-            if case .success(let status) = Syscalls.linkStatus(path.description) {
-                // A directory of a shared container that another member's user made
-                // without the group's access: whose it is, and who must repair it.
-                if let sharedParent { throw sharedParent.refusal(status, path: path.description, errno: .permissionDenied) }
-                _ = try ContainerAccess.of(status, path: path.description)
-            }
-            throw unavailable(path.description, .permissionDenied)
-        case .failure(let errno):
-            throw unavailable(path.description, errno)
-        }
+        let fd = try openDirectory(path, in: parentFD, sharedParent: sharedParent)
         do throws(WormholeError) {
             var status = try Syscalls.status(fd).orThrow("inspect", path: path.description)
             if let sharedParent {
@@ -473,6 +437,56 @@ package final class ContainerDirectory: Sendable {
         } catch {
             try? fd.close()
             throw error
+        }
+    }
+
+    /// Opens the parent directory of `path`, creating it and its ancestors when missing
+    /// and `createParents`; a parent this user may not enter is refused with whose it is.
+    private static func openParent(of path: ContainerPath, createParents: Bool) throws(WormholeError) -> FileDescriptor {
+        let parentPath = path.parent
+        var parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        if case .failure(.noSuchFileOrDirectory) = parent, createParents {
+            try path.createAncestors()
+            parent = Syscalls.retrying("open(parent)") { Glibc.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        }
+        switch parent {
+        case .success(let value):
+            return FileDescriptor(rawValue: value)
+        case .failure(.permissionDenied):
+            // A directory in a shared container of a group this user is not in: say so.
+            if case .success(let status) = Syscalls.linkStatus(parentPath) {
+                _ = try ContainerAccess.of(status, path: parentPath)
+            }
+            throw unavailable(path.description, .permissionDenied)
+        case .failure(let errno):
+            throw unavailable(path.description, errno)
+        }
+    }
+
+    /// Opens the container directory `path` in its parent `parentFD`, refusing a symbolic
+    /// link or a file; one this user may not enter is refused with whose it is (and, in
+    /// a shared container, who must repair it).
+    private static func openDirectory(_ path: ContainerPath, in parentFD: FileDescriptor,
+                                      sharedParent: ContainerAccess?) throws(WormholeError) -> FileDescriptor {
+        switch Syscalls.open(path.name, in: parentFD, .directory) {
+        case .success(let opened):
+            return opened
+        case .failure(.tooManySymbolicLinkLevels), .failure(.notDirectory):
+            if (try? FilePath(path.name).stat(relativeTo: parentFD, flags: .symlinkNoFollow))?.isSymbolicLink == true {
+                throw symbolicLinkRefused(path.description)
+            }
+            throw WormholeError(.containerInsecure, "container '\(path)' is not a directory; move that file away", path: path.description)
+        case .failure(.permissionDenied):
+            // A shared container of a group this user is not in: say so.
+            if case .success(let status) = Syscalls.linkStatus(path.description) {
+                // A directory of a shared container that another member's user made
+                // without the group's access: whose it is, and who must repair it.
+                if let sharedParent { throw sharedParent.refusal(status, path: path.description, errno: .permissionDenied) }
+                _ = try ContainerAccess.of(status, path: path.description)
+            }
+            throw unavailable(path.description, .permissionDenied)
+        case .failure(let errno):
+            throw unavailable(path.description, errno)
         }
     }
 

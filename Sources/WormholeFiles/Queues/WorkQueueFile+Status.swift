@@ -9,9 +9,8 @@ extension WormholeWorkQueueStatus {
         var result: [WormholeWorkQueueStatus] = []
         for identifier in identifiers {
             let last = transiting.summary(of: identifier)?.lastSequence ?? 0
-            for (name, state, membersDirectory) in WorkQueueFile.states(container: container, identifier: identifier) {
-                let live = membersDirectory.map { WorkQueueFile.liveMembers($0) } ?? []
-                try? membersDirectory?.close()
+            for (name, state, members) in WorkQueueFile.states(container: container, identifier: identifier, liveMembers: true) {
+                let live = members ?? []
                 let tokens = Set(live.map(\.token))
                 let held = Set(state?.entries.filter { tokens.contains($0.member) }.map(\.member) ?? [])
                 let inFlight = state?.entries.filter { tokens.contains($0.member) }.count ?? 0

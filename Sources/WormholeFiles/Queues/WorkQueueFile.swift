@@ -173,32 +173,40 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
     private func take(from state: inout WorkQueueState, maximumDeliveries: UInt32, deadLetters: String,
                       report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
         let now = Syscalls.wallClockNanoseconds()
-        for index in state.entries.indices where state.entries[index].member != 0 {
-            if state.entries[index].member == token {
-                // This member takes with nothing in hand (what it handled is acknowledged
-                // first): an entry it holds is one whose handing out never reached it.
-                // Handed out again, with its count, rather than held for as long as it lives.
-                state.entries[index].member = 0
-            } else if !isAlive(state.entries[index].member) {
-                // Its member ended holding it (killed, perhaps by this very message):
-                // handed out again after the back-off, as a message given back is.
-                state.entries[index].member = 0
-                state.entries[index].waitBeforeRedelivery(redeliveryDelay(state.entries[index].deliveries), now: now)
-            }
-        }
-        // Messages whose dead letter could not be passed (a full disk, a damaged or
-        // unwritable dead-letter log): kept for the next take, skipped in this one. Once
-        // one failed for want of a writable dead-letter log, those that failed before are
-        // not tried again in this take: they would fail alike.
+        state.releaseEntries(heldBy: token, now: now, isAlive: isAlive, delay: redeliveryDelay)
         var unmoved: Set<UInt64> = []
+        if let delivery = try takeWaiting(from: &state, now: now, maximumDeliveries: maximumDeliveries,
+                                          deadLetters: deadLetters, unmoved: &unmoved, report: report) {
+            return delivery
+        }
+        if !deadLetterFailures.isEmpty {
+            // Moved or lost meanwhile (by another member): forgotten.
+            let held = Set(state.entries.map(\.sequence))
+            deadLetterFailures = deadLetterFailures.filter { held.contains($0.key) }
+        }
+        guard state.entries.count < WorkQueueState.maximumEntries else {
+            if !unmoved.isEmpty, !reportedFull {
+                reportedFull = true
+                report(WormholeError(.systemError,
+                    "the work queue '\(name)' of '\(identifier)' holds \(state.entries.count) messages, as many as its state can, \(unmoved.count) of them waiting until they can be moved to its dead letters '\(deadLetters)' (see the errors reported for them): it takes no new message until some are moved",
+                    path: statePath))
+            }
+            return nil
+        }
+        reportedFull = false
+        return try takeNext(from: &state, now: now, report: report)
+    }
+
+    /// Hands out the oldest entry of the state that is due (``WorkQueueState/nextWaitingEntry(at:maximumDeliveries:skipping:)``),
+    /// passing to `deadLetters` those handed out `maximumDeliveries` times and dropping
+    /// the expired and the lost on the way. Those whose dead letter could not be passed go
+    /// in `unmoved`, kept for the next take.
+    private func takeWaiting(from state: inout WorkQueueState, now: Int64, maximumDeliveries: UInt32, deadLetters: String,
+                             unmoved: inout Set<UInt64>, report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
+        // Once one failed for want of a writable dead-letter log, those that failed
+        // before are not tried again in this take: they would fail alike.
         var deadLettersFailing = false
-        // An entry whose retry delay has not run out waits (T2, revision 3.1), unless it
-        // is to go to the dead letters: it will not be handed out again.
-        while let index = state.entries.indices.filter({
-                  let entry = state.entries[$0]
-                  return entry.member == 0 && !unmoved.contains(entry.sequence)
-                      && (entry.isDue(at: now) || entry.deliveries >= maximumDeliveries)
-              }).min(by: { state.entries[$0].sequence < state.entries[$1].sequence }) {
+        while let index = state.nextWaitingEntry(at: now, maximumDeliveries: maximumDeliveries, skipping: unmoved) {
             let entry = state.entries[index]
             if deadLettersFailing, entry.deliveries >= maximumDeliveries, deadLetterFailures[entry.sequence] != nil {
                 unmoved.insert(entry.sequence)
@@ -242,21 +250,12 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
             state.entries[index].retryDelay = 0
             return WormholeWorkQueueDelivery(record: record, deliveries: entry.deliveries + 1)
         }
-        if !deadLetterFailures.isEmpty {
-            // Moved or lost meanwhile (by another member): forgotten.
-            let held = Set(state.entries.map(\.sequence))
-            deadLetterFailures = deadLetterFailures.filter { held.contains($0.key) }
-        }
-        guard state.entries.count < WorkQueueState.maximumEntries else {
-            if !unmoved.isEmpty, !reportedFull {
-                reportedFull = true
-                report(WormholeError(.systemError,
-                    "the work queue '\(name)' of '\(identifier)' holds \(state.entries.count) messages, as many as its state can, \(unmoved.count) of them waiting until they can be moved to its dead letters '\(deadLetters)' (see the errors reported for them): it takes no new message until some are moved",
-                    path: statePath))
-            }
-            return nil
-        }
-        reportedFull = false
+        return nil
+    }
+
+    /// Hands out the next message of the log after what the queue has taken, counting the
+    /// gaps before it as lost and skipping the expired; `nil` when the log has no more.
+    private func takeNext(from state: inout WorkQueueState, now: Int64, report: Report) throws(WormholeError) -> WormholeWorkQueueDelivery? {
         let reader = try currentReader(after: state.taken, in: state.logID)
         while true {
             if unread.isEmpty {
@@ -569,14 +568,20 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     // MARK: - Readers without membership (compaction, status)
 
-    /// The queues of `identifier` and their states (`nil`: damaged), without locking.
-    package static func states(container: ContainerDirectory, identifier: String) -> [(name: String, state: WorkQueueState?, members: FileDescriptor?)] {
+    /// A live member of a queue: its token, process id and PID namespace.
+    package typealias LiveMember = (token: UInt64, processID: Int32, pidNamespace: UInt64?)
+
+    /// The queues of `identifier` and their states (`nil`: damaged), without locking; with
+    /// `liveMembers`, also each queue's live members (``liveMembers(_:)``; `nil` when its
+    /// directory could not be opened). Every descriptor it opens is closed before it returns.
+    package static func states(container: ContainerDirectory, identifier: String,
+                       liveMembers withMembers: Bool = false) -> [(name: String, state: WorkQueueState?, members: [LiveMember]?)] {
         guard case .success(let top) = Syscalls.open(directory, in: container.current.descriptor, .directory) else { return [] }
         defer { try? top.close() }
         guard case .success(let queues) = Syscalls.open(identifier, in: top, .directory) else { return [] }
         defer { try? queues.close() }
         guard case .success(let names) = Syscalls.directoryEntries(at: queues, name: ".") else { return [] }
-        var result: [(String, WorkQueueState?, FileDescriptor?)] = []
+        var result: [(String, WorkQueueState?, [LiveMember]?)] = []
         for name in names.sorted() where !name.hasPrefix(".") {
             guard case .success(let queue) = Syscalls.open(name, in: queues, .directory) else { continue }
             defer { try? queue.close() }
@@ -592,7 +597,11 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
             case .failure:
                 break
             }
-            let members = try? Syscalls.open(membersDirectory, in: queue, .directory).get()
+            var members: [LiveMember]?
+            if withMembers, case .success(let directory) = Syscalls.open(membersDirectory, in: queue, .directory) {
+                members = liveMembers(directory)
+                try? directory.close()
+            }
             result.append((name, state, members))
         }
         return result
@@ -603,8 +612,7 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// 0 (keep everything) for a damaged state. `nil` when it has no queue.
     package static func lowestUnhandled(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
         var lowest: UInt64?
-        for (_, state, members) in states(container: container, identifier: identifier) {
-            try? members?.close()
+        for (_, state, _) in states(container: container, identifier: identifier) {
             let keep = state?.lowestUnhandled(in: logID) ?? 0
             lowest = min(lowest ?? keep, keep)
         }
@@ -616,8 +624,7 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
     /// `nil` when no queue has taken from that log.
     package static func highestTaken(container: ContainerDirectory, identifier: String, logID: UInt64) -> UInt64? {
         var highest: UInt64?
-        for (_, state, members) in states(container: container, identifier: identifier) {
-            try? members?.close()
+        for (_, state, _) in states(container: container, identifier: identifier) {
             guard let state, state.logID == logID, state.taken > 0 else { continue }
             highest = max(highest ?? state.taken, state.taken)
         }
@@ -632,9 +639,9 @@ package final class WorkQueueFile: WormholeTransitingWorkQueue {
 
     /// The live members of a queue, from its `members` directory: process id and PID
     /// namespace of each file that is locked.
-    package static func liveMembers(_ members: FileDescriptor) -> [(token: UInt64, processID: Int32, pidNamespace: UInt64?)] {
+    package static func liveMembers(_ members: FileDescriptor) -> [LiveMember] {
         guard case .success(let names) = Syscalls.directoryEntries(at: members, name: ".") else { return [] }
-        var result: [(UInt64, Int32, UInt64?)] = []
+        var result: [LiveMember] = []
         for name in names.sorted() where !name.hasPrefix(".") {
             guard let token = UInt64(name, radix: 16), case .success(let fd) = Syscalls.open(name, in: members, .read) else { continue }
             defer { try? fd.close() }

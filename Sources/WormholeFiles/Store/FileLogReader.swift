@@ -289,91 +289,110 @@ package final class FileLogReader: WormholeTransitingReader {
                 // Any wake-up may mean the file exists now: its creation can go unseen when
                 // the directory itself was being watched again at that moment.
                 guard try openCurrent() else { return finish(results) }
-            case .following(var log, let offset):
-                if log.header == nil, let read = try? log.readHeader() {
-                    log.header = read
-                    state = .following(log, offset: offset)
-                }
-                guard let header = log.header else {
-                    // Still empty: its creator is writing the header.
-                    if invalidated, durable == nil || results.isEmpty, try openCurrent() { continue }
-                    return finish(results)
-                }
-                if logID != header.logID {
-                    // A log opened while its creator was still writing the header: if it
-                    // is another log than the one this position belongs to, its numbers
-                    // start over.
-                    if logID != nil { delivered = 0 }
-                    logID = header.logID
-                }
-                var reachedEnd = true
-                var clearedThrough = header.clearedThrough
-                // Damage met by the walk, reported with the next whole record, which says
-                // which messages it held (the numbers between the last whole record and
-                // that one); `nil` once reported, or when it was reported before.
-                var damage: (detail: String, offset: Int)?
-                // The last whole record the walk met, or before it (where this reader stands).
-                var lastSeen = max(header.baseSequence, delivered)
-                // Where this reader stands a record must start: damage there means the file
-                // was cut or rewritten under it.
-                var rewrittenUnderfoot = false
-                let found = results.count
-                let newOffset = try log.walk(from: offset, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
-                    if case .corrupt(_, let at) = item, at == offset, offset > LogFormat.headerSize, rescannedAt != offset {
-                        rewrittenUnderfoot = true
-                        return false
-                    }
-                    switch item {
-                    case .record(let frame, let bytes, let local, _, _):
-                        lastSeen = max(lastSeen, frame.sequence)
-                        reportDamage(&damage, before: frame.sequence, clearedThrough: clearedThrough, path: log.path, into: &results)
-                        guard frame.sequence > delivered else { return true }
-                        reportGap(before: frame.sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results)
-                        results.append(.success(LogFormat.record(frame, in: bytes, at: local, identifier: identifier)))
-                        delivered = frame.sequence
-                    case .tooLarge(let sequence, let at, let length):
-                        lastSeen = max(lastSeen, sequence)
-                        reportDamage(&damage, before: sequence, clearedThrough: clearedThrough, path: log.path, into: &results)
-                        guard sequence > delivered else { return true }
-                        reportGap(before: sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results)
-                        results.append(.failure(WormholeError(.messageTooLarge,
-                            "message \(sequence) of '\(identifier)' is \(length - header.layout.overhead) bytes, more than this reader's limit of \(maximumPayload) (Wormhole.Configuration.maximumMessageSize); skipped, at offset \(at) of '\(log.path)'",
-                            path: log.path, sequence: sequence)))
-                        delivered = sequence
-                    case .corrupt(let detail, let at):
-                        if at > reportedDamage {
-                            reportedDamage = at
-                            damage = (detail, at)
-                        }
-                    }
-                    if results.count >= maximumCount {
-                        reachedEnd = false
-                        return false
-                    }
-                    return true
-                }
-                if damage != nil {
-                    // A damaged record, whole, ends the file: it took the number after the
-                    // last whole record (Protocol.md §9.3), which the next message does not.
-                    reportDamage(&damage, before: lastSeen + 2, clearedThrough: clearedThrough, path: log.path, into: &results)
-                }
-                state = .following(log, offset: newOffset)
-                if buffer.capacity > ReadBuffer.standardCapacity { buffer.shrink() }
-                // Nothing new: one `fstat` says whether the file is now shorter than where
-                // this reader stands (emptied or cut by another program).
-                if rewrittenUnderfoot || (newOffset == offset && results.count == found && offset > LogFormat.headerSize
-                                          && rescannedAt != offset && changedUnderfoot(log, header: header, at: offset)) {
-                    rescan(log, from: offset, into: &results)
-                    continue
-                }
-                if !reachedEnd { return finish(results) }
-                // At the end of the held file: if it may have been replaced, move on (a
-                // durable reader first returns what it read here: one batch, one log).
-                if invalidated, durable == nil || results.isEmpty, try openCurrent() { continue }
-                return finish(results)
+            case .following(let log, let offset):
+                guard try readFollowed(log, from: offset, maximumCount: maximumCount, into: &results) else { return finish(results) }
             }
         }
         return finish(results)
+    }
+
+    /// Reads the held log from `offset` into `results` (up to `maximumCount`). Returns
+    /// whether to read on (the file was cut or rewritten under this reader, or replaced),
+    /// `false` when the read is over.
+    private func readFollowed(_ log: LogFile, from offset: Int, maximumCount: Int,
+                              into results: inout [Result<WormholeRecord, WormholeError>]) throws(WormholeError) -> Bool {
+        var log = log
+        if log.header == nil, let read = try? log.readHeader() {
+            log.header = read
+            state = .following(log, offset: offset)
+        }
+        guard let header = log.header else {
+            // Still empty: its creator is writing the header.
+            return invalidated && (durable == nil || results.isEmpty) ? try openCurrent() : false
+        }
+        if logID != header.logID {
+            // A log opened while its creator was still writing the header: if it
+            // is another log than the one this position belongs to, its numbers
+            // start over.
+            if logID != nil { delivered = 0 }
+            logID = header.logID
+        }
+        let found = results.count
+        let (newOffset, reachedEnd, rewrittenUnderfoot) = try walkFollowed(log, header: header, from: offset,
+                                                                           maximumCount: maximumCount, into: &results)
+        state = .following(log, offset: newOffset)
+        if buffer.capacity > ReadBuffer.standardCapacity { buffer.shrink() }
+        // Nothing new: one `fstat` says whether the file is now shorter than where
+        // this reader stands (emptied or cut by another program).
+        if rewrittenUnderfoot || (newOffset == offset && results.count == found && offset > LogFormat.headerSize
+                                  && rescannedAt != offset && changedUnderfoot(log, header: header, at: offset)) {
+            rescan(log, from: offset, into: &results)
+            return true
+        }
+        if !reachedEnd { return false }
+        // At the end of the held file: if it may have been replaced, move on (a
+        // durable reader first returns what it read here: one batch, one log).
+        return invalidated && (durable == nil || results.isEmpty) ? try openCurrent() : false
+    }
+
+    /// Walks the held log from `offset`, appending to `results` what this reader has not
+    /// delivered (records, gaps, damage, records too large) until it holds `maximumCount`.
+    /// Returns where the walk stopped, whether it reached the end, and whether damage
+    /// where this reader stands shows the file was cut or rewritten under it.
+    private func walkFollowed(_ log: LogFile, header: LogFormat.Header, from offset: Int, maximumCount: Int,
+                              into results: inout [Result<WormholeRecord, WormholeError>]) throws(WormholeError)
+        -> (offset: Int, reachedEnd: Bool, rewrittenUnderfoot: Bool) {
+        var reachedEnd = true
+        var clearedThrough = header.clearedThrough
+        // Damage met by the walk, reported with the next whole record, which says
+        // which messages it held (the numbers between the last whole record and
+        // that one); `nil` once reported, or when it was reported before.
+        var damage: (detail: String, offset: Int)?
+        // The last whole record the walk met, or before it (where this reader stands).
+        var lastSeen = max(header.baseSequence, delivered)
+        // Where this reader stands a record must start: damage there means the file
+        // was cut or rewritten under it.
+        var rewrittenUnderfoot = false
+        let newOffset = try log.walk(from: offset, header: header, maximumPayload: maximumPayload, buffer: buffer) { item in
+            if case .corrupt(_, let at) = item, at == offset, offset > LogFormat.headerSize, rescannedAt != offset {
+                rewrittenUnderfoot = true
+                return false
+            }
+            switch item {
+            case .record(let frame, let bytes, let local, _, _):
+                lastSeen = max(lastSeen, frame.sequence)
+                reportDamage(&damage, before: frame.sequence, clearedThrough: clearedThrough, path: log.path, into: &results)
+                guard frame.sequence > delivered else { return true }
+                reportGap(before: frame.sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results)
+                results.append(.success(LogFormat.record(frame, in: bytes, at: local, identifier: identifier)))
+                delivered = frame.sequence
+            case .tooLarge(let sequence, let at, let length):
+                lastSeen = max(lastSeen, sequence)
+                reportDamage(&damage, before: sequence, clearedThrough: clearedThrough, path: log.path, into: &results)
+                guard sequence > delivered else { return true }
+                reportGap(before: sequence, logBase: header.baseSequence, clearedThrough: &clearedThrough, into: &results)
+                results.append(.failure(WormholeError(.messageTooLarge,
+                    "message \(sequence) of '\(identifier)' is \(length - header.layout.overhead) bytes, more than this reader's limit of \(maximumPayload) (Wormhole.Configuration.maximumMessageSize); skipped, at offset \(at) of '\(log.path)'",
+                    path: log.path, sequence: sequence)))
+                delivered = sequence
+            case .corrupt(let detail, let at):
+                if at > reportedDamage {
+                    reportedDamage = at
+                    damage = (detail, at)
+                }
+            }
+            if results.count >= maximumCount {
+                reachedEnd = false
+                return false
+            }
+            return true
+        }
+        if damage != nil {
+            // A damaged record, whole, ends the file: it took the number after the
+            // last whole record (Protocol.md §9.3), which the next message does not.
+            reportDamage(&damage, before: lastSeen + 2, clearedThrough: clearedThrough, path: log.path, into: &results)
+        }
+        return (newOffset, reachedEnd, rewrittenUnderfoot)
     }
 
     /// Whether the held file was cut or rewritten under this reader, which stands at

@@ -179,23 +179,9 @@ import Synchronization
             total += LogFormat.recordOverhead + entry.payload.count
         }
         let nanoseconds = Syscalls.wallClockNanoseconds()
-        // The records, payloads in place; their headers are written under the lock,
-        // when the sequence numbers are known.
-        var bytes = [UInt8](repeating: 0, count: total)
-        var ends: [Int] = []
-        ends.reserveCapacity(batch.count)
-        bytes.withUnsafeMutableBytes { bytes in
-            var offset = 0
-            for entry in batch {
-                entry.payload.withUnsafeBytes { payload in
-                    if !payload.isEmpty {
-                        (bytes.baseAddress! + offset + LogFormat.recordHeaderSize).copyMemory(from: payload.baseAddress!, byteCount: payload.count)
-                    }
-                }
-                offset += LogFormat.recordOverhead + entry.payload.count
-                ends.append(offset)
-            }
-        }
+        let laidOut = Self.layOut(batch, total: total)
+        var bytes = laidOut.bytes
+        let ends = laidOut.ends
         let what = { "the \(batch.count) messages for '\(identifier)' were not passed" }
         let first = try appendUnderLock(identifier, what: what) { (locked: inout LogWriter.LockedLog) -> Result<UInt64, WormholeError> in
             let (log, header, tail) = (locked.log, locked.header, locked.tail)
@@ -235,6 +221,28 @@ import Synchronization
             return .success(first)
         }
         return first..<(first + UInt64(batch.count))
+    }
+
+    /// The records of `batch` end to end (`total` bytes), payloads in place, and the offset
+    /// where each ends; their headers and trailers are written under the lock, when the
+    /// sequence numbers are known.
+    private static func layOut(_ batch: [(payload: Data, kind: WormholePayloadKind)], total: Int) -> (bytes: [UInt8], ends: [Int]) {
+        var bytes = [UInt8](repeating: 0, count: total)
+        var ends: [Int] = []
+        ends.reserveCapacity(batch.count)
+        bytes.withUnsafeMutableBytes { bytes in
+            var offset = 0
+            for entry in batch {
+                entry.payload.withUnsafeBytes { payload in
+                    if !payload.isEmpty {
+                        (bytes.baseAddress! + offset + LogFormat.recordHeaderSize).copyMemory(from: payload.baseAddress!, byteCount: payload.count)
+                    }
+                }
+                offset += LogFormat.recordOverhead + entry.payload.count
+                ends.append(offset)
+            }
+        }
+        return (bytes, ends)
     }
 
     /// Runs `write` on the locked log (it appends at `locked.tail` and moves the tail past

@@ -33,115 +33,25 @@ package struct LogCompaction {
     /// as cleared. Returns the new file, opened and unlocked, with its tail, or throws and
     /// leaves the log as it was.
     package func compact(_ log: LogFile, header: LogFormat.Header, tail: LogFile.Tail, clearing: Bool, buffer: ReadBuffer) throws(WormholeError) -> (LogFile, LogFile.Tail) {
-        // Where each whole record starts, its sequence number and size.
-        var entries: [(offset: Int, sequence: UInt64, length: Int)] = []
-        // Records larger than this process reads are copied too, unread: the walk
-        // recognises them by header and trailer, so memory stays bounded whatever the file.
-        _ = try log.walk(from: LogFormat.headerSize, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer) { item in
-            switch item {
-            case .record(let frame, _, _, let offset, let length) where offset + length <= tail.end:
-                entries.append((offset, frame.sequence, length))
-            case .tooLarge(let sequence, let offset, let length) where offset + length <= tail.end:
-                entries.append((offset, sequence, length))
-            default:
-                break
-            }
-            return true
-        }
-        buffer.shrink()
-        let layout = header.layout
-        var newHeader = header
-        newHeader.version = LogFormat.version
-        if clearing { newHeader.clearedThrough = tail.lastSequence }
-
-        // The retained history: newest first, within both limits, the latest always.
-        var keepFrom = tail.lastSequence + 1
-        var keptCount = 0
-        var keptBytes = 0
-        for entry in entries.reversed() where entry.sequence > newHeader.clearedThrough {
-            let payload = entry.length - layout.overhead
-            if keptCount > 0 && (keptCount >= configuration.retainedMessageCount || keptBytes + payload > configuration.retainedByteCount) { break }
-            keepFrom = entry.sequence
-            keptCount += 1
-            keptBytes += payload
-        }
-        // The lowest number kept for a reader: below the first kept record when records
-        // after it are missing (damaged, dropped by an earlier compaction as damage), so
-        // that readers are told those are missing, not that they fell behind (§10.2 C6).
-        var lowestKept = keepFrom
-        // Live listeners' unread records, within the backlog cap. A claim is another
-        // process's file: any value must be safe here.
-        if let claim = try ListenerCursor.lowestLiveClaim(container: container, identifier: identifier, logID: header.logID),
-           case (let next, false) = claim.addingReportingOverflow(1), next < keepFrom {
-            var count = 0
-            var bytes = 0
-            var capped = keepFrom
-            var overCap = false
-            for entry in entries.reversed() where entry.sequence >= next {
-                count += 1
-                bytes += entry.length - layout.overhead
-                if count > max(configuration.maximumBacklogMessageCount, configuration.retainedMessageCount)
-                    || bytes > max(configuration.maximumBacklogByteCount, configuration.retainedByteCount) {
-                    overCap = true
-                    break
-                }
-                capped = entry.sequence
-            }
-            keepFrom = min(keepFrom, max(next, capped))
-            lowestKept = overCap ? keepFrom : min(keepFrom, next)
-        }
-        let firstKept = entries.firstIndex { $0.sequence >= keepFrom } ?? entries.count
-        let kept = entries[firstKept...]
-        let copiedBytes = kept.reduce(0) { $0 + $1.length + LogFormat.recordOverhead - layout.overhead }
-        newHeader.baseSequence = kept.first.map { max(header.baseSequence, min($0.sequence, lowestKept) - 1) } ?? tail.lastSequence
-        (newHeader.compactionByteThreshold, newHeader.compactionRecordThreshold) = policy.thresholds(keptCount: kept.count, keptBytes: copiedBytes)
-
+        let entries = try wholeRecords(of: log, header: header, tail: tail, buffer: buffer)
+        let claim = try ListenerCursor.lowestLiveClaim(container: container, identifier: identifier, logID: header.logID)
+        let plan = CompactionPlan(entries: entries, header: header, lastSequence: tail.lastSequence, clearing: clearing,
+                                  claim: claim, policy: policy)
         let temporaryName = "." + identifier + LogFormat.fileSuffix + ".compacting"
         let temporaryPath = container.filePath(temporaryName)
         let fd = try container.createExclusive(temporaryName)
         do throws(WormholeError) {
-            let encoded = newHeader.encoded()
+            let encoded = plan.header.encoded()
             try encoded.withUnsafeBytes { Syscalls.write(fd, $0, at: 0) }.orThrow("write compacted log", path: temporaryPath)
-            var target = LogFormat.headerSize
-            var lastKeptOffset: Int?
-            if layout != LogFormat.layout {
-                for entry in kept {
-                    if try convert(entry, of: log, header: header, to: fd, at: target, path: temporaryPath, buffer: buffer) {
-                        lastKeptOffset = target
-                        target += entry.length - layout.overhead + LogFormat.recordOverhead
-                    }
-                }
-            }
-            // Copy the kept records as runs of adjacent bytes, a buffer at a time.
-            var index = layout == LogFormat.layout ? kept.startIndex : kept.endIndex
-            if index < kept.endIndex { lastKeptOffset = kept.last.map { target + copiedBytes - $0.length } }
-            while index < kept.endIndex {
-                let runStart = kept[index].offset
-                var runEnd = runStart + kept[index].length
-                index += 1
-                while index < kept.endIndex, kept[index].offset == runEnd {
-                    runEnd += kept[index].length
-                    index += 1
-                }
-                var from = runStart
-                while from < runEnd {
-                    let bytes = try buffer.read(log.fd, from: from, count: min(buffer.capacity, runEnd - from), path: log.path)
-                    guard !bytes.isEmpty else {
-                        throw WormholeError(.corruptRecord, "'\(log.path)' ended while it was being compacted", path: log.path)
-                    }
-                    try Syscalls.write(fd, bytes, at: Int64(target)).orThrow("write compacted log", path: temporaryPath)
-                    from += bytes.count
-                    target += bytes.count
-                }
-            }
+            let (end, lastKeptOffset) = try copy(plan, of: log, header: header, to: fd, path: temporaryPath, buffer: buffer)
             // Locked before it has its name, until this pass knows its tail: a writer that
             // opens it waits for that.
             try Syscalls.lock(fd).orThrow("lock", path: temporaryPath)
             defer { Syscalls.unlock(fd) }
             try container.rename(temporaryName, to: LogFile.name(identifier)).orThrow("replace", path: log.path)
             let status = try LogFile(fd: fd, path: log.path, device: 0, inode: 0, header: nil).status()
-            let newLog = LogFile(fd: fd, path: log.path, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), header: newHeader)
-            let newTail = LogFile.Tail(end: target, lastSequence: tail.lastSequence, lastRecordOffset: lastKeptOffset)
+            let newLog = LogFile(fd: fd, path: log.path, device: UInt64(status.deviceID.rawValue), inode: UInt64(status.inode.rawValue), header: plan.header)
+            let newTail = LogFile.Tail(end: end, lastSequence: tail.lastSequence, lastRecordOffset: lastKeptOffset)
             return (newLog, newTail)
         } catch {
             _ = container.remove(temporaryName)
@@ -150,10 +60,72 @@ package struct LogCompaction {
         }
     }
 
+    /// Where each whole record of `log` up to `tail` starts, its sequence number and size.
+    /// Records larger than this process reads are listed too, unread: the walk recognises
+    /// them by header and trailer, so memory stays bounded whatever the file.
+    private func wholeRecords(of log: LogFile, header: LogFormat.Header, tail: LogFile.Tail,
+                              buffer: ReadBuffer) throws(WormholeError) -> [CompactionPlan.Entry] {
+        var entries: [CompactionPlan.Entry] = []
+        _ = try log.walk(from: LogFormat.headerSize, header: header, maximumPayload: configuration.maximumMessageSize, buffer: buffer) { item in
+            switch item {
+            case .record(let frame, _, _, let offset, let length) where offset + length <= tail.end:
+                entries.append(.init(offset: offset, sequence: frame.sequence, length: length))
+            case .tooLarge(let sequence, let offset, let length) where offset + length <= tail.end:
+                entries.append(.init(offset: offset, sequence: sequence, length: length))
+            default:
+                break
+            }
+            return true
+        }
+        buffer.shrink()
+        return entries
+    }
+
+    /// Writes the records `plan` keeps after the header of `fd`: converted one by one from
+    /// a log of another version, copied unchanged as runs of adjacent bytes, a buffer at a
+    /// time, from one of this version. Returns the end of what it wrote and where the last
+    /// record starts.
+    private func copy(_ plan: CompactionPlan, of log: LogFile, header: LogFormat.Header, to fd: FileDescriptor,
+                      path temporaryPath: String, buffer: ReadBuffer) throws(WormholeError) -> (end: Int, lastRecordOffset: Int?) {
+        let kept = plan.kept
+        var target = LogFormat.headerSize
+        guard header.layout == LogFormat.layout else {
+            var lastKeptOffset: Int?
+            for entry in kept {
+                guard try convert(entry, of: log, header: header, to: fd, at: target, path: temporaryPath, buffer: buffer) else { continue }
+                lastKeptOffset = target
+                target += entry.length - header.layout.overhead + LogFormat.recordOverhead
+            }
+            return (target, lastKeptOffset)
+        }
+        let lastKeptOffset = kept.last.map { target + plan.copiedBytes - $0.length }
+        var index = kept.startIndex
+        while index < kept.endIndex {
+            let runStart = kept[index].offset
+            var runEnd = runStart + kept[index].length
+            index += 1
+            while index < kept.endIndex, kept[index].offset == runEnd {
+                runEnd += kept[index].length
+                index += 1
+            }
+            var from = runStart
+            while from < runEnd {
+                let bytes = try buffer.read(log.fd, from: from, count: min(buffer.capacity, runEnd - from), path: log.path)
+                guard !bytes.isEmpty else {
+                    throw WormholeError(.corruptRecord, "'\(log.path)' ended while it was being compacted", path: log.path)
+                }
+                try Syscalls.write(fd, bytes, at: Int64(target)).orThrow("write compacted log", path: temporaryPath)
+                from += bytes.count
+                target += bytes.count
+            }
+        }
+        return (target, lastKeptOffset)
+    }
+
     /// Writes the record `entry` of a log of another version at `target` of `fd` in this
     /// version's layout, its payload read and checked a buffer at a time. Returns `false`,
     /// writing nothing, when the record fails its checksum (damage, dropped).
-    private func convert(_ entry: (offset: Int, sequence: UInt64, length: Int), of log: LogFile, header: LogFormat.Header,
+    private func convert(_ entry: CompactionPlan.Entry, of log: LogFile, header: LogFormat.Header,
                          to fd: FileDescriptor, at target: Int, path: String, buffer: ReadBuffer) throws(WormholeError) -> Bool {
         let layout = header.layout
         let length = entry.length - layout.overhead

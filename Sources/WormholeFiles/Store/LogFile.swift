@@ -172,130 +172,179 @@ package struct LogFile {
     /// would hide every record after it, and let the next writer cut them as a torn tail).
     package func walk(from offset: Int, header: LogFormat.Header, maximumPayload: Int, buffer: ReadBuffer,
               _ visit: (Item) -> Bool) throws(WormholeError) -> Int {
-        var position = offset
-        var committed = offset
-        var pendingDamage: (String, Int)?
-        let layout = header.layout
-        // The last whole record's sequence: a record that proves damage before it must be
-        // above it (a copy of an earlier record inside a payload proves nothing).
-        var lastSequence = header.baseSequence
-        // A record running past the end at this offset, with a whole record after it:
-        // read once more (it may have been completed, or cut and written again, meanwhile),
-        // then skipped as damage.
-        var provenDamage = -1
-        /// Whether the record at `at`, which runs past the end of the file, is damage: on
-        /// the first look, a whole record after it sends the walk back to read it again.
-        func runsPastTheEnd(at: Int) throws(WormholeError) -> Bool {
-            if provenDamage == at { return true }
-            if try wholeRecordFollows(at, above: lastSequence, header: header, maximumPayload: maximumPayload) {
-                provenDamage = at
-            }
-            return false
-        }
+        var walk = Walk(position: offset, committed: offset, lastSequence: header.baseSequence,
+                        header: header, maximumPayload: maximumPayload)
         outer: while true {
             let request = buffer.capacity
-            let bytes = try buffer.read(fd, from: position, count: request, path: path)
-            if bytes.isEmpty { return committed }
+            let bytes = try buffer.read(fd, from: walk.position, count: request, path: path)
+            if bytes.isEmpty { return walk.committed }
             let atEnd = bytes.count < request
             var local = 0
             scan: while local < bytes.count {
-                var parsed = LogFormat.parse(bytes, at: local, logID: header.logID, layout: layout, maximumPayload: maximumPayload)
-                if case .incomplete = parsed, atEnd, bytes.count - local >= 16 {
-                    if try runsPastTheEnd(at: position + local) {
-                        let length: UInt32 = LogFormat.get(bytes, local + 4)
-                        parsed = .corrupt("a record declares \(length) bytes, which run past the end of the file although whole records follow it (its length is damaged)", length: nil)
-                    } else if provenDamage == position + local {
-                        position += local
-                        continue outer
-                    }
-                }
-                switch parsed {
-                case .record(let frame, let length):
-                    if let (detail, at) = pendingDamage {
-                        pendingDamage = nil
-                        if !visit(.corrupt(detail, offset: at)) { return committed }
-                    }
-                    let keepGoing = visit(.record(frame, bytes: bytes, local: local, offset: position + local, length: length))
-                    lastSequence = max(lastSequence, frame.sequence)
-                    local += length
-                    committed = position + local
-                    if !keepGoing { return committed }
-                case .incomplete(let needed):
-                    if atEnd { return committed }
-                    if local == 0 {
-                        // Longer than the buffer: read this record whole in the next round.
-                        buffer.reserve(needed ?? request * 2)
-                        continue outer
-                    }
-                    break scan
-                case .tooLarge(let sequence, let length):
-                    var ending = try trailer(at: position + local, length: length, layout: layout)
-                    if ending == .notYetWritten {
-                        if try runsPastTheEnd(at: position + local) {
-                            ending = .mismatch
-                        } else if provenDamage == position + local {
-                            position += local
-                            continue outer
-                        }
-                    }
-                    switch ending {
-                    case .notYetWritten:
-                        // Not (yet) whole: wait, as for any incomplete record.
-                        return committed
-                    case .mismatch:
-                        // All its bytes are there but they do not end as it says: damage,
-                        // skipped like any other (Protocol.md §9.3), not waited on.
-                        if pendingDamage == nil { pendingDamage = ("a record of \(length - layout.overhead) bytes whose trailer does not repeat its length", position + local) }
-                        if let next = LogFormat.nextMarker(in: bytes, after: local, layout: layout) {
-                            local = next
-                            continue scan
-                        }
-                        if atEnd { return committed }
-                        local = max(local + 1, bytes.count - 3)
-                        break scan
-                    case .matches:
-                        break
-                    }
-                    if let (detail, at) = pendingDamage {
-                        pendingDamage = nil
-                        if !visit(.corrupt(detail, offset: at)) { return committed }
-                    }
-                    let keepGoing = visit(.tooLarge(sequence: sequence, offset: position + local, length: length))
-                    lastSequence = max(lastSequence, sequence)
-                    position += local + length
-                    committed = position
-                    if !keepGoing { return committed }
+                switch try step(&walk, bytes, at: local, atEnd: atEnd, request: request, buffer: buffer, visit) {
+                case .scan(let next):
+                    local = next
+                case .read:
                     continue outer
-                case .corrupt(let detail, let length):
-                    if pendingDamage == nil { pendingDamage = (detail, position + local) }
-                    if let length, local + length == bytes.count, atEnd {
-                        // The last record, whole (its trailer repeats its length) but
-                        // damaged (Protocol.md §9.3): damage to report and skip, not a torn
-                        // tail to wait on or cut. It took a number: ``Tail`` counts it.
-                        if let (detail, at) = pendingDamage {
-                            pendingDamage = nil
-                            _ = visit(.corrupt(detail, offset: at))
-                        }
-                        return position + local + length
-                    }
-                    if let length, local + length < bytes.count, LogFormat.peek(bytes, at: local + length, layout: layout) != nil {
-                        local += length
-                    } else if let next = LogFormat.nextMarker(in: bytes, after: local, layout: layout) {
-                        local = next
-                    } else {
-                        if atEnd { return committed }
-                        // No marker in the rest of this buffer: go on after it (keeping the
-                        // last 3 bytes, which may start one).
-                        local = max(local + 1, bytes.count - 3)
-                        break scan
-                    }
+                case .readAfter(let next):
+                    local = next
+                    break scan
+                case .finish(let end):
+                    return end
                 }
             }
-            position += local
+            walk.position += local
             // A short read reached the end of the file: nothing more to read now (reading
             // again would cost a `pread` that returns nothing).
-            if atEnd && local >= bytes.count { return committed }
+            if atEnd && local >= bytes.count { return walk.committed }
         }
+    }
+
+    /// Where a ``walk(from:header:maximumPayload:buffer:_:)`` is, between two items.
+    private struct Walk {
+        /// The file offset of the buffer being scanned.
+        var position: Int
+        /// Just past the last whole record (or skipped damage followed by one).
+        var committed: Int
+        /// Damage met and not reported yet: reported before the next whole record.
+        var pendingDamage: (String, Int)?
+        /// The last whole record's sequence: a record that proves damage before it must be
+        /// above it (a copy of an earlier record inside a payload proves nothing).
+        var lastSequence: UInt64
+        /// A record running past the end at this offset, with a whole record after it:
+        /// read once more (it may have been completed, or cut and written again,
+        /// meanwhile), then skipped as damage.
+        var provenDamage = -1
+        let header: LogFormat.Header
+        let maximumPayload: Int
+
+        init(position: Int, committed: Int, lastSequence: UInt64, header: LogFormat.Header, maximumPayload: Int) {
+            self.position = position
+            self.committed = committed
+            self.lastSequence = lastSequence
+            self.header = header
+            self.maximumPayload = maximumPayload
+        }
+
+        /// Reports the pending damage, if any; `false` when `visit` says to stop.
+        mutating func reportDamage(_ visit: (Item) -> Bool) -> Bool {
+            guard let (detail, at) = pendingDamage else { return true }
+            pendingDamage = nil
+            return visit(.corrupt(detail, offset: at))
+        }
+    }
+
+    /// What a walk does after one item of a buffer.
+    private enum WalkStep {
+        /// Goes on in the same buffer, at this offset in it.
+        case scan(Int)
+        /// Reads a buffer from the walk's position, which the step set.
+        case read
+        /// Reads a buffer from this offset in the current one.
+        case readAfter(Int)
+        /// Ends the walk, returning this offset.
+        case finish(Int)
+    }
+
+    /// Decides what the item at `local` of `bytes` (read at the walk's position; `atEnd`
+    /// when the read was short) is and what the walk does next, visiting it.
+    private func step(_ walk: inout Walk, _ bytes: UnsafeRawBufferPointer, at local: Int, atEnd: Bool, request: Int,
+                      buffer: ReadBuffer, _ visit: (Item) -> Bool) throws(WormholeError) -> WalkStep {
+        let header = walk.header
+        let offset = walk.position + local
+        var parsed = LogFormat.parse(bytes, at: local, logID: header.logID, layout: header.layout, maximumPayload: walk.maximumPayload)
+        if case .incomplete = parsed, atEnd, bytes.count - local >= 16 {
+            if try runsPastTheEnd(at: offset, walk: &walk) {
+                let length: UInt32 = LogFormat.get(bytes, local + 4)
+                parsed = .corrupt("a record declares \(length) bytes, which run past the end of the file although whole records follow it (its length is damaged)", length: nil)
+            } else if walk.provenDamage == offset {
+                walk.position = offset
+                return .read
+            }
+        }
+        switch parsed {
+        case .record(let frame, let length):
+            guard walk.reportDamage(visit) else { return .finish(walk.committed) }
+            let keepGoing = visit(.record(frame, bytes: bytes, local: local, offset: offset, length: length))
+            walk.lastSequence = max(walk.lastSequence, frame.sequence)
+            walk.committed = offset + length
+            return keepGoing ? .scan(local + length) : .finish(walk.committed)
+        case .incomplete(let needed):
+            if atEnd { return .finish(walk.committed) }
+            guard local == 0 else { return .readAfter(local) }
+            // Longer than the buffer: read this record whole in the next round.
+            buffer.reserve(needed ?? request * 2)
+            return .read
+        case .tooLarge(let sequence, let length):
+            return try stepTooLarge(&walk, bytes, at: local, atEnd: atEnd, sequence: sequence, length: length, visit)
+        case .corrupt(let detail, let length):
+            if walk.pendingDamage == nil { walk.pendingDamage = (detail, offset) }
+            if let length, local + length == bytes.count, atEnd {
+                // The last record, whole (its trailer repeats its length) but damaged
+                // (Protocol.md §9.3): damage to report and skip, not a torn tail to wait
+                // on or cut. It took a number: ``Tail`` counts it.
+                _ = walk.reportDamage(visit)
+                return .finish(offset + length)
+            }
+            if let length, local + length < bytes.count, LogFormat.peek(bytes, at: local + length, layout: header.layout) != nil {
+                return .scan(local + length)
+            }
+            return resynchronise(walk, bytes, after: local, atEnd: atEnd)
+        }
+    }
+
+    /// Decides what a record too large to read, at `local` of `bytes`, is: whole (its
+    /// trailer repeats its length: visited, unread), damage (skipped), or not yet written
+    /// (the walk waits, as for any incomplete record).
+    private func stepTooLarge(_ walk: inout Walk, _ bytes: UnsafeRawBufferPointer, at local: Int, atEnd: Bool,
+                              sequence: UInt64, length: Int, _ visit: (Item) -> Bool) throws(WormholeError) -> WalkStep {
+        let layout = walk.header.layout
+        let offset = walk.position + local
+        var ending = try trailer(at: offset, length: length, layout: layout)
+        if ending == .notYetWritten {
+            if try runsPastTheEnd(at: offset, walk: &walk) {
+                ending = .mismatch
+            } else if walk.provenDamage == offset {
+                walk.position = offset
+                return .read
+            }
+        }
+        switch ending {
+        case .notYetWritten:
+            return .finish(walk.committed)
+        case .mismatch:
+            // All its bytes are there but they do not end as it says: damage, skipped
+            // like any other (Protocol.md §9.3), not waited on.
+            if walk.pendingDamage == nil { walk.pendingDamage = ("a record of \(length - layout.overhead) bytes whose trailer does not repeat its length", offset) }
+            return resynchronise(walk, bytes, after: local, atEnd: atEnd)
+        case .matches:
+            break
+        }
+        guard walk.reportDamage(visit) else { return .finish(walk.committed) }
+        let keepGoing = visit(.tooLarge(sequence: sequence, offset: offset, length: length))
+        walk.lastSequence = max(walk.lastSequence, sequence)
+        walk.position = offset + length
+        walk.committed = walk.position
+        return keepGoing ? .read : .finish(walk.committed)
+    }
+
+    /// After damage at `local` of `bytes`: the next record marker in the buffer, or, if
+    /// none, the next read after it (keeping the last 3 bytes, which may start one); at
+    /// the end of the file, the walk ends.
+    private func resynchronise(_ walk: Walk, _ bytes: UnsafeRawBufferPointer, after local: Int, atEnd: Bool) -> WalkStep {
+        if let next = LogFormat.nextMarker(in: bytes, after: local, layout: walk.header.layout) { return .scan(next) }
+        if atEnd { return .finish(walk.committed) }
+        return .readAfter(max(local + 1, bytes.count - 3))
+    }
+
+    /// Whether the record at `offset`, which runs past the end of the file, is damage: on
+    /// the first look, a whole record after it sends the walk back to read it again.
+    private func runsPastTheEnd(at offset: Int, walk: inout Walk) throws(WormholeError) -> Bool {
+        if walk.provenDamage == offset { return true }
+        if try wholeRecordFollows(offset, above: walk.lastSequence, header: walk.header, maximumPayload: walk.maximumPayload) {
+            walk.provenDamage = offset
+        }
+        return false
     }
 
     /// What ends a record of `length` bytes at `offset`.

@@ -189,23 +189,7 @@ package final class LogWriter: Sendable {
         let size = Int(status.size)
         let repair = LogRepair(log: log, identifier: identifier, container: transiting.container,
                                maximumPayload: configuration.maximumMessageSize, buffer: buffer)
-        let header: LogFormat.Header
-        if let known = log.header, size >= state.tail?.end ?? LogFormat.headerSize {
-            header = known
-        } else if let known = log.header {
-            // Shorter than this process left it: emptied or cut by a program that does
-            // not follow the protocol.
-            let repaired = try repair.repairShrunk(known: known, knownTail: state.tail, size: size)
-            header = repaired.header
-            state.tail = repaired.tail
-        } else if size == 0 {
-            header = policy.newHeader()
-            try header.encoded().withUnsafeBytes { Syscalls.write(log.fd, $0, at: 0) }.orThrow("write the header of", path: log.path)
-            state.tail = LogFile.Tail(end: LogFormat.headerSize, lastSequence: 0, lastRecordOffset: nil)
-        } else {
-            guard let read = try log.readHeader() else { throw WormholeError(.unsupportedFormat, "'\(log.path)' has no header", path: log.path) }
-            header = read
-        }
+        let header = try header(of: log, size: size, &state, repair: repair, policy: policy)
         log.header = header
         state.log = log
         let cold = state.tail == nil
@@ -233,23 +217,53 @@ package final class LogWriter: Sendable {
         tail = locked.tail
         state.tail = tail
         guard clearing || policy.isDue(header, tail) else { return .done(result, replacement: nil) }
+        return .done(result, replacement: try compact(log, header: header, tail: tail, &state, clearing: clearing,
+                                                      compaction: compaction, buffer: buffer))
+    }
+
+    /// The header of the locked `log` of `size` bytes: the one this process knows while
+    /// the file is no shorter than it left it; repaired when it is (emptied or cut by a
+    /// program that does not follow the protocol); written, when the file is new.
+    private func header(of log: LogFile, size: Int, _ state: inout State, repair: LogRepair,
+                        policy: CompactionPolicy) throws(WormholeError) -> LogFormat.Header {
+        if let known = log.header, size >= state.tail?.end ?? LogFormat.headerSize {
+            return known
+        } else if let known = log.header {
+            let repaired = try repair.repairShrunk(known: known, knownTail: state.tail, size: size)
+            state.tail = repaired.tail
+            return repaired.header
+        } else if size == 0 {
+            let header = policy.newHeader()
+            try header.encoded().withUnsafeBytes { Syscalls.write(log.fd, $0, at: 0) }.orThrow("write the header of", path: log.path)
+            state.tail = LogFile.Tail(end: LogFormat.headerSize, lastSequence: 0, lastRecordOffset: nil)
+            return header
+        }
+        guard let read = try log.readHeader() else { throw WormholeError(.unsupportedFormat, "'\(log.path)' has no header", path: log.path) }
+        return read
+    }
+
+    /// Compacts the locked `log` after a pass's body; returns the replacement, if any. A
+    /// clear with no room for its cleared copy empties the log in place; another
+    /// compaction that fails is tried again by the next pass (the message is committed).
+    private func compact(_ log: LogFile, header: LogFormat.Header, tail: LogFile.Tail, _ state: inout State, clearing: Bool,
+                         compaction: LogCompaction, buffer: ReadBuffer) throws(WormholeError) -> (log: LogFile, tail: LogFile.Tail)? {
+        var log = log
         do throws(WormholeError) {
-            return .done(result, replacement: try compaction.compact(log, header: header, tail: tail, clearing: clearing, buffer: buffer))
+            return try compaction.compact(log, header: header, tail: tail, clearing: clearing, buffer: buffer)
         } catch where clearing && (error.errno == .noSpace || error.errno == .diskQuotaExceeded) {
             // No room for the cleared copy (out of blocks or inodes): the log gets a header
             // with everything cleared and is emptied in place, which frees its blocks
             // (Protocol.md §10.3). Same identity, numbering goes on; listeners that had not
             // read what was cleared are told how many they lost.
-            let emptied = try Self.emptyInPlace(log, header: header, through: tail.lastSequence, policy)
+            let emptied = try Self.emptyInPlace(log, header: header, through: tail.lastSequence, compaction.policy)
             log.header = emptied.header
             state.log = log
             state.tail = emptied.tail
-            return .done(result, replacement: nil)
+            return nil
         } catch {
             if clearing { throw error }
-            // The message is committed; compaction is tried again by the next pass.
             Logger(label: "Wormhole").warning("could not compact '\(log.path)': \(error)")
-            return .done(result, replacement: nil)
+            return nil
         }
     }
 

@@ -308,14 +308,16 @@ package struct WatchTable<Handler> {
         let failed: Bool
     }
 
-    /// Who hears what of `events`: each subscriber hears of each of its file names once
-    /// per batch, with the changes of that name merged, and of a rescan or a failure at
-    /// most once. Directories that went away stop being watched; those that came back
-    /// are watched again.
-    package mutating func handle(_ events: [RawEvent], kernel: some WatchKernel) -> [(Handler, DirectoryEvent)] {
-        var deliveries: [(Handler, DirectoryEvent)] = []
-        var position: [DeliveryKey: Int] = [:]
-        func deliver(_ id: UInt64, _ subscriber: Subscriber, _ event: DirectoryEvent) {
+    /// The deliveries of one batch of events, in the order they were first due: a second
+    /// delivery with the same ``DeliveryKey`` is merged into the first (the changes of one
+    /// name united), not added.
+    private struct Deliveries {
+        var list: [(Handler, DirectoryEvent)] = []
+        private var position: [DeliveryKey: Int] = [:]
+
+        /// Decides whether `event` for subscriber `id` is a new delivery or merges into
+        /// the one already due to it for the same name (or rescan, or failure).
+        mutating func deliver(_ id: UInt64, _ subscriber: Subscriber, _ event: DirectoryEvent) {
             let key: DeliveryKey
             switch event {
             case .changed(let name, _): key = DeliveryKey(subscription: id, name: name, failed: false)
@@ -323,105 +325,139 @@ package struct WatchTable<Handler> {
             case .failed: key = DeliveryKey(subscription: id, name: nil, failed: true)
             }
             guard let index = position[key] else {
-                position[key] = deliveries.count
-                deliveries.append((subscriber.handler, event))
+                position[key] = list.count
+                list.append((subscriber.handler, event))
                 return
             }
-            if case .changed(let name, let earlier) = deliveries[index].1, case .changed(_, let changes) = event {
-                deliveries[index].1 = .changed(name: name, earlier.union(changes))
+            if case .changed(let name, let earlier) = list[index].1, case .changed(_, let changes) = event {
+                list[index].1 = .changed(name: name, earlier.union(changes))
             }
         }
-        /// The changes of `name` that `subscriber` asked for, if any.
-        func tell(_ id: UInt64, _ subscriber: Subscriber, _ name: String, _ changes: FileChanges) {
+
+        /// Delivers the changes of `name` that `subscriber` asked for, if any.
+        mutating func tell(_ id: UInt64, _ subscriber: Subscriber, _ name: String, _ changes: FileChanges) {
             let heard = changes.intersection(subscriber.changes)
             if !heard.isEmpty { deliver(id, subscriber, .changed(name: name, heard)) }
         }
-        func rescan(_ path: String) {
-            for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .rescan) }
+
+        /// Delivers `event` to each of `subscribers`.
+        mutating func deliver(_ event: DirectoryEvent, to subscribers: [UInt64: Subscriber]?) {
+            for (id, subscriber) in subscribers ?? [:] { deliver(id, subscriber, event) }
         }
-        /// A container that exists again but cannot be watched: its subscribers are told.
-        func report(_ path: String, _ error: WormholeError?) {
-            guard let error else { return }
-            let failure = WormholeError(error.code, "'\(path)' was recreated but cannot be watched again, so no more events will arrive from it: \(error.message)",
-                                        path: path, errno: error.errno)
-            for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .failed(failure)) }
-        }
+    }
+
+    /// Who hears what of `events`: each subscriber hears of each of its file names once
+    /// per batch, with the changes of that name merged, and of a rescan or a failure at
+    /// most once. Directories that went away stop being watched; those that came back
+    /// are watched again.
+    package mutating func handle(_ events: [RawEvent], kernel: some WatchKernel) -> [(Handler, DirectoryEvent)] {
+        var deliveries = Deliveries()
         /// Containers whose parent may need to be watched, or no longer.
         var unsettled = Set<String>()
         for event in events {
             if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
                 // Events were lost: every subscriber looks again, and directories that
                 // came or went meanwhile are watched again.
-                for path in containers.keys { report(path, refresh(path, kernel: kernel)) }
-                for path in containers.keys { rescan(path) }
+                for path in containers.keys { report(path, refresh(path, kernel: kernel), to: &deliveries) }
+                for path in containers.keys { deliveries.deliver(.rescan, to: containers[path]?.subscribers) }
                 unsettled.formUnion(containers.keys)
                 continue
             }
-            if let path = containerOfWatch[event.watch], let container = containers[path] {
-                if event.name != nil, container.sharedParent {
-                    let emptying = event.mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0
-                        || container.emptying && event.mask & UInt32(IN_CREATE | IN_MOVED_TO) == 0
-                    if emptying != container.emptying {
-                        containers[path]?.emptying = emptying
-                        unsettled.insert(path)
-                    }
-                }
-                if let name = event.name {
-                    let changes = FileChanges(inotifyMask: event.mask)
-                    for id in container.subscribersOfName[name] ?? [] {
-                        if let subscriber = container.subscribers[id] { tell(id, subscriber, name, changes) }
-                    }
-                    for id in container.wildcardSubscribers {
-                        if let subscriber = container.subscribers[id] { tell(id, subscriber, name, changes) }
-                    }
-                }
-                if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
-                    report(path, orphan(path, kernel: kernel))
-                    rescan(path)
-                    unsettled.insert(path)
-                }
+            if let path = containerOfWatch[event.watch] {
+                handleContainerEvent(event, path: path, into: &deliveries, unsettled: &unsettled, kernel: kernel)
             }
-            if let parent = parentOfWatch[event.watch], let name = event.name {
-                for path in childrenOfParent[parent] ?? [] where containers[path]?.name == name {
-                    if event.mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0 {
-                        report(path, orphan(path, kernel: kernel))
-                        rescan(path)
-                        unsettled.insert(path)
-                    } else if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0, containers[path]?.watch == nil {
-                        report(path, refresh(path, kernel: kernel))
-                        rescan(path)
-                        unsettled.insert(path)
-                    }
-                }
-            } else if let parent = parentOfWatch[event.watch], event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
-                // The parent itself went away: nothing will tell when the containers
-                // come back.
-                parentOfWatch[event.watch] = nil
-                parentWatch[parent] = nil
-                let error = WormholeError(.containerUnavailable,
-                    "'\(parent)' was removed, so Wormhole can no longer notice when its directories are recreated; start listening again",
-                    path: parent)
-                for path in childrenOfParent[parent] ?? [] where containers[path]?.watch == nil {
-                    for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .failed(error)) }
-                }
+            if let parent = parentOfWatch[event.watch] {
+                handleParentEvent(event, parent: parent, into: &deliveries, unsettled: &unsettled, kernel: kernel)
             }
         }
-        for path in unsettled.sorted() {
-            do throws(WormholeError) {
-                guard try settleParent(path, kernel: kernel) else { continue }
-                // The shared parent is watched from now on; what happened before went unseen.
-                let (changed, failure) = recheck(path, kernel: kernel)
-                report(path, failure)
-                guard changed else { continue }
-                rescan(path)
-                _ = try settleParent(path, kernel: kernel)
-            } catch {
-                let failure = WormholeError(error.code, "cannot watch the parent of '\(path)', so its deletion would go unnoticed and no more events would arrive from it: \(error.message)",
-                                            path: path, errno: error.errno)
-                for (id, subscriber) in containers[path]?.subscribers ?? [:] { deliver(id, subscriber, .failed(failure)) }
+        for path in unsettled.sorted() { settle(path, into: &deliveries, kernel: kernel) }
+        return deliveries.list
+    }
+
+    /// An event of the container directory at `path`: its subscribers hear of the name's
+    /// changes; a shared parent's watch follows whether the container is emptying; the
+    /// directory's going away orphans it.
+    private mutating func handleContainerEvent(_ event: RawEvent, path: String, into deliveries: inout Deliveries,
+                                               unsettled: inout Set<String>, kernel: some WatchKernel) {
+        guard let container = containers[path] else { return }
+        if event.name != nil, container.sharedParent {
+            let emptying = event.mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0
+                || container.emptying && event.mask & UInt32(IN_CREATE | IN_MOVED_TO) == 0
+            if emptying != container.emptying {
+                containers[path]?.emptying = emptying
+                unsettled.insert(path)
             }
         }
-        return deliveries
+        if let name = event.name {
+            let changes = FileChanges(inotifyMask: event.mask)
+            for id in container.subscribersOfName[name] ?? [] {
+                if let subscriber = container.subscribers[id] { deliveries.tell(id, subscriber, name, changes) }
+            }
+            for id in container.wildcardSubscribers {
+                if let subscriber = container.subscribers[id] { deliveries.tell(id, subscriber, name, changes) }
+            }
+        }
+        if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+            report(path, orphan(path, kernel: kernel), to: &deliveries)
+            deliveries.deliver(.rescan, to: containers[path]?.subscribers)
+            unsettled.insert(path)
+        }
+    }
+
+    /// An event of the parent directory `parent`: a container of it deleted or moved away
+    /// is orphaned, one that came back is watched again; the parent's own going away
+    /// fails the subscribers of its containers that are gone, as nothing will tell when
+    /// they come back.
+    private mutating func handleParentEvent(_ event: RawEvent, parent: String, into deliveries: inout Deliveries,
+                                            unsettled: inout Set<String>, kernel: some WatchKernel) {
+        if let name = event.name {
+            for path in childrenOfParent[parent] ?? [] where containers[path]?.name == name {
+                if event.mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0 {
+                    report(path, orphan(path, kernel: kernel), to: &deliveries)
+                } else if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0, containers[path]?.watch == nil {
+                    report(path, refresh(path, kernel: kernel), to: &deliveries)
+                } else {
+                    continue
+                }
+                deliveries.deliver(.rescan, to: containers[path]?.subscribers)
+                unsettled.insert(path)
+            }
+        } else if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+            parentOfWatch[event.watch] = nil
+            parentWatch[parent] = nil
+            let error = WormholeError(.containerUnavailable,
+                "'\(parent)' was removed, so Wormhole can no longer notice when its directories are recreated; start listening again",
+                path: parent)
+            for path in childrenOfParent[parent] ?? [] where containers[path]?.watch == nil {
+                deliveries.deliver(.failed(error), to: containers[path]?.subscribers)
+            }
+        }
+    }
+
+    /// Watches the shared parent of the container at `path`, or stops, as it now needs;
+    /// once watched, what happened before went unseen, so its subscribers rescan if the
+    /// directory changed meanwhile. A parent that cannot be watched fails them.
+    private mutating func settle(_ path: String, into deliveries: inout Deliveries, kernel: some WatchKernel) {
+        do throws(WormholeError) {
+            guard try settleParent(path, kernel: kernel) else { return }
+            let (changed, failure) = recheck(path, kernel: kernel)
+            report(path, failure, to: &deliveries)
+            guard changed else { return }
+            deliveries.deliver(.rescan, to: containers[path]?.subscribers)
+            _ = try settleParent(path, kernel: kernel)
+        } catch {
+            let failure = WormholeError(error.code, "cannot watch the parent of '\(path)', so its deletion would go unnoticed and no more events would arrive from it: \(error.message)",
+                                        path: path, errno: error.errno)
+            deliveries.deliver(.failed(failure), to: containers[path]?.subscribers)
+        }
+    }
+
+    /// A container that exists again but cannot be watched (`error`): its subscribers are told.
+    private func report(_ path: String, _ error: WormholeError?, to deliveries: inout Deliveries) {
+        guard let error else { return }
+        let failure = WormholeError(error.code, "'\(path)' was recreated but cannot be watched again, so no more events will arrive from it: \(error.message)",
+                                    path: path, errno: error.errno)
+        deliveries.deliver(.failed(failure), to: containers[path]?.subscribers)
     }
 
     /// The container at `path` is gone (deleted or moved away): stop watching the old
