@@ -285,7 +285,7 @@ final class ReplyRouter: Sendable {
     /// log (no inotify instance or watch left): the request must not be passed then.
     func prepareWait() throws(WormholeError) -> WaitMeans {
         guard let logPath, token.withLock({ $0 }) != nil else { return .plain }
-        if InotifyEngine.shared.isOnReaderThread {
+        if InotifyEngine.shared.isOnReaderThread && Self.servesNested {
             try holdReaderThread()
             return .nested
         }
@@ -293,6 +293,12 @@ final class ReplyRouter: Sendable {
         try holdReaderThread()
         return .held
     }
+
+    /// For the benchmark only (`Benchmarks/run --sections clever`): when the environment
+    /// has `WORMHOLE_BENCH_NO_NESTED_SERVING` (read once), a request made on the reader
+    /// thread waits as any other thread does (a ``ReplyWaiter``), without serving the
+    /// process's events meanwhile.
+    private static let servesNested = getenv("WORMHOLE_BENCH_NO_NESTED_SERVING") == nil
 
     /// Gives back what ``prepareWait()`` acquired, for a request that was not passed.
     func giveBack(_ means: WaitMeans) {

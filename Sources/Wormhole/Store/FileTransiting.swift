@@ -86,7 +86,11 @@ public final class FileTransiting: WormholeTransiting {
     /// without inotify a writer still finds a deleted container, just not a moved one).
     private let containerWatch = Locked<EngineSubscription?>(nil)
     /// 0 before the first pass, 1 after it, 2 once the container is watched.
-    private let containerWatchStage = Atomic<Int>(0)
+    private let containerWatchStage = Atomic<Int>(FileTransiting.watchesContainerAtFirstPass ? 1 : 0)
+    /// For the benchmark only (`Benchmarks/run --sections clever`): when the environment
+    /// has `WORMHOLE_BENCH_CONTAINER_WATCH_AT_FIRST_PASS` (read once), the watch is made
+    /// at the first pass, as it would be without the stages below.
+    private static let watchesContainerAtFirstPass = getenv("WORMHOLE_BENCH_CONTAINER_WATCH_AT_FIRST_PASS") != nil
 
     /// Before a pass: a container moved away (`mv`) keeps its files, so the writer's
     /// descriptor would go on writing into the moved directory, where no listener of the
