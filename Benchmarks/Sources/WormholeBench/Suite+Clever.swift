@@ -98,6 +98,13 @@ extension Suite {
             ("a process that passes two messages, the container watched from the first pass", Child.selfPath,
              ["clever-send-once", "--dir", directory, "--passes", "2"], ["WORMHOLE_BENCH_CONTAINER_WATCH_AT_FIRST_PASS=1"]),
         ]
+        if let cli {
+            let send = ["send", "--directory", directory, "bench.once", "hello"]
+            programs += [
+                ("wormhole send (swift build -c release), the container watched from the second pass (the library)", cli, send, []),
+                ("wormhole send (swift build -c release), the container watched from the first pass", cli, send, ["WORMHOLE_BENCH_CONTAINER_WATCH_AT_FIRST_PASS=1"]),
+            ]
+        }
         printError("  whole processes, \(runs) runs each, \(rounds) rounds interleaved")
         fresh()
         var times: [String: [[UInt64]]] = [:]
@@ -119,7 +126,7 @@ extension Suite {
         for program in programs {
             let medians = (times[program.label] ?? []).map { Double(percentile($0, 50)) / 1000 }
             var size = ""
-            if program.path != Child.selfPath, let attributes = try? FileManager.default.attributesOfItem(atPath: program.path),
+            if program.path != Child.selfPath, program.path != cli, let attributes = try? FileManager.default.attributesOfItem(atPath: program.path),
                let bytes = attributes[.size] as? Int {
                 size = String(format: "; %.1f MB", Double(bytes) / 1e6)
             }
