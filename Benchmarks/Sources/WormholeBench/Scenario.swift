@@ -105,6 +105,9 @@ struct SenderReport: Sendable {
 /// The C peers (`Benchmarks/C`, built by `Benchmarks/run`) and the bus of the D-Bus
 /// baseline, as far as this run has them.
 struct Peers: Sendable {
+    /// The directory of the C peers (`--c-bin`), where Benchmarks/run also puts the clever
+    /// section's two small Swift programs.
+    var cBin: String?
     /// `floor`: the protocol's system calls in C.
     var floor: String?
     /// `rr_floor`: the system calls of a request/reply round trip in C.

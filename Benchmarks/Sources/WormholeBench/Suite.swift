@@ -35,9 +35,9 @@ struct Suite {
     /// The C peers and the bus of the D-Bus baseline (`--c-bin`, `--dbus-address`, ...).
     var peers = Peers()
 
-    static let allSections = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls", "requests", "queues", "postgres"]
+    static let allSections = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls", "requests", "queues", "clever", "postgres"]
     /// The sections that run once per file system (syscalls: on the first one only).
-    static let fileSystemSections: Set<String> = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls", "requests", "queues"]
+    static let fileSystemSections: Set<String> = ["latency", "burst", "batch", "fanout", "sizes", "identifiers", "process", "memory", "syscalls", "requests", "queues", "clever"]
 
     /// The mechanisms of the latency and burst sections: every local one this run has.
     var localMechanisms: [Mechanism] { Mechanism.local.filter { peers.has($0) } }
@@ -75,6 +75,7 @@ struct Suite {
         // The C peers, from the directory Benchmarks/run builds them into.
         if options.flag("c-bin") {
             let directory = try options.string("c-bin")
+            peers.cBin = directory
             let what = ["floor": "the C floor", "rr_floor": "the C floor of a round trip", "dbus_peer": "the D-Bus baseline",
                         "redis_peer": "the Redis baseline"]
             for name in ["floor", "rr_floor", "dbus_peer", "redis_peer"] {
@@ -170,6 +171,7 @@ struct Suite {
             if sections.contains("syscalls") && place.name == places.first?.name { try systemCalls(runner, fileSystem) }
             if sections.contains("requests") { try requests(runner, fileSystem) }
             if sections.contains("queues") { try queues(runner, fileSystem) }
+            if sections.contains("clever") { try clever(runner, fileSystem) }
             removeTree(place.path)
         }
         if sections.contains("postgres"), let postgresURL { try postgres(postgresURL) }

@@ -38,6 +38,10 @@ do {
     case "rr-serve": status = try RequestRoles.serve(options)
     case "rr-call": status = try RequestRoles.call(options)
     case "queue-work": status = try RequestRoles.work(options)
+    case "clever-coding": status = try CleverRoles.coding(options)
+    case "clever-nfc": status = try CleverRoles.nfc(options)
+    case "clever-send-once": status = try CleverRoles.sendOnce(options)
+    case "clever-nested": status = try CleverRoles.nested(options)
     default:
         print("""
             usage: WormholeBench run [--quick] [--rounds N] [--filesystems tmpfs,disk] [--sections \(Suite.allSections.joined(separator: ","))]

@@ -110,25 +110,12 @@ final class ReplyRouter: Sendable {
     private let sweepAt = Locked<UInt64?>(nil)
     /// The error of a request that timed out (`nil` once the wormhole is gone).
     private let timedOut: @Sendable (Double) -> WormholeError?
-    /// How long a blocked requester polls for its reply (nanoseconds; 0: never); how long
-    /// the recent blocking requests took, from their pass to their outcome in hand (an
-    /// average weighing the latest an eighth); and when each requesting thread's last
-    /// request ended, on the monotonic clock and on the thread's CPU clock.
-    private let spinTime: UInt64
-    private struct Polling {
-        var recentWait: UInt64?
-        var lastEnded: [UInt: (wall: UInt64, cpu: UInt64)] = [:]
-        /// The requests that polled (for the tests).
-        var polled = 0
-    }
-    private let polling = Locked(Polling())
 
     init(identifier: String, wormhole: Wormhole) {
         self.identifier = identifier
         self.repliesIdentifier = Requests.repliesIdentifier(of: identifier)
         let files = wormhole.transiting as? FileTransiting
         logPath = files.map { $0.directory + "/" + LogFile.name(Requests.repliesIdentifier(of: identifier)) }
-        spinTime = Self.mayRunOnAnotherCPU ? UInt64((files?.configuration.replySpinTime ?? 0) * 1e9) : 0
         timedOut = { [weak wormhole] timeout in
             wormhole.map { Requests.timedOut(identifier, after: timeout, wormhole: $0) }
         }
@@ -287,7 +274,7 @@ final class ReplyRouter: Sendable {
     /// log (no inotify instance or watch left): the request must not be passed then.
     func prepareWait() throws(WormholeError) -> WaitMeans {
         guard let logPath, token.withLock({ $0 }) != nil else { return .plain }
-        if InotifyEngine.shared.isOnReaderThread {
+        if InotifyEngine.shared.isOnReaderThread && Self.servesNested {
             try holdReaderThread()
             return .nested
         }
@@ -295,6 +282,12 @@ final class ReplyRouter: Sendable {
         try holdReaderThread()
         return .held
     }
+
+    /// For the benchmark only (`Benchmarks/run --sections clever`): when the environment
+    /// has `WORMHOLE_BENCH_NO_NESTED_SERVING` (read once), a request made on the reader
+    /// thread waits as any other thread does (a ``ReplyWaiter``), without serving the
+    /// process's events meanwhile.
+    private static let servesNested = getenv("WORMHOLE_BENCH_NO_NESTED_SERVING") == nil
 
     /// Gives back what ``prepareWait()`` acquired, for a request that was not passed.
     func giveBack(_ means: WaitMeans) {
@@ -336,87 +329,16 @@ final class ReplyRouter: Sendable {
         // waiter watching it only now reads first (the reply may have come before).
         let taken = (waiter: waiter, watchedBefore: watchedBefore)
         reply.attach(thread: thread) { waiter.wake() }
-        let spinEnd = spinEnd(of: reply, thread: thread)
         var (read, replaced) = (!taken.watchedBefore, false)
         while true {
             if read { token.drainOnCallingThread(replaced: replaced) }
             read = true
-            if let outcome = reply.outcome {
-                if spinTime > 0 { noteWait(of: reply, thread: thread) }
-                return outcome
-            }
+            if let outcome = reply.outcome { return outcome }
             // Bounded: a replaced log whose new watch was missed is read at its name then
             // (the reader thread reads it at once in any case).
-            replaced = waiter.wait(milliseconds: 100, spinningUntil: spinEnd)
+            replaced = waiter.wait(milliseconds: 100)
         }
     }
-
-    // MARK: - Polling for a reply
-
-    /// When a blocked requester of `reply` stops polling and sleeps (0: it does not poll):
-    /// ``WormholeConfiguration/replySpinTime`` after the pass, when both hold:
-    ///
-    /// - The recent requests' replies came within that time. A responder that answers
-    ///   slowly, or none at all, stops the polling after a request or two; once replies
-    ///   come fast again (they are timed when the requester sleeps too), it resumes.
-    /// - The calling thread ran, rather than slept, for at least half the time since its
-    ///   last request of the identifier ended (back-to-back requests, or work between
-    ///   them; a thread's first request does not poll). Its CPU is awake then, and
-    ///   polling saves its wake-up. A thread that slept between requests sleeps for the
-    ///   reply too: its responder has likely gone to sleep meanwhile and must be woken
-    ///   anyway, and the scheduler may then run both on one CPU, which a polling
-    ///   requester keeps busy (Performance.md measures both).
-    private func spinEnd(of reply: PendingReply, thread: UInt) -> UInt64 {
-        guard spinTime > 0 else { return 0 }
-        let (recent, last) = polling.withLock { ($0.recentWait, $0.lastEnded[thread]) }
-        guard let recent, recent <= spinTime, let last else { return 0 }
-        // (A thread that ended and left its number to a new one has used less CPU.)
-        let cpu = Self.threadCPUTime()
-        guard cpu >= last.cpu, cpu - last.cpu >= (reply.began &- last.wall) / 2 else { return 0 }
-        polling.withLock { $0.polled += 1 }
-        return reply.began &+ spinTime
-    }
-
-    /// How many requests polled for their reply.
-    var polledRequests: Int { polling.withLock { $0.polled } }
-
-    /// Counts how long `reply` took, from its pass to its outcome (the first request's
-    /// time is the average's start), and when the calling thread's request ended. (A few
-    /// threads make requests; past 64, all are forgotten, which costs each of them one
-    /// request without polling.)
-    private func noteWait(of reply: PendingReply, thread: UInt) {
-        let now = MonotonicCondition.now(), cpu = Self.threadCPUTime()
-        polling.withLock { polling in
-            let took = now &- reply.began
-            polling.recentWait = polling.recentWait.map { $0 - $0 / 8 + took / 8 } ?? took
-            if polling.lastEnded.count >= 64, polling.lastEnded[thread] == nil { polling.lastEnded.removeAll(keepingCapacity: true) }
-            polling.lastEnded[thread] = (now, cpu)
-        }
-    }
-
-    /// Nanoseconds of CPU the calling thread has used.
-    private static func threadCPUTime() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
-        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
-    }
-
-    /// Whether this process may run on more than one CPU (its affinity mask, which
-    /// `taskset`, cgroups' cpusets and containers narrow): on one, a polling requester
-    /// would only take the CPU from its responder.
-    /// (`sched_getaffinity` needs `_GNU_SOURCE`, which Swift's Glibc module is built
-    /// without: it is looked up by name. Without it, the CPUs online count.)
-    static let mayRunOnAnotherCPU: Bool = {
-        typealias GetAffinity = @convention(c) (pid_t, Int, UnsafeMutableRawPointer?) -> Int32
-        var mask = [UInt64](repeating: 0, count: 16)   // 1,024 CPUs, as glibc's cpu_set_t
-        if let process = dlopen(nil, RTLD_NOW), let symbol = dlsym(process, "sched_getaffinity") {
-            let getAffinity = unsafeBitCast(symbol, to: GetAffinity.self)
-            if mask.withUnsafeMutableBytes({ getAffinity(0, $0.count, $0.baseAddress) }) == 0 {
-                return mask.reduce(0) { $0 + $1.nonzeroBitCount } > 1
-            }
-        }
-        return sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
-    }()
 
     /// Schedules a sweep at `deadline` unless one is scheduled at or before it.
     private func armSweep(at deadline: UInt64) {

@@ -1,3 +1,6 @@
+// Why this coder exists: it encodes a small Codable message in 3.3 µs against 7.3 µs by Foundation's JSONEncoder, and decodes it
+// in 0.94 µs against 3.0 µs by its JSONDecoder, the same bytes and values (Benchmarks/run --sections clever; Docs/Performance.md,
+// "What the clever parts buy").
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else

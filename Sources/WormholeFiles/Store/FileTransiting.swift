@@ -87,8 +87,17 @@ import Synchronization
     /// without inotify a writer still finds a deleted container, just not a moved one).
     private let containerWatch = Locked<EngineSubscription?>(nil)
     /// 0 before the first pass, 1 after it, 2 once the container is watched.
-    private let containerWatchStage = Atomic<Int>(0)
+    private let containerWatchStage = Atomic<Int>(FileTransiting.watchesContainerAtFirstPass ? 1 : 0)
+    /// For the benchmark only (`Benchmarks/run --sections clever`): when the environment
+    /// has `WORMHOLE_BENCH_CONTAINER_WATCH_AT_FIRST_PASS` (read once), the watch is made
+    /// at the first pass, as it would be without the stages below.
+    private static let watchesContainerAtFirstPass = getenv("WORMHOLE_BENCH_CONTAINER_WATCH_AT_FIRST_PASS") != nil
 
+    /// Why the watch waits for the second pass: `wormhole send` (one message) ends in
+    /// 21.0 ms at the median with it, against 31.7 ms with the watch made at the first pass
+    /// (`Benchmarks/run --sections clever`, on a busy machine; Docs/Performance.md, "What
+    /// the clever parts buy").
+    ///
     /// Before a pass: a container moved away (`mv`) keeps its files, so the writer's
     /// descriptor would go on writing into the moved directory, where no listener of the
     /// path looks. The engine says when the directory at the path changed; the next pass

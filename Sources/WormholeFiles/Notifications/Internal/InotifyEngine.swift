@@ -234,6 +234,12 @@ package final class InotifyEngine: Sendable {
         session.closed.signal()
     }
 
+    /// Why it exists: a listener or responder without a queue that asks a responder of
+    /// its own process gets its reply in tens of microseconds through it, where waiting as
+    /// other threads do left 16 to 21 of 30 such requests waiting 250 ms each for the
+    /// responder's redelivery timer (`Benchmarks/run --sections clever`;
+    /// Docs/Performance.md, "What the clever parts buy").
+    ///
     /// Called on the reader thread from inside a handler that waits for something only
     /// another handler can bring (a blocking request made by a listener or responder
     /// without a queue, whose reply is read by the reply listener, on this thread): reads
