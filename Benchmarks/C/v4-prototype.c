@@ -14,8 +14,8 @@
  *
  * Files (all in D, mapped MAP_SHARED; every process maps the same pages):
  *
- *   .registry.v4   4 KiB of header; at 4096 a writer table (256 entries of 16 bytes:
- *                  generation, pid, uid); at 65536 one 16 KiB block per listener (64):
+ *   .registry.v4   4 KiB of header; at 4096 a writer table (256 entries of 24 bytes:
+ *                  generation, uid, the pids of its last 4 generations); at 65536 one 16 KiB block per listener (64):
  *                  a futex word, a waiter count, pid, generation and a bitmap of 65,536
  *                  "dirty" bits, one per log the listener subscribed to. A writer holds an
  *                  open-file-description lock (F_OFD_SETLK) on byte 2^40 + its entry, a
@@ -97,7 +97,9 @@
 #define WORD_SLOT(w) ((unsigned)(((w) >> 32) & 0xff))
 #define WORD_GEN(w) ((uint32_t)(((w) >> 40) & 0x3fffff))
 
-struct writer_entry { _Atomic uint32_t generation; _Atomic uint32_t pid; uint32_t uid, pad; };
+/* A writer's entry. The pids of its last 4 generations: a hole is reported with the pid
+ * of the generation that reserved it, even after another writer took the entry. */
+struct writer_entry { _Atomic uint32_t generation; uint32_t uid; _Atomic uint32_t pid[4]; };
 
 struct listener_block {
     _Atomic uint32_t wake;       /* the futex word */
@@ -259,8 +261,10 @@ static void writer_register(struct writer *w) {
     w->pid = (uint32_t)getpid();
     w->uid = (uint32_t)geteuid();
     e->uid = w->uid;
-    atomic_store(&e->pid, w->pid);
-    w->generation = (atomic_fetch_add(&e->generation, 1) + 1) & 0x3fffff;
+    uint32_t next = atomic_load(&e->generation) + 1; /* the entry is ours: its lock is held */
+    atomic_store(&e->pid[next % 4], w->pid);
+    atomic_store(&e->generation, next);
+    w->generation = next & 0x3fffff;
 }
 
 /* Steps 1-3: the reservation. Returns the record's offset. */
@@ -456,7 +460,7 @@ static void drain(struct listener *l, long index, uint64_t now) {
             if (now_ns() - c->pending_since < 2000000u || writer_alive(w)) break;
             /* Its writer is gone: an exact hole. */
             struct writer_entry *e = writer_entry(WORD_SLOT(w));
-            l->hole(l->context, index, c->sequence, c->position, c->position + WORD_LENGTH(w), atomic_load(&e->pid));
+            l->hole(l->context, index, c->sequence, c->position, c->position + WORD_LENGTH(w), atomic_load(&e->pid[WORD_GEN(w) % 4]));
             l->hole_count++;
         } else {
             fprintf(stderr, "v4 listen: unknown state at %llu\n", (unsigned long long)c->position);
