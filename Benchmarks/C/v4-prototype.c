@@ -600,13 +600,16 @@ static int run_pipe(int argc, char **argv) {
     long long size = option_int(argc, argv, "size", 16);
     if (size < FRAME_MINIMUM_SIZE) size = FRAME_MINIMUM_SIZE;
     uint64_t interval = (uint64_t)option_int(argc, argv, "interval-ns", 0);
-    int ends[2];
-    if (pipe(ends) != 0) die("pipe");
+    int ends[2], report[2];
+    if (pipe(ends) != 0 || pipe(report) != 0) die("pipe");
     pipe_size = (size_t)size;
     fflush(stdout);
     pid_t child = fork();
     if (child == 0) {
+        /* Its report goes through the parent, after the parent's own: whole lines. */
         close(ends[1]);
+        close(report[0]);
+        dup2(report[1], 1);
         static struct tally t;
         tally_init(&t, count);
         size_t capacity = 65536 > 2 * pipe_size ? 65536 : 2 * pipe_size, filled = 0;
@@ -630,6 +633,7 @@ static int run_pipe(int argc, char **argv) {
         _exit(0);
     }
     close(ends[0]);
+    close(report[1]);
     pipe_fd = ends[1];
     pipe_buffer = malloc(pipe_size);
     memset(pipe_buffer, 0x2e, pipe_size);
@@ -637,6 +641,17 @@ static int run_pipe(int argc, char **argv) {
     sender_handshake(0);
     send_paced(count, interval, pipe_send, NULL);
     close(pipe_fd);
+    char copy[65536];
+    for (ssize_t n; (n = read(report[0], copy, sizeof copy)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) die("read");
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = write(1, copy + done, (size_t)(n - done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) die("write");
+            done += w;
+        }
+    }
     waitpid(child, NULL, 0);
     return 0;
 }
