@@ -21,25 +21,30 @@
  *                  open-file-description lock (F_OFD_SETLK) on byte 2^40 + its entry, a
  *                  listener on 2^40 + 4096 + its block, for as long as it lives: the
  *                  kernel drops it when the process dies, in any PID namespace, as any user.
- *   <name>.v4      a log of a fixed capacity (sparse): a 4 KiB header (magic, capacity,
- *                  the base sequence, the tail, 16 subscriber entries of 64 bytes each:
- *                  listener block + 1, dirty bit, claim offset, claim sequence), then
- *                  records at 8-byte-aligned offsets.
+ *   <name>.v4      a log's index, one page that stays: the newest and the oldest
+ *                  segment, 16 subscriber entries of 64 bytes (listener block + 1, dirty
+ *                  bit, claim: segment, offset and sequence).
+ *   <name>.v4.<k>  segment k, of a fixed capacity (--capacity, sparse): a 4 KiB header
+ *                  (magic, capacity, k, the sequence of its first record, `next`, the
+ *                  tail), then records at 8-byte-aligned offsets.
  *
  * A record: a 64-bit state word, then u32 payload length, u32 CRC-32 (zlib, of the
- * payload), u64 wall-clock time, u32 pid, u32 uid, the payload, padding to 8 bytes.
- * The state word: bits 62-63 the state (0 free, 1 pending, 2 committed), bits 40-61 the
- * writer's generation, bits 32-39 its entry in the writer table, bits 0-31 the record's
- * whole length in bytes.
+ * payload), u64 sequence, u64 wall-clock time, u32 pid, u32 uid, the payload, padding to
+ * 8 bytes. The state word: bits 62-63 the state (0 free, 1 pending, 2 committed, 3 the
+ * seal of a full segment), bits 40-61 the writer's generation, bits 32-39 its entry in
+ * the writer table, bits 0-31 the record's whole length in bytes. The tail: the count of
+ * records in the segment (high 32 bits) and the next offset in 8-byte units (low 32).
  *
  * Append (no lock, no system call):
  *   1. t = tail; if the word at t is not 0, someone reserved t and has not yet moved the
- *      tail: help it (CAS tail t -> t + its length) and retry;
+ *      tail: help it (CAS tail t -> (count + 1, t + its length)) and retry; if it is a
+ *      seal, go on in the next segment;
  *   2. CAS the word at t from 0 to "pending, my entry and generation, length": the
  *      reservation. Whoever wins owns [t, t + length); the length and the owner are in the
  *      log from that instruction on, so a writer killed at any later point leaves a hole
- *      of a known size and owner;
- *   3. CAS tail t -> t + length (a failure means another writer helped);
+ *      of a known size and owner. Its sequence is the segment's first plus the count;
+ *      a record that does not fit (8 bytes always stay free) seals the segment instead;
+ *   3. CAS tail -> (count + 1, t + length) (a failure means another writer helped);
  *   4. write the record's header and payload; store the word "committed" with release
  *      order: a reader that loads it with acquire order sees the whole record, never half;
  *   5. for each subscriber of the log: set its dirty bit (skipped if already set), then
@@ -56,9 +61,14 @@
  * writer's lock released, or its entry's generation changed) and, if it is gone, reports
  * the hole exactly (sequence, byte range, writer pid) and reads on.
  *
- * Not prototyped (see Docs/Performance.md, "Version 4 prototype"): a log that fills its
- * capacity (the next file and the header pointing to it), compaction by removing whole
- * files below every live claim, queues, requests, durable positions.
+ * Growth and compaction, off the per-message path: the process that finds a segment
+ * sealed makes segment k + 1 (its first sequence: the sealed one's plus its count, the
+ * same for every process), links it (CAS `next`), moves the index's `current`, rings the
+ * subscribers, and removes the segments below every live listener's claim, keeping 2
+ * (past 64, below the claims too: a reader that opens one again is told what it lost).
+ *
+ * Not prototyped (see Docs/Performance.md, "Version 4 prototype"): retention by count
+ * and bytes, queues, requests, durable positions, a tap on every log.
  *
  * Build: cc -O2 -o v4 v4-prototype.c -lz -lpthread
  */
@@ -86,16 +96,24 @@
 #define LOCK_BASE (INT64_C(1) << 40)
 #define SUBSCRIBERS 16
 #define LOG_HEADER PAGE
-#define RECORD_HEADER 32
+#define RECORD_HEADER 40
 #define MAX_LOGS 65536
+#define KEEP_SEGMENTS 2       /* the current segment and the one before it */
+#define MAX_SEGMENTS 64       /* beyond this, compaction passes a claim (a reader behind is told) */
 
 #define STATE_PENDING (UINT64_C(1) << 62)
 #define STATE_COMMITTED (UINT64_C(2) << 62)
+#define STATE_SEAL (UINT64_C(3) << 62)   /* the segment is full: read on in the next one */
 #define STATE_MASK (UINT64_C(3) << 62)
 #define WORD(state, gen, slot, length) ((state) | ((uint64_t)((gen) & 0x3fffff) << 40) | ((uint64_t)(slot) << 32) | (uint64_t)(length))
 #define WORD_LENGTH(w) ((uint32_t)(w))
 #define WORD_SLOT(w) ((unsigned)(((w) >> 32) & 0xff))
 #define WORD_GEN(w) ((uint32_t)(((w) >> 40) & 0x3fffff))
+/* The tail: the count of records (holes included) in the segment in the high 32 bits, the
+ * offset of the next one in 8-byte units in the low 32 (segments up to 32 GiB). */
+#define TAIL(count, offset) (((uint64_t)(count) << 32) | ((offset) / 8))
+#define TAIL_COUNT(t) ((t) >> 32)
+#define TAIL_OFFSET(t) (((t) & 0xffffffffu) * 8)
 
 /* A writer's entry. The pids of its last 4 generations: a hole is reported with the pid
  * of the generation that reserved it, even after another writer took the entry. */
@@ -113,23 +131,35 @@ struct listener_block {
 struct subscriber {
     _Atomic uint32_t listener;   /* block + 1; 0 free */
     _Atomic uint32_t bit;        /* the log's bit in the listener's dirty bitmap */
-    _Atomic uint64_t claim;      /* offset the listener has read up to */
+    _Atomic uint64_t claim_segment;
+    _Atomic uint64_t claim;      /* offset in that segment the listener has read up to */
     _Atomic uint64_t claim_sequence;
-    char pad[40];
+    char pad[32];
 };
 
-struct log_header {
-    char magic[8];               /* "WHV4PROT" */
-    uint32_t version, header_size;
-    uint64_t capacity;
-    uint64_t base_sequence;
-    char pad0[32];
-    _Atomic uint64_t tail;       /* offset 64: own cache line */
-    char pad1[56];
+/* <name>: the log's index, one page that stays: its subscribers and its segments. */
+struct log_index {
+    char magic[8];               /* "WHV4INDX" */
+    uint32_t version, pad;
+    _Atomic uint64_t current;    /* the newest segment (a hint: follow `next` from it) */
+    _Atomic uint64_t oldest;     /* the oldest segment not removed */
+    char pad0[96];
     struct subscriber subscribers[SUBSCRIBERS]; /* offset 128 */
 };
 
-_Static_assert(sizeof(struct log_header) <= LOG_HEADER, "log header");
+/* <name>.<k>: segment k, of a fixed capacity (sparse), records after its first page. */
+struct segment_header {
+    char magic[8];               /* "WHV4SEGM" */
+    uint32_t version, header_size;
+    uint64_t capacity;
+    uint64_t segment;
+    uint64_t base_sequence;      /* the sequence of its first record */
+    _Atomic uint64_t next;       /* k + 1 once the next segment exists, else 0 */
+    char pad0[16];
+    _Atomic uint64_t tail;       /* offset 64: own cache line */
+};
+
+_Static_assert(sizeof(struct log_index) <= LOG_HEADER, "log index");
 _Static_assert(sizeof(struct listener_block) <= LISTENER_BLOCK, "listener block");
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t value, const struct timespec *timeout) {
@@ -199,9 +229,11 @@ static struct listener_block *listener_block(unsigned slot) {
 /* --- logs -------------------------------------------------------------------------- */
 
 struct log {
-    struct log_header *header;
+    struct log_index *index;
+    struct segment_header *header; /* the segment this process is at */
     unsigned char *base;
     uint64_t capacity;
+    char name[64];
 };
 
 static void log_name(char *name, size_t size, long index, long identifiers) {
@@ -209,32 +241,130 @@ static void log_name(char *name, size_t size, long index, long identifiers) {
     else snprintf(name, size, "bench-%ld.v4", index);
 }
 
-static void log_open(struct log *log, const char *name, uint64_t capacity) {
-    int fd = openat(directory_fd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+/* Opens (creating it when `create`) a file of `size` bytes whose first `header` bytes
+ * `init` are written once, under flock, by the first process. Returns its mapping, or
+ * NULL when it does not exist and `create` is 0. */
+static void *open_shared(const char *name, uint64_t size, const void *init, size_t header, int create) {
+    int fd = openat(directory_fd, name, O_RDWR | (create ? O_CREAT : 0) | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == ENOENT && !create) return NULL;
     if (fd < 0) die(name);
     fchmod(fd, 0666);
     struct stat st;
     if (fstat(fd, &st) != 0) die("fstat");
     if (st.st_size == 0) {
-        /* Once per log, under flock: the first process sizes it and writes the header. */
         flock(fd, LOCK_EX);
         if (fstat(fd, &st) != 0) die("fstat");
         if (st.st_size == 0) {
-            struct log_header h = { .version = 4, .header_size = LOG_HEADER, .capacity = capacity };
-            memcpy(h.magic, "WHV4PROT", 8);
-            h.tail = LOG_HEADER;
-            if (ftruncate(fd, (off_t)capacity) != 0) die("ftruncate");
-            if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) die("pwrite");
-            st.st_size = (off_t)capacity;
+            if (ftruncate(fd, (off_t)size) != 0) die("ftruncate");
+            if (pwrite(fd, init, header, 0) != (ssize_t)header) die("pwrite");
+            st.st_size = (off_t)size;
         }
         flock(fd, LOCK_UN);
     }
-    while (st.st_size < (off_t)sizeof(struct log_header)) { usleep(100); fstat(fd, &st); }
-    log->capacity = (uint64_t)st.st_size;
-    log->base = map_file(fd, (size_t)log->capacity);
-    log->header = (struct log_header *)log->base;
-    while (memcmp(log->header->magic, "WHV4PROT", 8) != 0) usleep(100); /* the header's pwrite */
+    void *p = map_file(fd, (size_t)st.st_size);
     close(fd); /* the mapping keeps the file; liveness is the registry's lock */
+    return p;
+}
+
+/* Maps segment k of the log (NULL when it was removed, or is not there and not `create`). */
+static struct segment_header *segment_open(struct log *log, uint64_t k, uint64_t base, int create) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.%llu", log->name, (unsigned long long)k);
+    struct segment_header h = { .version = 4, .header_size = LOG_HEADER, .capacity = log->capacity,
+                                .segment = k, .base_sequence = base };
+    memcpy(h.magic, "WHV4SEGM", 8);
+    h.tail = TAIL(0, LOG_HEADER);
+    return open_shared(name, log->capacity, &h, sizeof h, create);
+}
+
+static void segment_enter(struct log *log, struct segment_header *segment) {
+    if (log->header) munmap(log->header, (size_t)log->capacity);
+    log->header = segment;
+    log->base = (unsigned char *)segment;
+    log->capacity = segment->capacity;
+}
+
+/* Opens a log at its newest segment. */
+static void log_open(struct log *log, const char *name, uint64_t capacity) {
+    memset(log, 0, sizeof *log);
+    snprintf(log->name, sizeof log->name, "%s", name);
+    log->capacity = capacity;
+    struct log_index init = { .version = 4 };
+    memcpy(init.magic, "WHV4INDX", 8);
+    log->index = open_shared(name, LOG_HEADER, &init, sizeof init, 1);
+    for (;;) {
+        uint64_t current = atomic_load(&log->index->current);
+        struct segment_header *segment = segment_open(log, current, 0, current == 0);
+        if (!segment) continue; /* removed since we read `current`: read it again */
+        segment_enter(log, segment);
+        break;
+    }
+    for (uint64_t next; (next = atomic_load(&log->header->next)) != 0;) {
+        struct segment_header *segment = segment_open(log, next, 0, 0);
+        if (!segment) break;
+        segment_enter(log, segment);
+    }
+}
+
+/* Removes segments below every live claim, keeping KEEP_SEGMENTS; past MAX_SEGMENTS,
+ * below the claims too (a reader that still maps one reads on; one that opens it again
+ * finds it gone and is told how many it lost). Runs at a segment's change, not per
+ * message. */
+static void compact(struct log *log) {
+    for (;;) {
+        uint64_t oldest = atomic_load(&log->index->oldest), current = atomic_load(&log->index->current);
+        if (oldest + KEEP_SEGMENTS > current) return;
+        int claimed = 0;
+        for (int i = 0; i < SUBSCRIBERS; i++) {
+            struct subscriber *s = &log->index->subscribers[i];
+            uint32_t holder = atomic_load(&s->listener);
+            if (holder == 0 || holder > LISTENERS) continue;
+            if (atomic_load(&s->claim_segment) <= oldest && entry_held(LOCK_BASE + 4096 + holder - 1)) claimed = 1;
+        }
+        if (claimed && oldest + MAX_SEGMENTS > current) return;
+        if (!atomic_compare_exchange_strong(&log->index->oldest, &oldest, oldest + 1)) continue;
+        char name[96];
+        snprintf(name, sizeof name, "%s.%llu", log->name, (unsigned long long)oldest);
+        unlinkat(directory_fd, name, 0);
+    }
+}
+
+static void ring(struct log *log);
+
+/* At a sealed segment: into the next one, made by whoever gets there first (its base is
+ * the sealed one's base plus its count, the same for everyone). 0 when it is not there
+ * yet and `create` is 0 (a reader waits for a writer). */
+static int segment_advance(struct log *log, int create) {
+    uint64_t next = atomic_load(&log->header->next);
+    uint64_t k = log->header->segment + 1;
+    struct segment_header *segment;
+    if (next == 0 && !create) return 0;
+    /* Made only by a process that saw no next: then k is the newest and cannot have been
+     * removed. A file below the oldest segment is one made again by a process that was
+     * far behind: removed, and this process goes on from the oldest (a reader, told what
+     * it lost) or the newest (a writer). */
+    segment = segment_open(log, k, log->header->base_sequence + TAIL_COUNT(atomic_load(&log->header->tail)), next == 0);
+    while (!segment || segment->segment < atomic_load(&log->index->oldest)) {
+        if (segment) {
+            char name[96];
+            snprintf(name, sizeof name, "%s.%llu", log->name, (unsigned long long)segment->segment);
+            munmap(segment, (size_t)segment->capacity);
+            unlinkat(directory_fd, name, 0);
+        }
+        next = 1; /* not ours to link */
+        k = create ? atomic_load(&log->index->current) : atomic_load(&log->index->oldest);
+        segment = segment_open(log, k, 0, 0);
+    }
+    if (next == 0) {
+        uint64_t zero = 0;
+        atomic_compare_exchange_strong(&log->header->next, &zero, k);
+        uint64_t current = atomic_load(&log->index->current);
+        while (current < k && !atomic_compare_exchange_weak(&log->index->current, &current, k)) {}
+        ring(log); /* listeners waiting at the seal */
+    }
+    segment_enter(log, segment);
+    compact(log);
+    return 1;
 }
 
 static inline _Atomic uint64_t *word_at(struct log *log, uint64_t offset) {
@@ -252,7 +382,6 @@ struct writer {
     size_t size;
     long die_pending_at;  /* the test's hook: SIGKILL itself between reserve and commit */
     long appended;
-    uint64_t wakes;       /* FUTEX_WAKE calls made */
 };
 
 static void writer_register(struct writer *w) {
@@ -267,35 +396,45 @@ static void writer_register(struct writer *w) {
     w->generation = next & 0x3fffff;
 }
 
-/* Steps 1-3: the reservation. Returns the record's offset. */
-static uint64_t reserve(struct writer *w, struct log *log, uint32_t length) {
+/* Steps 1-3: the reservation. Returns the record's offset and sets its sequence; moves to
+ * the next segment when this one is full. */
+static uint64_t reserve(struct writer *w, struct log *log, uint32_t length, uint64_t *sequence) {
     uint64_t want = WORD(STATE_PENDING, w->generation, w->slot, length);
     for (;;) {
         uint64_t t = atomic_load_explicit(&log->header->tail, memory_order_acquire);
-        if (t + length + 8 > log->capacity) fail("v4: the log is full (growth to a next file is not prototyped)");
-        _Atomic uint64_t *word = word_at(log, t);
+        uint64_t offset = TAIL_OFFSET(t), count = TAIL_COUNT(t);
+        _Atomic uint64_t *word = word_at(log, offset);
         uint64_t seen = atomic_load_explicit(word, memory_order_acquire);
         if (seen != 0) {
+            if ((seen & STATE_MASK) == STATE_SEAL) { segment_advance(log, 1); continue; }
             uint64_t expected = t;
-            atomic_compare_exchange_strong(&log->header->tail, &expected, t + WORD_LENGTH(seen));
+            atomic_compare_exchange_strong(&log->header->tail, &expected, TAIL(count + 1, offset + WORD_LENGTH(seen)));
             continue;
         }
         uint64_t zero = 0;
+        if (offset + length + 8 > log->capacity) {
+            /* Full: seal it (8 bytes are always left for the seal word). */
+            atomic_compare_exchange_strong(word, &zero, STATE_SEAL);
+            continue;
+        }
         if (atomic_compare_exchange_strong(word, &zero, want)) {
             uint64_t expected = t;
-            atomic_compare_exchange_strong(&log->header->tail, &expected, t + length);
-            return t;
+            atomic_compare_exchange_strong(&log->header->tail, &expected, TAIL(count + 1, offset + length));
+            *sequence = log->header->base_sequence + count;
+            return offset;
         }
     }
 }
 
 /* Step 5: a dirty bit per subscriber; a wake-up only for a listener that may sleep. */
-static void ring(struct writer *w, struct log *log) {
+static uint64_t wakes; /* FUTEX_WAKE calls this process made */
+
+static void ring(struct log *log) {
     for (int i = 0; i < SUBSCRIBERS; i++) {
-        uint32_t listener = atomic_load_explicit(&log->header->subscribers[i].listener, memory_order_relaxed);
+        uint32_t listener = atomic_load_explicit(&log->index->subscribers[i].listener, memory_order_relaxed);
         if (listener == 0 || listener > LISTENERS) continue; /* free, or being taken */
         struct listener_block *b = listener_block(listener - 1);
-        uint32_t bit = atomic_load_explicit(&log->header->subscribers[i].bit, memory_order_relaxed);
+        uint32_t bit = atomic_load_explicit(&log->index->subscribers[i].bit, memory_order_relaxed);
         _Atomic uint64_t *dirty = &b->dirty[bit / 64];
         uint64_t mask = UINT64_C(1) << (bit % 64);
         if (!(atomic_load_explicit(dirty, memory_order_relaxed) & mask)) atomic_fetch_or(dirty, mask);
@@ -303,27 +442,29 @@ static void ring(struct writer *w, struct log *log) {
         if (atomic_load(&b->waiters) != 0) {
             atomic_fetch_add(&b->wake, 1);
             futex(&b->wake, FUTEX_WAKE, INT_MAX, NULL);
-            w->wakes++;
+            wakes++;
         }
     }
 }
 
 static void append(struct writer *w, struct log *log, const unsigned char *payload, uint32_t size) {
     uint32_t length = (RECORD_HEADER + size + 7) & ~UINT32_C(7);
-    uint64_t t = reserve(w, log, length);
+    uint64_t sequence;
+    uint64_t t = reserve(w, log, length, &sequence);
     if (w->die_pending_at >= 0 && w->appended == w->die_pending_at) kill(getpid(), SIGKILL);
     unsigned char *record = log->base + t;
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     put_u32(record + 8, size);
     put_u32(record + 12, (uint32_t)crc32(0, payload, size));
-    put_u64(record + 16, (uint64_t)wall.tv_sec * 1000000000u + (uint64_t)wall.tv_nsec);
-    put_u32(record + 24, w->pid);
-    put_u32(record + 28, w->uid);
+    put_u64(record + 16, sequence);
+    put_u64(record + 24, (uint64_t)wall.tv_sec * 1000000000u + (uint64_t)wall.tv_nsec);
+    put_u32(record + 32, w->pid);
+    put_u32(record + 36, w->uid);
     memcpy(record + RECORD_HEADER, payload, size);
     atomic_store_explicit(word_at(log, t), WORD(STATE_COMMITTED, w->generation, w->slot, length), memory_order_release);
     w->appended++;
-    ring(w, log);
+    ring(log);
 }
 
 static void writer_open_logs(struct writer *w, long identifiers, uint64_t capacity) {
@@ -367,10 +508,10 @@ static int run_send(int argc, char **argv) {
     long warm = identifiers > WARM_UP_COUNT ? identifiers : WARM_UP_COUNT;
     for (long i = 0; i < warm; i++) bench_append(&w, WARM_UP_BIT | (uint64_t)i);
     sender_handshake(option(argc, argv, "handshake", NULL) != NULL);
-    uint64_t wakes_before = w.wakes;
+    uint64_t wakes_before = wakes;
     send_paced(count, interval, bench_append, &w);
     char line[128];
-    snprintf(line, sizeof line, "WAKES %llu\n", (unsigned long long)(w.wakes - wakes_before));
+    snprintf(line, sizeof line, "WAKES %llu\n", (unsigned long long)(wakes - wakes_before));
     emit(line);
     return 0;
 }
@@ -413,18 +554,24 @@ static void listener_register(struct listener *l) {
  * gone), the listener's bit, and its claim at the tail (it starts at the latest). */
 static void listener_subscribe(struct listener *l, long index) {
     struct cursor *c = &l->cursors[index];
-    struct log_header *h = c->log.header;
+    struct log_index *h = c->log.index;
     for (int i = 0; i < SUBSCRIBERS; i++) {
         uint32_t holder = atomic_load(&h->subscribers[i].listener);
         /* Free, left by an earlier listener of this block, or by a listener that is gone. */
         if (holder != 0 && (holder > LISTENERS || (holder - 1 != l->slot && entry_held(LOCK_BASE + 4096 + holder - 1)))) continue;
         if (!atomic_compare_exchange_strong(&h->subscribers[i].listener, &holder, 0xffffffffu)) { i--; continue; }
         atomic_store(&h->subscribers[i].bit, (uint32_t)index);
-        c->position = atomic_load(&h->tail);
-        /* The tail may lag one reservation: step over records already there. */
-        for (uint64_t w; (w = atomic_load(word_at(&c->log, c->position))) != 0;) c->position += WORD_LENGTH(w);
-        c->sequence = 0; /* the prototype counts from its subscription */
+        uint64_t t = atomic_load(&c->log.header->tail);
+        c->position = TAIL_OFFSET(t);
+        c->sequence = c->log.header->base_sequence + TAIL_COUNT(t);
+        /* The tail may lag one reservation: step over records already there (not a seal:
+         * drain moves on from it). */
+        for (uint64_t w; (w = atomic_load(word_at(&c->log, c->position))) != 0 && (w & STATE_MASK) != STATE_SEAL;) {
+            c->position += WORD_LENGTH(w);
+            c->sequence++;
+        }
         c->claimed = c->position;
+        atomic_store(&h->subscribers[i].claim_segment, c->log.header->segment);
         atomic_store(&h->subscribers[i].claim, c->position);
         atomic_store(&h->subscribers[i].listener, l->slot + 1);
         c->subscriber = i;
@@ -453,7 +600,9 @@ static void drain(struct listener *l, long index, uint64_t now) {
             if (size + RECORD_HEADER > WORD_LENGTH(w) || (uint32_t)crc32(0, record + RECORD_HEADER, size) != get_u32(record + 12)) {
                 fprintf(stderr, "v4 listen: damaged record at %llu\n", (unsigned long long)c->position);
             } else {
-                l->deliver(l->context, index, c->sequence, record + RECORD_HEADER, size, now);
+                /* The sequence the writer took with its reservation: the check compares it
+                 * with the count this reader keeps. */
+                l->deliver(l->context, index, get_u64(record + 16), record + RECORD_HEADER, size, now);
             }
         } else if ((w & STATE_MASK) == STATE_PENDING) {
             if (c->pending_since == 0) { c->pending_since = now ? now : now_ns(); l->blocked++; break; }
@@ -463,8 +612,24 @@ static void drain(struct listener *l, long index, uint64_t now) {
             l->hole(l->context, index, c->sequence, c->position, c->position + WORD_LENGTH(w), atomic_load(&e->pid[WORD_GEN(w) % 4]));
             l->hole_count++;
         } else {
-            fprintf(stderr, "v4 listen: unknown state at %llu\n", (unsigned long long)c->position);
-            break;
+            /* A seal: on into the next segment, once a writer made it. */
+            if (!segment_advance(&c->log, 0)) {
+                if (c->pending_since == 0) { c->pending_since = now ? now : now_ns(); l->blocked++; }
+                break;
+            }
+            if (c->pending_since) { c->pending_since = 0; l->blocked--; }
+            if (c->log.header->base_sequence != c->sequence) {
+                /* Compaction removed segments this reader had not read (MAX_SEGMENTS). */
+                printf("LOST log=%ld sequences=%llu-%llu\n", index, (unsigned long long)c->sequence,
+                       (unsigned long long)c->log.header->base_sequence - 1);
+                c->sequence = c->log.header->base_sequence;
+            }
+            c->position = LOG_HEADER;
+            struct subscriber *s = &c->log.index->subscribers[c->subscriber];
+            atomic_store(&s->claim_segment, c->log.header->segment);
+            atomic_store(&s->claim, c->position);
+            moved = 1;
+            continue;
         }
         if (c->pending_since) { c->pending_since = 0; l->blocked--; }
         c->position += WORD_LENGTH(w);
@@ -481,8 +646,9 @@ static void drain(struct listener *l, long index, uint64_t now) {
 static void write_claims(struct listener *l) {
     for (long i = 0; i < l->advanced_count; i++) {
         struct cursor *c = &l->cursors[l->advanced[i]];
-        struct subscriber *s = &c->log.header->subscribers[c->subscriber];
+        struct subscriber *s = &c->log.index->subscribers[c->subscriber];
         atomic_store_explicit(&s->claim_sequence, c->sequence, memory_order_relaxed);
+        atomic_store_explicit(&s->claim_segment, c->log.header->segment, memory_order_relaxed);
         atomic_store_explicit(&s->claim, c->position, memory_order_release);
         c->claimed = c->position;
         l->advanced_mark[l->advanced[i]] = 0;
@@ -705,7 +871,7 @@ static void check_deliver(void *context, long index, uint64_t sequence, const un
         c->errors++;
     }
     *next = (long)i + c->logs;
-    c->pid_of[writer] = get_u32(payload - RECORD_HEADER + 24); /* the record's writer pid */
+    c->pid_of[writer] = get_u32(payload - RECORD_HEADER + 32); /* the record's writer pid */
     c->received++;
 }
 
