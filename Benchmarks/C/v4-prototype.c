@@ -381,6 +381,7 @@ struct writer {
     unsigned char *payload;
     size_t size;
     long die_pending_at;  /* the test's hook: SIGKILL itself between reserve and commit */
+    long die_committed_at;/* and between commit and ring */
     long appended;
 };
 
@@ -463,6 +464,7 @@ static void append(struct writer *w, struct log *log, const unsigned char *paylo
     put_u32(record + 36, w->uid);
     memcpy(record + RECORD_HEADER, payload, size);
     atomic_store_explicit(word_at(log, t), WORD(STATE_COMMITTED, w->generation, w->slot, length), memory_order_release);
+    if (w->die_committed_at >= 0 && w->appended == w->die_committed_at) kill(getpid(), SIGKILL);
     w->appended++;
     ring(log);
 }
@@ -498,7 +500,7 @@ static int run_send(int argc, char **argv) {
     uint64_t interval = (uint64_t)option_int(argc, argv, "interval-ns", 0);
     long identifiers = (long)option_int(argc, argv, "identifiers", 1);
     uint64_t capacity = (uint64_t)option_int(argc, argv, "capacity", (long long)default_capacity(identifiers));
-    struct writer w = { .size = (size_t)size, .die_pending_at = -1 };
+    struct writer w = { .size = (size_t)size, .die_pending_at = -1, .die_committed_at = -1 };
     w.payload = malloc((size_t)size);
     if (!w.payload) fail("out of memory");
     memset(w.payload, 0x2e, (size_t)size);
@@ -535,7 +537,7 @@ struct listener {
     long advanced_count;
     unsigned char *advanced_mark;
     long blocked;                    /* logs stopped on a pending record */
-    uint64_t sleeps, hole_count;
+    uint64_t sleeps, hole_count, idle_checks;
     void (*deliver)(void *, long, uint64_t, const unsigned char *, uint32_t, uint64_t);
     void (*hole)(void *, long, uint64_t, uint64_t, uint64_t, uint32_t);
     void *context;
@@ -685,12 +687,24 @@ static void listen_loop(struct listener *l, _Atomic int *stop) {
         atomic_fetch_add(&l->block->waiters, 1);
         int dirty = 0;
         for (long i = 0; i < (l->count + 63) / 64 && !dirty; i++) dirty = atomic_load(&l->block->dirty[i]) != 0;
+        int timed_out = 0;
         if (!dirty && !atomic_load(stop)) {
-            struct timespec wait = { 0, 2000000 };
-            futex(&l->block->wake, FUTEX_WAIT, seen, l->blocked ? &wait : NULL);
+            /* 2 ms while stopped on a pending record; else 1 s, after which it looks at
+             * every log's next word: a writer killed between its commit and its ring
+             * told nobody, and version 3's inotify event cannot be missed that way. */
+            struct timespec wait = { 0, 2000000 }, idle = { 1, 0 };
+            timed_out = futex(&l->block->wake, FUTEX_WAIT, seen, l->blocked ? &wait : &idle) != 0 && errno == ETIMEDOUT;
             l->sleeps++;
         }
         atomic_fetch_sub(&l->block->waiters, 1);
+        if (timed_out && !l->blocked) {
+            l->idle_checks++;
+            for (long i = 0; i < l->count; i++) {
+                struct cursor *c = &l->cursors[i];
+                if (c->position + 8 <= c->log.capacity && atomic_load_explicit(word_at(&c->log, c->position), memory_order_relaxed) != 0)
+                    drain(l, i, 0);
+            }
+        }
     }
 }
 
@@ -740,7 +754,7 @@ static int run_listen(int argc, char **argv) {
     emit("READY\n");
     listen_loop(&l, &b.tally.complete);
     tally_report(&b.tally);
-    fprintf(stderr, "v4 listen: %llu sleeps\n", (unsigned long long)l.sleeps);
+    fprintf(stderr, "v4 listen: %llu sleeps, %llu idle checks\n", (unsigned long long)l.sleeps, (unsigned long long)l.idle_checks);
     return 0;
 }
 
@@ -842,6 +856,8 @@ struct check {
     uint64_t *next_sequence;     /* per log */
     long received, errors, ends, holes;
     uint32_t *pid_of;            /* per writer: the pid in its records */
+    uint64_t *delivered_at;      /* per writer: when its last message was read */
+    long late;
     uint32_t hole_pid[256];
     long hole_log[256];
     _Atomic int done;
@@ -859,6 +875,15 @@ static void check_deliver(void *context, long index, uint64_t sequence, const un
     uint64_t writer = get_u64(payload), i = get_u64(payload + 8), check = get_u64(payload + 16);
     if (check != ((writer * 1000003u) ^ i)) { printf("ERROR check word\n"); c->errors++; return; }
     if (writer == 0xffffffffu) {
+        /* i is END's send time: a message read after it was waiting for END's wake-up. */
+        for (long k = 0; k < c->writers; k++) {
+            if (c->delivered_at[k] > i) {
+                printf("LATE writer %ld: its last message was read %.1f ms after END was sent, woken by END\n", k,
+                       (double)(c->delivered_at[k] - i) / 1e6);
+                c->late++;
+                c->delivered_at[k] = 0;
+            }
+        }
         if (++c->ends == c->logs) atomic_store(&c->done, 1);
         return;
     }
@@ -872,6 +897,7 @@ static void check_deliver(void *context, long index, uint64_t sequence, const un
     }
     *next = (long)i + c->logs;
     c->pid_of[writer] = get_u32(payload - RECORD_HEADER + 32); /* the record's writer pid */
+    c->delivered_at[writer] = now_ns();
     c->received++;
 }
 
@@ -894,6 +920,7 @@ static int run_check_listen(int argc, char **argv) {
     for (long k = 0; k < c.writers; k++) for (long j = 0; j < c.logs; j++) c.next[k * c.logs + j] = j;
     c.next_sequence = calloc((size_t)c.logs, sizeof *c.next_sequence);
     c.pid_of = calloc((size_t)c.writers, sizeof *c.pid_of);
+    c.delivered_at = calloc((size_t)c.writers, sizeof *c.delivered_at);
     open_directory(directory);
     struct listener l = { .deliver = check_deliver, .hole = check_hole, .context = &c };
     listener_init(&l, c.logs, (uint64_t)option_int(argc, argv, "capacity", (long long)check_capacity));
@@ -934,8 +961,10 @@ static int run_check_listen(int argc, char **argv) {
         printf("HOLE of pid %u is writer %ld's message %ld, in log %ld\n", c.hole_pid[h], k, lowest, c.hole_log[h]);
         exact++;
     }
-    printf("SUMMARY received=%ld errors=%ld holes=%ld holes_exact=%ld writers_complete=%ld writers_cut=%ld sleeps=%llu\n",
-           c.received, c.errors, c.holes, exact, complete, cut, (unsigned long long)l.sleeps);
+    c.errors += c.late;
+    printf("SUMMARY received=%ld errors=%ld holes=%ld holes_exact=%ld writers_complete=%ld writers_cut=%ld sleeps=%llu idle_checks=%llu\n",
+           c.received, c.errors, c.holes, exact, complete, cut, (unsigned long long)l.sleeps,
+           (unsigned long long)l.idle_checks);
     return c.errors ? 1 : 0;
 }
 
@@ -953,6 +982,8 @@ static int run_check_write(int argc, char **argv) {
     long logs = (long)option_int(argc, argv, "identifiers", 1);
     long kills = (long)option_int(argc, argv, "kill", 0);
     long die_pending = (long)option_int(argc, argv, "die-pending", 0);
+    long die_committed = (long)option_int(argc, argv, "die-committed", 0);
+    long end_after_ms = (long)option_int(argc, argv, "end-after-ms", 0);
     uint64_t capacity = (uint64_t)option_int(argc, argv, "capacity", (long long)check_capacity);
     srand((unsigned)option_int(argc, argv, "seed", (long long)getpid()));
     open_directory(directory);
@@ -960,27 +991,30 @@ static int run_check_write(int argc, char **argv) {
     long *fate = calloc((size_t)writers, sizeof *fate);   /* -1 runs to the end; else see below */
     for (long k = 0; k < writers; k++) {
         fate[k] = -1;
-        long die_at = -1;
+        long die_at = -1, die_committed_at = -1;
         if (k < die_pending) die_at = rand() % messages;
+        else if (k < die_pending + die_committed) die_committed_at = rand() % messages;
         fflush(stdout);
         pid_t pid = fork();
         if (pid < 0) die("fork");
         if (pid == 0) {
-            struct writer w = { .die_pending_at = -1 };
+            struct writer w = { .die_pending_at = -1, .die_committed_at = -1 };
             writer_register(&w);
             writer_open_logs(&w, logs, capacity);
             unsigned char payload[24];
             for (long i = 0; i < messages; i++) {
                 check_message(payload, (uint64_t)k, (uint64_t)i);
                 w.die_pending_at = (i == die_at) ? w.appended : -1;
+                w.die_committed_at = (i == die_committed_at) ? w.appended : -1;
                 append(&w, &w.logs[i % logs], payload, 24);
             }
             _exit(0);
         }
         children[k] = pid;
         if (die_at >= 0) printf("WRITER %ld pid=%d kills itself between reserve and commit of message %ld\n", k, (int)pid, die_at);
+        if (die_committed_at >= 0) printf("WRITER %ld pid=%d kills itself between commit and wake-up of message %ld\n", k, (int)pid, die_committed_at);
     }
-    for (long k = die_pending; k < die_pending + kills && k < writers; k++) {
+    for (long k = die_pending + die_committed; k < die_pending + die_committed + kills && k < writers; k++) {
         sleep_until(now_ns() + (uint64_t)(rand() % 20000) * 1000u);
         kill(children[k], SIGKILL);
         printf("WRITER %ld pid=%d sent SIGKILL\n", k, (int)children[k]);
@@ -991,12 +1025,16 @@ static int run_check_write(int argc, char **argv) {
         waitpid(children[k], &status, 0);
         if (WIFSIGNALED(status)) killed++; else ended++;
     }
-    struct writer w = { .die_pending_at = -1 };
+    struct writer w = { .die_pending_at = -1, .die_committed_at = -1 };
     writer_register(&w);
     writer_open_logs(&w, logs, capacity);
     unsigned char payload[24];
+    /* END carries its send time: a listener can tell a message it was told of only by
+     * END (--end-after-ms leaves time for the wake-up a killed writer did not make). */
+    if (end_after_ms > 0) sleep_until(now_ns() + (uint64_t)end_after_ms * 1000000u);
+    uint64_t stamp = now_ns();
     for (long i = 0; i < logs; i++) {
-        check_message(payload, 0xffffffffu, 0);
+        check_message(payload, 0xffffffffu, stamp);
         append(&w, &w.logs[i], payload, 24);
     }
     printf("WRITERS ended=%ld killed=%ld\n", ended, killed);
