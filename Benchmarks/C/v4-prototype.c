@@ -540,6 +540,7 @@ struct listener {
     uint64_t sleeps, hole_count, idle_checks;
     void (*deliver)(void *, long, uint64_t, const unsigned char *, uint32_t, uint64_t);
     void (*hole)(void *, long, uint64_t, uint64_t, uint64_t, uint32_t);
+    void (*lost)(void *, long, uint64_t, uint64_t);  /* may be NULL */
     void *context;
 };
 
@@ -624,6 +625,8 @@ static void drain(struct listener *l, long index, uint64_t now) {
                 /* Compaction removed segments this reader had not read (MAX_SEGMENTS). */
                 printf("LOST log=%ld sequences=%llu-%llu\n", index, (unsigned long long)c->sequence,
                        (unsigned long long)c->log.header->base_sequence - 1);
+                fflush(stdout);
+                if (l->lost) l->lost(l->context, index, c->sequence, c->log.header->base_sequence - 1);
                 c->sequence = c->log.header->base_sequence;
             }
             c->position = LOG_HEADER;
@@ -857,6 +860,8 @@ struct check {
     long received, errors, ends, holes;
     uint32_t *pid_of;            /* per writer: the pid in its records */
     uint64_t *delivered_at;      /* per writer: when its last message was read */
+    long lost;                   /* sequences reported lost to compaction */
+    unsigned char *resync;       /* per writer and log: after a loss, accept any later index */
     long late;
     uint32_t hole_pid[256];
     long hole_log[256];
@@ -891,7 +896,9 @@ static void check_deliver(void *context, long index, uint64_t sequence, const un
     if (writer >= (uint64_t)c->writers) { printf("ERROR writer %llu\n", (unsigned long long)writer); c->errors++; return; }
     /* Writer k's message i goes to log i mod K: in each log, its messages come in order. */
     long *next = &c->next[writer * c->logs + index];
-    if ((long)i != *next) {
+    if (c->resync[writer * c->logs + index] && (long)i >= *next) {
+        c->resync[writer * c->logs + index] = 0;  /* the loss was reported: on from here */
+    } else if ((long)i != *next) {
         printf("ERROR writer %llu, log %ld: message %llu where %ld was next (%s)\n", (unsigned long long)writer, index,
                (unsigned long long)i, *next, (long)i < *next ? "repeated or out of order" : "lost");
         c->errors++;
@@ -900,6 +907,13 @@ static void check_deliver(void *context, long index, uint64_t sequence, const un
     c->pid_of[writer] = get_u32(payload - RECORD_HEADER + 32); /* the record's writer pid */
     c->delivered_at[writer] = now_ns();
     c->received++;
+}
+
+static void check_lost(void *context, long index, uint64_t from, uint64_t to) {
+    struct check *c = context;
+    c->lost += (long)(to - from + 1);
+    c->next_sequence[index] = to + 1;
+    for (long k = 0; k < c->writers; k++) c->resync[k * c->logs + index] = 1;
 }
 
 static void check_hole(void *context, long index, uint64_t sequence, uint64_t from, uint64_t to, uint32_t pid) {
@@ -923,10 +937,26 @@ static int run_check_listen(int argc, char **argv) {
     c.pid_of = calloc((size_t)c.writers, sizeof *c.pid_of);
     c.delivered_at = calloc((size_t)c.writers, sizeof *c.delivered_at);
     open_directory(directory);
-    struct listener l = { .deliver = check_deliver, .hole = check_hole, .context = &c };
+    c.resync = calloc((size_t)(c.writers * c.logs), 1);
+    long stall_ms = (long)option_int(argc, argv, "stall-ms", 0);
+    struct listener l = { .deliver = check_deliver, .hole = check_hole, .lost = check_lost, .context = &c };
     listener_init(&l, c.logs, (uint64_t)option_int(argc, argv, "capacity", (long long)check_capacity));
     printf("READY pid=%d uid=%u\n", (int)getpid(), (unsigned)geteuid());
     fflush(stdout);
+    if (stall_ms > 0) {
+        /* Subscribed but reading nothing: its claim stays where it started. */
+        sleep_until(now_ns() + (uint64_t)stall_ms * 1000000u);
+        for (long j = 0; j < c.logs; j++) {
+            uint64_t oldest = atomic_load(&l.cursors[j].log.index->oldest), newest = atomic_load(&l.cursors[j].log.index->current);
+            printf("STALLED log=%ld segments oldest=%llu newest=%llu\n", j, (unsigned long long)oldest, (unsigned long long)newest);
+            /* Within MAX_SEGMENTS, compaction must not pass a live claim. */
+            if (newest < MAX_SEGMENTS && oldest > l.cursors[j].log.header->segment) {
+                printf("ERROR log %ld: segments removed below a live claim\n", j);
+                c.errors++;
+            }
+        }
+        fflush(stdout);
+    }
     listen_loop(&l, &c.done);
     long complete = 0, cut = 0;
     for (long k = 0; k < c.writers; k++) {
@@ -963,8 +993,16 @@ static int run_check_listen(int argc, char **argv) {
         exact++;
     }
     c.errors += c.late;
-    printf("SUMMARY received=%ld errors=%ld holes=%ld holes_exact=%ld writers_complete=%ld writers_cut=%ld sleeps=%llu idle_checks=%llu\n",
-           c.received, c.errors, c.holes, exact, complete, cut, (unsigned long long)l.sleeps,
+    /* Every sequence of every log is a message received, a hole, a loss reported, or END. */
+    uint64_t sequences = 0;
+    for (long j = 0; j < c.logs; j++) sequences += c.next_sequence[j];
+    if (sequences != (uint64_t)(c.received + c.holes + c.lost + c.ends)) {
+        printf("ERROR %llu sequences, but %ld received + %ld holes + %ld lost + %ld END\n", (unsigned long long)sequences,
+               c.received, c.holes, c.lost, c.ends);
+        c.errors++;
+    }
+    printf("SUMMARY received=%ld errors=%ld holes=%ld holes_exact=%ld lost=%ld writers_complete=%ld writers_cut=%ld sleeps=%llu idle_checks=%llu\n",
+           c.received, c.errors, c.holes, exact, c.lost, complete, cut, (unsigned long long)l.sleeps,
            (unsigned long long)l.idle_checks);
     return c.errors ? 1 : 0;
 }
