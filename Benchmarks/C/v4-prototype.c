@@ -7,8 +7,9 @@
  *   v4 send   --dir D [--count C] [--size S] [--interval-ns I] [--identifiers N] [--capacity B]
  *   v4 listen --dir D [--count C] [--identifiers N] [--capacity B]
  *   v4 pipe   [--count C] [--size S] [--interval-ns I]    (a pipe between two processes)
- *   v4 check-listen --dir D --writers N --messages M [--identifiers K]
- *   v4 check-write  --dir D --writers N --messages M [--identifiers K] [--kill K] [--die-pending P] [--seed X]
+ *   v4 check-listen --dir D --writers N --messages M [--identifiers K] [--capacity B] [--stall-ms T]
+ *   v4 check-write  --dir D --writers N --messages M [--identifiers K] [--capacity B] [--kill K]
+ *                   [--die-pending P] [--die-committed Q] [--end-after-ms T] [--seed X]
  *
  * send and listen speak peer.h's protocol with the harness (READY, WARM, RESULT, SAMPLES).
  *
@@ -59,7 +60,9 @@
  * FUTEX_WAITs on the word it read (the writer's bump in between makes the wait return at
  * once). A record that stays pending: after 2 ms the listener checks its writer (the
  * writer's lock released, or its entry's generation changed) and, if it is gone, reports
- * the hole exactly (sequence, byte range, writer pid) and reads on.
+ * the hole exactly (sequence, byte range, writer pid) and reads on. Idle, it sleeps at
+ * most 1 s, then looks at the next word of each of its logs: a writer killed between its
+ * commit and its ring told nobody of that record.
  *
  * Growth and compaction, off the per-message path: the process that finds a segment
  * sealed makes segment k + 1 (its first sequence: the sealed one's plus its count, the
