@@ -13,10 +13,12 @@ import Synchronization
 /// One pass statement at a time is in flight on the statement connection. While it
 /// waits for its commit (a WAL flush, with the server's default durability), the passes
 /// that come are queued; when it returns, they are sent as one statement
-/// (``PostgresSchema/appendGroup(container:channel:processID:passes:)``; a lone pass,
-/// ``PostgresSchema/appendOne(container:channel:processID:pass:)``): one
+/// (``PostgresSchema/appendGroup(container:channel:processID:passes:synchronousCommit:)``; a lone pass,
+/// ``PostgresSchema/appendOne(container:channel:processID:pass:synchronousCommit:)``): one
 /// transaction, one commit and one WAL flush for all of them, in the order they came.
 /// A lone pass goes at once, so waiting adds nothing when there is nothing to share.
+/// With ``PostgresServer/synchronousCommit`` set (the URL's `synchronous_commit`), each
+/// statement commits with that setting: `off`, it returns without waiting for the flush.
 ///
 /// What holds: passes to one identifier are numbered in the order they were queued (a
 /// thread's or task's passes in the order it made them), a batch's messages are
@@ -38,7 +40,7 @@ final class PostgresPassQueue: Sendable {
     }
 
     /// What the server returned for one message: its sequence number, and its
-    /// identifier's counters after the statement (``PostgresSchema/appendGroup(container:channel:processID:passes:)``).
+    /// identifier's counters after the statement (``PostgresSchema/appendGroup(container:channel:processID:passes:synchronousCommit:)``).
     struct Stored: Sendable {
         let sequence: Int64
         let retainedCount: Int64
@@ -169,8 +171,10 @@ final class PostgresPassQueue: Sendable {
         statements.add(1, ordering: .relaxed)
         let passes = group.flatMap(\.passes)
         let query = passes.count == 1
-            ? PostgresSchema.appendOne(container: container, channel: channel, processID: processID, pass: passes[0])
-            : PostgresSchema.appendGroup(container: container, channel: channel, processID: processID, passes: passes)
+            ? PostgresSchema.appendOne(container: container, channel: channel, processID: processID, pass: passes[0],
+                                       synchronousCommit: session.server.synchronousCommit)
+            : PostgresSchema.appendGroup(container: container, channel: channel, processID: processID, passes: passes,
+                                         synchronousCommit: session.server.synchronousCommit)
         connection.query(query, logger: session.logger).whenComplete { [self] result in
             finish(group, result.map { Array($0.rows) })
         }

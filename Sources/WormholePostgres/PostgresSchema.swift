@@ -7,7 +7,7 @@ import PostgresNIO
 /// `Docs/Scaling.md`, "The schema").
 ///
 /// Every statement is a single SQL statement, so each is one transaction:
-/// - a pass (or several callers' passes, or a batch: ``appendGroup(container:channel:processID:passes:)``)
+/// - a pass (or several callers' passes, or a batch: ``appendGroup(container:channel:processID:passes:synchronousCommit:)``)
 ///   takes the identifier's row lock (`INSERT … ON CONFLICT DO UPDATE`) to assign the
 ///   next sequence numbers, inserts the messages and queues the notification, all
 ///   committed together. The lock is held to the commit, so passes to one identifier commit in
@@ -246,9 +246,10 @@ enum PostgresSchema {
 
     /// A lone pass (``PostgresPassQueue`` when nothing else waits): the next sequence
     /// number, the message, the notification; one transaction. The rows of
-    /// ``appendGroup(container:channel:processID:passes:)`` for one message, planned
-    /// more cheaply.
-    static func appendOne(container: String, channel: String, processID: Int32, pass: PostgresPassQueue.Pass) -> PostgresQuery {
+    /// ``appendGroup(container:channel:processID:passes:synchronousCommit:)`` for one
+    /// message, planned more cheaply.
+    static func appendOne(container: String, channel: String, processID: Int32, pass: PostgresPassQueue.Pass,
+                          synchronousCommit: PostgresServer.SynchronousCommit? = nil) -> PostgresQuery {
         let size = Int64(pass.payload.readableBytes)
         return """
             WITH next AS (
@@ -267,7 +268,7 @@ enum PostgresSchema {
                 RETURNING sequence)
             SELECT 1::bigint, stored.sequence, next.retained_count, next.retained_bytes, next.prune_at_count, next.prune_at_bytes,
                    pg_notify(\(channel), stored.sequence::text || ' ' || \(pass.identifier))
-            FROM next, stored
+            FROM next, stored\(unescaped: durability(synchronousCommit))
             """
     }
 
@@ -279,7 +280,8 @@ enum PostgresSchema {
     /// to the commit. Returns, in the order of `passes`: position, sequence number, and
     /// the identifier's retained count and bytes and pruning thresholds after it.
     static func appendGroup(container: String, channel: String, processID: Int32,
-                            passes: [PostgresPassQueue.Pass]) -> PostgresQuery {
+                            passes: [PostgresPassQueue.Pass],
+                            synchronousCommit: PostgresServer.SynchronousCommit? = nil) -> PostgresQuery {
         let identifiers = passes.map(\.identifier)
         let sentAt = passes.map(\.sentAt)
         let kinds = passes.map(\.kind)
@@ -319,9 +321,18 @@ enum PostgresSchema {
             notified AS (
                 SELECT count(pg_notify(\(channel), next.last_sequence::text || ' ' || next.identifier)) AS notifications FROM next)
             SELECT numbered.ord, numbered.sequence, next.retained_count, next.retained_bytes, next.prune_at_count, next.prune_at_bytes
-            FROM numbered JOIN next USING (identifier), notified
+            FROM numbered JOIN next USING (identifier), notified\(unescaped: durability(synchronousCommit))
             ORDER BY numbered.ord
             """
+    }
+
+    /// What a pass statement joins to set `synchronous_commit` for its own transaction
+    /// (the statement is one, implicit: `set_config(…, true)` is `SET LOCAL`), read at its
+    /// commit; nothing for the server's setting. Evaluated once, as the statement's rows
+    /// are made, before the commit.
+    private static func durability(_ setting: PostgresServer.SynchronousCommit?) -> String {
+        guard let setting else { return "" }
+        return ", (SELECT set_config('synchronous_commit', '\(setting.rawValue)', true)) AS durability"
     }
 
     /// The condition "this claim's session is still connected". Sessions of other users

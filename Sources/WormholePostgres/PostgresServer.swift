@@ -17,10 +17,29 @@ import PostgresNIO
 /// server offers it, unverified, as libpq), `require` (TLS, unverified) or `verify-full`
 /// (TLS with the certificate and host name verified against the system's roots).
 /// `connect_timeout` takes seconds; `application_name` names the connections in the
-/// server's `pg_stat_activity`.
+/// server's `pg_stat_activity`. `synchronous_commit` sets ``synchronousCommit``, the
+/// durability of passes alone (`off`: a pass returns before its commit reaches the disk;
+/// Docs/Scaling.md, "Asynchronous commit").
 public struct PostgresServer: Sendable, CustomStringConvertible {
     /// The connection settings PostgresNIO uses.
     public var configuration: PostgresConnection.Configuration
+    /// The server's `synchronous_commit` for the transactions that store passes and
+    /// batches, and for nothing else (durable positions, claims and work queues keep the
+    /// server's setting); `nil`, the server's setting.
+    ///
+    /// `off` returns a pass once its transaction committed in memory, without waiting for
+    /// the WAL flush: a pass that returned can be lost if the database server crashes
+    /// (not if the client does) within about three times `wal_writer_delay` (200 ms by
+    /// default); the database stays consistent, and listeners may have received
+    /// messages that are gone after the crash (Docs/Scaling.md, "Asynchronous commit").
+    public var synchronousCommit: SynchronousCommit?
+
+    /// PostgreSQL's values of `synchronous_commit` (its documentation, "Write Ahead Log").
+    public enum SynchronousCommit: String, Sendable, CaseIterable {
+        case on, off, local
+        case remoteWrite = "remote_write"
+        case remoteApply = "remote_apply"
+    }
     /// The URL with its password hidden: what messages and logs show.
     public let description: String
 
@@ -74,6 +93,13 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
             // As libpq: the name the server shows for these connections (pg_stat_activity).
             configuration.options.additionalStartupParameters.append(("application_name", name))
         }
+        if let value = parameters["synchronous_commit"] {
+            guard let setting = SynchronousCommit(rawValue: value) else {
+                let values = SynchronousCommit.allCases.map(\.rawValue)
+                throw invalid("has synchronous_commit '\(value)', not \(values.dropLast().joined(separator: ", ")) or \(values.last!)")
+            }
+            synchronousCommit = setting
+        }
         description = shown
     }
 
@@ -92,7 +118,8 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
             guard let value = item.value else { throw invalid("has the parameter '\(item.name)' without a value") }
             parameters[item.name] = value
         }
-        let known: Set<String> = ["sslmode", "host", "port", "user", "password", "dbname", "connect_timeout", "application_name"]
+        let known: Set<String> = ["sslmode", "host", "port", "user", "password", "dbname", "connect_timeout", "application_name",
+                                  "synchronous_commit"]
         if let unknown = parameters.keys.sorted().first(where: { !known.contains($0) }) {
             throw invalid("has the parameter '\(unknown)', which is not one of \(known.sorted().joined(separator: ", "))")
         }

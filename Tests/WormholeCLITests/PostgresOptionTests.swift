@@ -100,6 +100,19 @@ struct PostgresOptionTests {
         #expect(list.output.contains("chat") && list.output.contains("3"))
     }
 
+    @Test func synchronousCommitInTheURLIsTakenAndABadValueIsAUsageErrorThatNamesIt() async throws {
+        let sandbox = Sandbox()
+        let server = try serverArguments()
+        let separator = server[1].contains("?") ? "&" : "?"
+        let bad = try await sandbox.run(["send", "x", "hi", "--postgres", server[1] + separator + "synchronous_commit=maybe", "--group", server[3]])
+        #expect(bad.status == 64)
+        #expect(bad.stderr.contains("synchronous_commit 'maybe'") && bad.stderr.contains("remote_apply"), "\(bad.stderr)")
+        let off = ["--postgres", server[1] + separator + "synchronous_commit=off", "--group", server[3]]
+        let sent = try await sandbox.run(["send", "x", "hi"] + off)
+        #expect(sent.status == 0, "\(sent.stderr)")
+        #expect(try await sandbox.run(["read", "x"] + server).output == "hi\n")
+    }
+
     @Test func theVariableAloneIsEnoughAndReadSaysWhenThereIsNothing() async throws {
         let server = try serverArguments()
         let sandbox = Sandbox(extra: ["WORMHOLE_POSTGRES_URL": server[1], "WORMHOLE_GROUP": server[3]])

@@ -250,5 +250,108 @@ struct PostgresPassTests {
         #expect(outcomes.all.contains { !$0.1 }, "the statement whose connection was cut reported failure")
         #expect(texts.first == "first" && texts.last == "after")
     }
+
+    // MARK: - synchronous_commit
+
+    /// A transiting on the container of `store` whose URL carries `parameter`.
+    func transiting(_ store: TestStore, adding parameter: String) throws -> PostgresTransiting {
+        let url = try #require(ProcessInfo.processInfo.environment[AgentLocation.urlVariable])
+        return try PostgresTransiting(url: url + (url.contains("?") ? "&" : "?") + parameter, container: container(store))
+    }
+
+    @Test("the URL's synchronous_commit takes PostgreSQL's values; another is refused, naming it")
+    func synchronousCommitIsParsed() throws {
+        #expect(try PostgresServer(url: "postgres://u@localhost/db").synchronousCommit == nil)
+        #expect(try PostgresServer(url: "postgres://u@localhost/db?synchronous_commit=off").synchronousCommit == .off)
+        #expect(try PostgresServer(url: "postgres://u@localhost/db?sslmode=disable&synchronous_commit=remote_apply").synchronousCommit == .remoteApply)
+        for bad in ["maybe", "OFF", "false", ""] {
+            let error = #expect(throws: WormholeError.self) {
+                try PostgresServer(url: "postgres://u:secret@localhost/db?synchronous_commit=\(bad)")
+            }
+            #expect(error?.code == .invalidConfiguration)
+            let text = error.map { String(describing: $0) } ?? ""
+            #expect(text.contains("synchronous_commit '\(bad)'") && text.contains("on, off, local, remote_write or remote_apply"), "\(text)")
+            #expect(!text.contains("secret"))
+        }
+    }
+
+    /// What `synchronous_commit` was when each pass's transaction committed, seen by a
+    /// deferred trigger on `wormhole.messages` (it runs at the commit, inside the
+    /// transaction) that writes it beside the message.
+    @Test("synchronous_commit=off in the URL applies to the transactions of passes and batches, and not to another wormhole's",
+          .timeLimit(.minutes(1)))
+    func synchronousCommitAppliesToPasses() throws {
+        let store = try Backend.postgres.makeStore()
+        let probe = try store.postgresTransiting()
+        defer { probe.close() }
+        try probe.session.query("""
+            CREATE TABLE IF NOT EXISTS public.commit_settings (container text, identifier text, sequence bigint, setting text)
+            """, "create the probe's table")
+        try probe.session.query("""
+            CREATE OR REPLACE FUNCTION public.record_commit_setting() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO public.commit_settings VALUES (NEW.container, NEW.identifier, NEW.sequence, current_setting('synchronous_commit'));
+                RETURN NULL;
+            END $$
+            """, "create the probe's function")
+        try probe.session.query("""
+            DO $$ BEGIN
+                IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'record_commit_setting') THEN
+                    CREATE CONSTRAINT TRIGGER record_commit_setting AFTER INSERT ON wormhole.messages
+                        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.record_commit_setting();
+                END IF;
+            END $$
+            """, "create the probe's trigger")
+        defer { _ = try? probe.session.query("DROP TRIGGER IF EXISTS record_commit_setting ON wormhole.messages", "drop the probe's trigger") }
+
+        let asynchronous = try transiting(store, adding: "synchronous_commit=off")
+        defer { asynchronous.close() }
+        #expect(asynchronous.server.synchronousCommit == .off)
+        let fast = Wormhole(transiting: asynchronous)
+        try fast.passMessage("one", identifier: "off")
+        #expect(try fast.passMessages(["a", "b", "c"], identifier: "off") == 2..<5)
+        let plain = try store.wormhole()
+        try plain.passMessage("one", identifier: "default")
+        try plain.passMessages(["a", "b"], identifier: "default")
+
+        let rows = try probe.session.query("""
+            SELECT identifier, sequence, setting FROM public.commit_settings WHERE container = \(container(store)) ORDER BY identifier, sequence
+            """, "read the settings").map { try $0.decode((String, Int64, String).self) }
+        let setting = try #require(try probe.session.query("SHOW synchronous_commit", "show").first?.decode(String.self))
+        #expect(setting == "on", "the test cluster commits synchronously by default")
+        #expect(rows.filter { $0.0 == "off" }.map { "\($0.1) \($0.2)" } == ["1 off", "2 off", "3 off", "4 off"])
+        #expect(rows.filter { $0.0 == "default" }.map { "\($0.1) \($0.2)" } == ["1 on", "2 on", "3 on"])
+    }
+
+    @Test("with synchronous_commit=off, concurrent passes and batches arrive in order, once each, without a gap",
+          .timeLimit(.minutes(1)))
+    func asynchronousCommitKeepsTheOrder() async throws {
+        let store = try Backend.postgres.makeStore()
+        let sending = try transiting(store, adding: "synchronous_commit=off")
+        defer { sending.close() }
+        let wormhole = Wormhole(transiting: sending)
+        let received = Collector<WormholeRecord>()
+        let listener = try store.wormhole()
+        let token = try listener.listenForRecords(withIdentifier: "stream", startingFrom: .after(sequence: 0)) { received.append($0) }
+        let writers = 4, each = 100, batches = 10, size = 20
+        let tasks = (0..<writers).map { writer in
+            Task { for index in 0..<each { try await wormhole.passMessage("w\(writer)-\(index)", identifier: "stream") } }
+        }
+        let batched = Task.detached {
+            for batch in 0..<batches { _ = try wormhole.passMessages((0..<size).map { "b\(batch)-\($0)" }, identifier: "stream") }
+        }
+        for task in tasks { try await task.value }
+        try await batched.value
+        let total = writers * each + batches * size
+        let all = await received.wait(for: total, seconds: 30)
+        #expect(all.count == total)
+        #expect(all.map(\.sequence) == Array(1...UInt64(total)), "every message once, numbered without a gap")
+        let texts = all.map { String(decoding: $0.payload, as: UTF8.self) }
+        for writer in 0..<writers {
+            #expect(texts.filter { $0.hasPrefix("w\(writer)-") } == (0..<each).map { "w\(writer)-\($0)" })
+        }
+        #expect(texts.filter { $0.hasPrefix("b") } == (0..<batches).flatMap { batch in (0..<size).map { "b\(batch)-\($0)" } })
+        token.cancel()
+    }
 }
 #endif

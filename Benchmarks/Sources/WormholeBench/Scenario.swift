@@ -16,6 +16,9 @@ enum Mechanism: String, Sendable {
     /// Wormhole over its PostgreSQL back end, raw bytes (sender and listeners each hold
     /// their own connections).
     case wormholePostgres = "wormhole-postgres"
+    /// The same with `synchronous_commit=off` in the sender's URL: its passes return at
+    /// their commit, without waiting for the WAL flush (Docs/Scaling.md, "Asynchronous commit").
+    case wormholePostgresAsync = "wormhole-postgres-async"
     /// The same, the sender passing batches of ``Scenario/batchSize`` (`passMessages`:
     /// one statement, one `INSERT`, one commit per batch).
     case wormholePostgresBatched = "wormhole-postgres-batched"
@@ -48,6 +51,7 @@ enum Mechanism: String, Sendable {
         case .wormholeBatched: "Wormhole, raw bytes in batches of \(Scenario.batchSize) (passMessages)"
         case .naive: "naive file + rename (MMWormhole-style)"
         case .wormholePostgres: "Wormhole, PostgreSQL"
+        case .wormholePostgresAsync: "Wormhole, PostgreSQL, synchronous_commit=off"
         case .wormholePostgresBatched: "Wormhole, PostgreSQL, batches of \(Scenario.batchSize) (passMessages)"
         case .wormholePostgresThreads: "Wormhole, PostgreSQL, \(Scenario.senderThreads) sender threads (an identifier each)"
         case .postgresNotify: "bare LISTEN/NOTIFY (payload in the notification, no table)"
@@ -57,7 +61,7 @@ enum Mechanism: String, Sendable {
         }
     }
 
-    var usesPostgres: Bool { [.wormholePostgres, .wormholePostgresBatched, .wormholePostgresThreads, .postgresNotify].contains(self) }
+    var usesPostgres: Bool { [.wormholePostgres, .wormholePostgresAsync, .wormholePostgresBatched, .wormholePostgresThreads, .postgresNotify].contains(self) }
 }
 
 /// One measurement: a sender process, listener processes, and how messages are sent.
@@ -237,7 +241,9 @@ struct Runner {
         var postgres: [String] = []
         if scenario.mechanism.usesPostgres {
             guard let postgresURL else { throw BenchError("\(scenario.mechanism.label) needs a PostgreSQL server: --postgres-url URL") }
-            postgres = ["--postgres", postgresURL, "--container", container]
+            let url = scenario.mechanism == .wormholePostgresAsync
+                ? postgresURL + (postgresURL.contains("?") ? "&" : "?") + "synchronous_commit=off" : postgresURL
+            postgres = ["--postgres", url, "--container", container]
         }
         let countersBefore = scenario.mechanism.usesPostgres ? serverCounters?.read() : nil
         var common = ["--count", String(scenario.count), "--size", String(scenario.size)]
@@ -288,7 +294,7 @@ struct Runner {
             listeners = [listener]
             _ = try listener.expect("READY", timeout: 30)
             sender = try Child(["naive-send"] + sendArguments + ["--dir", directory])
-        case .wormholeRaw, .wormholeCodable, .wormholeBatched, .wormholePython, .wormholePostgres, .wormholePostgresBatched,
+        case .wormholeRaw, .wormholeCodable, .wormholeBatched, .wormholePython, .wormholePostgres, .wormholePostgresAsync, .wormholePostgresBatched,
              .wormholePostgresThreads, .postgresNotify, .floor, .dbus:
             // These take part in the warm-up handshake: the listeners print READY, the
             // sender passes the warm-up and prints WARMED, the listeners print WARM once

@@ -532,7 +532,7 @@ struct Suite {
             throw BenchError("cannot reach the PostgreSQL server of the postgres section: \(error)")
         }
         let runner = Runner(base: tmpfsPath, postgresURL: url, serverCounters: counters)
-        let mechanisms: [Mechanism] = [.wormholeRaw, .wormholePostgres, .postgresNotify]
+        let mechanisms: [Mechanism] = [.wormholeRaw, .wormholePostgres, .wormholePostgresAsync, .postgresNotify]
         func label(_ mechanism: Mechanism) -> String {
             mechanism == .wormholeRaw ? "Wormhole, files (tmpfs)" : mechanism.label
         }
@@ -664,7 +664,7 @@ struct Suite {
             rows.first { $0.section == section && $0.fileSystem == Self.postgresGroup && $0.mechanism == mechanism.label }
         }
         if let bare = postgres("postgres-burst", .postgresNotify)?.rate {
-            for mechanism in [Mechanism.wormholePostgres, .wormholePostgresBatched, .wormholePostgresThreads] {
+            for mechanism in [Mechanism.wormholePostgres, .wormholePostgresAsync, .wormholePostgresBatched, .wormholePostgresThreads] {
                 guard let ours = postgres("postgres-burst", mechanism), let rate = ours.rate else { continue }
                 let flushes = ours.walFlushesPerMessage.map { String(format: ", %.2f WAL flushes and %.2f commits per message", $0, ours.commitsPerMessage ?? 0) } ?? ""
                 verdicts.append(("PostgreSQL burst >= 0.67x bare LISTEN/NOTIFY's, none lost (\(mechanism.label))",
