@@ -32,10 +32,10 @@ public struct PostgresServer: Sendable, CustomStringConvertible {
     /// (not if the client does) within about three times `wal_writer_delay` (200 ms by
     /// default); the database stays consistent, and listeners may have received
     /// messages that are gone after the crash (Docs/Scaling.md, "Asynchronous commit").
-    public var synchronousCommit: SynchronousCommit?
+    package var synchronousCommit: SynchronousCommit?
 
     /// PostgreSQL's values of `synchronous_commit` (its documentation, "Write Ahead Log").
-    public enum SynchronousCommit: String, Sendable, CaseIterable {
+    package enum SynchronousCommit: String, Sendable, CaseIterable {
         case on, off, local
         case remoteWrite = "remote_write"
         case remoteApply = "remote_apply"

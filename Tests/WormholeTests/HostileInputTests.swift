@@ -5,7 +5,7 @@ import Testing
 @_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 #if Postgres
-import WormholePostgres
+@_spi(Backend) import WormholePostgres
 #endif
 
 /// Identifiers, files and sizes that must be refused cleanly, with nothing written

@@ -5,7 +5,7 @@ import Testing
 @_spi(Backend) @testable import Wormhole
 @_spi(Backend) @testable import WormholeCore
 @_spi(Backend) @testable import WormholeFiles
-@testable import WormholePostgres
+@_spi(Backend) @testable import WormholePostgres
 import WormholeTestSupport
 
 /// What only the PostgreSQL back end has to get right: its connections. The guarantees

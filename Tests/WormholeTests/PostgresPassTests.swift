@@ -6,7 +6,7 @@ import Testing
 @_spi(Backend) @testable import Wormhole
 @_spi(Backend) @testable import WormholeCore
 @_spi(Backend) @testable import WormholeFiles
-@testable import WormholePostgres
+@_spi(Backend) @testable import WormholePostgres
 import WormholeTestSupport
 
 /// Passes over PostgreSQL go through one queue per wormhole (`PostgresPassQueue`): those

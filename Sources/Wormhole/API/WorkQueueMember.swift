@@ -52,7 +52,7 @@ public struct WorkQueueOptions: Sendable, Hashable {
     /// The wait before a message that failed for the `deliveries`-th time is handed out
     /// again: ``retryDelay`` doubled for each delivery after the first, at most
     /// ``maximumRetryDelay``. Seconds.
-    public func retryDelay(afterDeliveries deliveries: UInt32) -> Double {
+    package func retryDelay(afterDeliveries deliveries: UInt32) -> Double {
         guard retryDelay > 0 else { return 0 }
         let doublings = Double(min(max(deliveries, 1) - 1, 62))
         return min(retryDelay * pow(2, doublings), max(maximumRetryDelay, retryDelay))
@@ -64,7 +64,7 @@ public struct WorkQueueOptions: Sendable, Hashable {
     static let longestRetryDelay = Double(UInt32.max) / 1000 / 2
 
     /// The dead-letter identifier for a queue of `identifier`.
-    public func deadLetters(of identifier: String) -> String {
+    package func deadLetters(of identifier: String) -> String {
         deadLetterIdentifier ?? identifier + ".dead-letters"
     }
 }

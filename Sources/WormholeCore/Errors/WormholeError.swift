@@ -99,7 +99,7 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
     /// ```swift
     /// throw WormholeError(.databaseError, "cannot reach the server at db.example.com: connection refused")
     /// ```
-    public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil, missedMessageCount: UInt64? = nil,
+    @_spi(Backend) public init(_ code: Code, _ message: String, path: String? = nil, errno: Errno? = nil, missedMessageCount: UInt64? = nil,
                 sequence: UInt64? = nil) {
         self.code = code
         self.message = message

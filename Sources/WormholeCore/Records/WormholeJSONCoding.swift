@@ -97,7 +97,7 @@ public struct WormholeJSONCoding: Sendable {
 
     /// A new encoder of the standard form: keys sorted, slashes unescaped, dates as
     /// ISO 8601 text in UTC, rounded to the millisecond.
-    public static func standardEncoder() -> JSONEncoder {
+    package static func standardEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
@@ -109,7 +109,7 @@ public struct WormholeJSONCoding: Sendable {
 
     /// A new decoder of the standard form: dates as ISO 8601 text, or as the number of
     /// seconds since 1 January 2001 that earlier versions wrote.
-    public static func standardDecoder() -> JSONDecoder {
+    package static func standardDecoder() -> JSONDecoder {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let container = try decoder.singleValueContainer()

@@ -12,7 +12,7 @@ extension WormholeRecord {
     /// that stops at a given message (`wormhole listen --no-follow`) knows it has passed
     /// it. Every back end's reader applies it (a work queue counts expired messages
     /// itself).
-    public static func withoutExpired(_ results: [Result<WormholeRecord, WormholeError>],
+    @_spi(Backend) public static func withoutExpired(_ results: [Result<WormholeRecord, WormholeError>],
                                       identifier: String) -> [Result<WormholeRecord, WormholeError>] {
         guard results.contains(where: { (try? $0.get())?.expires != nil }) else { return results }
         let now = Syscalls.wallClockNanoseconds()

@@ -30,7 +30,7 @@ public enum WormholeRecordRole: UInt8, Sendable, Hashable, CustomStringConvertib
     case message = 0
     /// A request: answered by one responder.
     case request = 1
-    /// A reply to the request whose ``WormholeRecord/correlation`` it carries.
+    /// A reply to the request whose correlation number it carries.
     case reply = 2
     /// A reply that reports the responder's failure instead of an answer.
     case errorReply = 3
@@ -67,14 +67,14 @@ public struct WormholeRecord: Sendable, Hashable {
     /// What it is for: a message, a request or a reply.
     public let role: WormholeRecordRole
     /// A request's identity, repeated by its reply; 0 for a message.
-    public let correlation: UInt64
+    package let correlation: UInt64
     /// When it expires: after this date it is not delivered to a listener that starts,
     /// resumes or takes it from a queue. `nil`: never.
     public let expires: Date?
     /// The message's bytes, exactly as passed.
     public let payload: Data
 
-    public init(identifier: String, sequence: UInt64, date: Date, processID: Int32, kind: WormholePayloadKind, payload: Data,
+    @_spi(Backend) public init(identifier: String, sequence: UInt64, date: Date, processID: Int32, kind: WormholePayloadKind, payload: Data,
                 senderUID: UInt32? = nil, role: WormholeRecordRole = .message, correlation: UInt64 = 0, expires: Date? = nil) {
         self.identifier = identifier
         self.sequence = sequence
@@ -160,7 +160,7 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     /// `/proc/self/ns/pid`); `nil` when unknown (written by an older version, or by the
     /// PostgreSQL back end, which has no such notion). A process id means a process of
     /// the caller's only when ``isInThisPIDNamespace``.
-    public let pidNamespace: UInt64?
+    package let pidNamespace: UInt64?
     /// Whether a listener runs now (a durable name's listener may not).
     public let isRunning: Bool
     /// The sequence number of the last message it read (a durable one: handled).
@@ -177,11 +177,11 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     /// a member can make another's by renaming another member's file into its place.
     /// `nil` when unknown: a file with several hard links (a member's link of another's
     /// file), or the PostgreSQL back end.
-    public let userID: UInt32?
+    package let userID: UInt32?
 
     /// Whether ``processID`` numbers a process of the caller's PID namespace (or the
     /// namespace is not known).
-    public var isInThisPIDNamespace: Bool {
+    package var isInThisPIDNamespace: Bool {
         pidNamespace == nil || pidNamespace == 0 || Syscalls.pidNamespace == 0 || pidNamespace == Syscalls.pidNamespace
     }
 

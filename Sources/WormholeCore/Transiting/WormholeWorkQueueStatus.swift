@@ -7,7 +7,7 @@ public struct WormholeWorkQueueStatus: Sendable, Hashable {
         /// PostgreSQL, on the member's machine).
         public let processID: Int32
         /// The PID namespace of ``processID``; `nil` when unknown.
-        public let pidNamespace: UInt64?
+        package let pidNamespace: UInt64?
         /// Whether it is handling a message now.
         public let isHandling: Bool
 

@@ -49,12 +49,12 @@ public enum WormholeContainer {
 
     /// The directory under which `wormhole share` makes shared containers: root's, mode
     /// 0755 (every user sees which groups are shared; only members see inside one).
-    public static let sharedGroupsDirectory = "/run/wormhole/app-groups"
+    package static let sharedGroupsDirectory = "/run/wormhole/app-groups"
 
     /// Where a group's container is, and which rule chose it.
-    public struct Resolution: Sendable, Hashable, CustomStringConvertible {
+    package struct Resolution: Sendable, Hashable, CustomStringConvertible {
         /// The rule of the resolution order that chose the path.
-        public enum Source: String, Sendable, Hashable {
+        package enum Source: String, Sendable, Hashable {
             /// `WORMHOLE_APP_GROUPS_DIRECTORY` is set.
             case environmentOverride
             /// The group is shared with a Unix group (`wormhole share`).
@@ -66,13 +66,13 @@ public enum WormholeContainer {
         }
 
         /// The container's absolute path.
-        public let path: String
+        package let path: String
         /// The rule that chose it.
-        public let source: Source
+        package let source: Source
         /// Whether the directory existed when it was resolved.
-        public let exists: Bool
+        package let exists: Bool
 
-        public var description: String {
+        package var description: String {
             switch source {
             case .environmentOverride: "\(WormholeContainer.environmentOverride) is set"
             case .sharedGroup: "the group is shared with Unix group members (wormhole share)"
@@ -111,7 +111,7 @@ public enum WormholeContainer {
     /// - Throws: ``WormholeError`` with ``WormholeError/Code/invalidIdentifier`` or,
     ///   when `WORMHOLE_APP_GROUPS_DIRECTORY` is not absolute,
     ///   ``WormholeError/Code/containerUnavailable``.
-    public static func resolve(
+    package static func resolve(
         applicationGroupIdentifier: String,
         environment: [String: String] = currentEnvironment()
     ) throws(WormholeError) -> Resolution {

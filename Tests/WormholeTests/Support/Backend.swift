@@ -3,7 +3,7 @@ import Testing
 @_spi(Backend) @testable import Wormhole
 @_spi(Backend) @testable import WormholeCore
 @_spi(Backend) @testable import WormholeFiles
-@testable import WormholePostgres
+@_spi(Backend) @testable import WormholePostgres
 import WormholeTestSupport
 
 /// A back end the guarantee tests run against: each such test is one case per back end,
