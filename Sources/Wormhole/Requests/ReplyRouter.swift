@@ -134,7 +134,7 @@ final class ReplyRouter: Sendable {
 
     /// Whether the router still listens (a `stopListeningForMessage` of the reply
     /// identifier, or a failed listener, ends it: a new one is then made).
-    var isListening: Bool { token.withLock { $0.map { !$0.isCancelled } ?? false } }
+    var isListening: Bool { token.withLock { $0 }.map { !$0.isCancelled } ?? false }
 
     /// Starts listening to the reply identifier, from now on. On the shared directory the
     /// listener is woken by the process's reader thread only while a request needs it
@@ -169,10 +169,19 @@ final class ReplyRouter: Sendable {
     /// identifier's other requesters go on using: once no request of this router is
     /// pending for ``idleDelay``, the reader thread follows the log again, until the next
     /// request.
+    ///
+    /// The hold is taken and given up outside the lock (it subscribes to the inotify
+    /// engine): the lock only decides who does it. `began` counts the requests begun, so
+    /// that a check that looked at the pending requests before a request began does not
+    /// follow the log for it; a request that begins while the check takes its hold leaves
+    /// `leaving` for the check, which gives the hold up as soon as it has it.
     private struct Idle {
-        var following = false
+        enum Following { case no, holding, yes }
+        var following = Following.no
+        var leaving = false
         var checkScheduled = false
         var lastEnded: UInt64 = 0
+        var began: UInt64 = 0
     }
     private let idle = Locked(Idle())
     static let idleDelay = 1.0
@@ -182,7 +191,7 @@ final class ReplyRouter: Sendable {
         let now = MonotonicCondition.now()
         let schedule = idle.withLock { idle -> Bool in
             idle.lastEnded = now
-            guard !idle.checkScheduled, !idle.following else { return false }
+            guard !idle.checkScheduled, idle.following == .no else { return false }
             idle.checkScheduled = true
             return true
         }
@@ -197,31 +206,56 @@ final class ReplyRouter: Sendable {
     /// ``idleDelay``; looks again later when one ended meanwhile.
     private func checkIdle() {
         let now = MonotonicCondition.now()
-        let (again, began) = idle.withLock { idle -> (Double?, Bool) in
+        let beganBefore = idle.withLock { $0.began }
+        let noneWaiting = pending.withLock { $0.isEmpty }
+        let again = idle.withLock { idle -> Double?? in
             idle.checkScheduled = false
-            guard !idle.following, pending.withLock({ $0.isEmpty }) else { return (nil, false) }
+            guard idle.following == .no, noneWaiting, idle.began == beganBefore else { return .some(nil) }
             let waited = Double(now &- idle.lastEnded) / 1e9
             if waited < Self.idleDelay {
                 idle.checkScheduled = true
-                return (Self.idleDelay - waited, false)
+                return Self.idleDelay - waited
             }
-            // Taken under this lock, so that the next request's release comes after it. A
-            // hold that fails (inotify out of watches) is tried again at the next idle.
-            guard let began = try? token.withLock({ $0 })?.holdObservation() else { return (nil, false) }
-            idle.following = true
-            return (nil, began)
+            idle.following = .holding
+            return nil
         }
-        if let again { scheduleIdleCheck(after: again) }
-        if began { token.withLock { $0 }?.drainOnCallingThread(replaced: true) }
+        if let again {
+            if let again { scheduleIdleCheck(after: again) }
+            return
+        }
+        // A hold that fails (inotify out of watches) is tried again at the next idle.
+        let token = token.withLock { $0 }
+        let began = (try? token?.holdObservation()) ?? nil
+        let (keep, giveUp) = idle.withLock { idle -> (Bool, Bool) in
+            let leaving = idle.leaving
+            idle.leaving = false
+            guard began != nil, !leaving else {
+                idle.following = .no
+                return (false, began != nil)
+            }
+            idle.following = .yes
+            return (true, false)
+        }
+        if giveUp { token?.releaseObservation() }
+        if keep, began == true { token?.drainOnCallingThread(replaced: true) }
     }
 
     /// A request begins: the reader thread no longer follows the log for an idle router.
     private func leaveIdle() {
-        idle.withLock { idle in
-            guard idle.following else { return }
-            idle.following = false
-            token.withLock { $0 }?.releaseObservation()
+        let release = idle.withLock { idle -> Bool in
+            idle.began &+= 1
+            switch idle.following {
+            case .no: return false
+            case .holding:
+                // The check gives its hold up once it has it.
+                idle.leaving = true
+                return false
+            case .yes:
+                idle.following = .no
+                return true
+            }
         }
+        if release { token.withLock { $0 }?.releaseObservation() }
     }
 
     /// ``start(_:)`` for asynchronous callers: a back end that waits on a server
@@ -236,7 +270,10 @@ final class ReplyRouter: Sendable {
     }
 
     func stop() {
-        token.withLock { $0?.cancel(); $0 = nil }
+        token.withLock { token in
+            defer { token = nil }
+            return token
+        }?.cancel()
     }
 
     /// A new request's pending reply, with a fresh correlation, waiting for its reply
@@ -478,32 +515,52 @@ final class ReplyRouter: Sendable {
 
 /// The reply routers of one wormhole, one per request identifier, made at its first
 /// request.
+///
+/// A router's listener is started outside the lock (it opens the reply log and
+/// subscribes to the inotify engine, or waits for a server): a lookup of another
+/// identifier's router never waits for it. Of two started at the same moment for one
+/// identifier, the first kept is used and the other stopped.
 final class ReplyRouters: Sendable {
     private let routers = Locked<[String: ReplyRouter]>([:])
 
     func router(for identifier: String, in wormhole: Wormhole) throws(WormholeError) -> ReplyRouter {
-        try routers.withLock { (routers) throws(WormholeError) -> ReplyRouter in
-            if let router = routers[identifier], router.isListening { return router }
-            let router = ReplyRouter(identifier: identifier, wormhole: wormhole)
-            try router.start(wormhole)
-            routers[identifier] = router
-            return router
-        }
+        if let router = listening(identifier) { return router }
+        let made = ReplyRouter(identifier: identifier, wormhole: wormhole)
+        try made.start(wormhole)
+        return keep(made)
     }
 
-    /// ``router(for:in:)`` for asynchronous callers: the router is started outside the
-    /// lock, while the caller is suspended; of two started at the same moment, the first
-    /// kept is used and the other stopped.
+    /// ``router(for:in:)`` for asynchronous callers: the router is started while the
+    /// caller is suspended.
     func router(for identifier: String, in wormhole: Wormhole) async throws(WormholeError) -> ReplyRouter {
-        if let router = routers.withLock({ $0[identifier] }), router.isListening { return router }
+        if let router = listening(identifier) { return router }
         let made = ReplyRouter(identifier: identifier, wormhole: wormhole)
         try await made.start(wormhole)
-        let kept = routers.withLock { routers -> ReplyRouter in
-            if let router = routers[identifier], router.isListening { return router }
-            routers[identifier] = made
-            return made
+        return keep(made)
+    }
+
+    /// The identifier's router, if it still listens.
+    private func listening(_ identifier: String) -> ReplyRouter? {
+        guard let router = routers.withLock({ $0[identifier] }), router.isListening else { return nil }
+        return router
+    }
+
+    /// Keeps `made`, started, unless another router of its identifier that listens was
+    /// kept meanwhile: then `made` is stopped and that one returned.
+    private func keep(_ made: ReplyRouter) -> ReplyRouter {
+        while true {
+            let current = routers.withLock { $0[made.identifier] }
+            // Whether the current one listens is asked outside the lock (its own lock).
+            if let current, current !== made, current.isListening {
+                made.stop()
+                return current
+            }
+            let replaced = routers.withLock { routers -> Bool in
+                guard routers[made.identifier] === current else { return false }
+                routers[made.identifier] = made
+                return true
+            }
+            if replaced { return made }
         }
-        if kept !== made { made.stop() }
-        return kept
     }
 }

@@ -42,7 +42,7 @@ struct CompactionPolicy {
 /// that call alone.
 final class LogWriter: Sendable {
     let identifier: String
-    private let state = Locked(State())
+    private let state = Locked(State(), rank: .logWriter)
 
     private struct State {
         var log: LogFile?
