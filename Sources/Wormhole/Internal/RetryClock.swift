@@ -7,7 +7,8 @@ import Glibc
 ///
 /// Every delayed or repeated piece of work of the library runs on it: a listener's retry
 /// when it could not read for want of a descriptor, a request's timeout sweep, a reply
-/// router's idle check, a work queue member's redelivery timer. None can be a Dispatch
+/// router's idle check, a work queue member's redelivery timer, the PostgreSQL
+/// notifier's pauses between attempts to listen again. None can be a Dispatch
 /// timer: libdispatch creates its epoll instance on the first timer of the process, and
 /// a process out of descriptors at that moment is stopped by it. This clock waits on a
 /// condition variable instead (on the monotonic clock, so that a change of the wall
@@ -17,11 +18,11 @@ import Glibc
 ///
 /// The work runs on the clock's thread, outside its lock, one piece after another: work
 /// that may take long (a back end's answer, a drain) hops to a queue of its own.
-final class RetryClock: @unchecked Sendable {
-    static let shared = RetryClock()
+package final class RetryClock: @unchecked Sendable {
+    package static let shared = RetryClock()
 
     /// Names work scheduled, for ``cancel(_:)``.
-    struct Scheduled: Hashable, Sendable {
+    package struct Scheduled: Hashable, Sendable {
         fileprivate let number: UInt64
     }
 
@@ -43,7 +44,7 @@ final class RetryClock: @unchecked Sendable {
 
     /// Runs `work` on the clock's thread once `delay` seconds have passed.
     @discardableResult
-    func schedule(after delay: Double, _ work: @escaping @Sendable () -> Void) -> Scheduled {
+    package func schedule(after delay: Double, _ work: @escaping @Sendable () -> Void) -> Scheduled {
         condition.lock()
         nextNumber += 1
         let number = nextNumber
@@ -63,7 +64,7 @@ final class RetryClock: @unchecked Sendable {
     }
 
     /// Drops work scheduled and not yet begun; work running or done is not affected.
-    func cancel(_ scheduled: Scheduled) {
+    package func cancel(_ scheduled: Scheduled) {
         condition.lock()
         items.removeAll { $0.number == scheduled.number }
         condition.unlock()
