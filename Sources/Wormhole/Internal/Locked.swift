@@ -113,7 +113,7 @@ enum LockRank: Int, Comparable, Sendable {
 package enum LockDiscipline {
     /// One thread's held locks, outermost first.
     private final class Held {
-        var sites: [(site: String, rank: LockRank)] = []
+        var sites: [(file: StaticString, line: UInt, rank: LockRank)] = []
     }
 
     private static let key: pthread_key_t = {
@@ -139,14 +139,14 @@ package enum LockDiscipline {
     /// The calling thread is about to take the lock at `file`:`line`.
     static func willLock(_ rank: LockRank, _ file: StaticString, _ line: UInt, trying: Bool = false) {
         let held = held
-        let site = "\(file):\(line)"
+        // Formatted only when recorded: a lock taken in order costs no string.
         if !trying, let outer = held.sites.last(where: { $0.rank <= rank }) {
             pthread_mutex_lock(recorded)
-            let nesting = "\(site) taken while holding \(outer.site)"
+            let nesting = "\(file):\(line) taken while holding \(outer.file):\(outer.line)"
             if found.count < 1_000, !found.contains(nesting) { found.append(nesting) }
             pthread_mutex_unlock(recorded)
         }
-        held.sites.append((site, rank))
+        held.sites.append((file, line, rank))
     }
 
     /// The calling thread released the lock it took last.
