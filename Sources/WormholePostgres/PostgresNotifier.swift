@@ -29,9 +29,10 @@ final class PostgresNotifier: Sendable {
         var reconnecting = false
     }
     private let state = Mutex(State())
-    /// Held while connecting and issuing LISTEN (never by the notification handler,
-    /// which runs on the connection's event loop and must not wait for it).
-    private let connecting = Mutex(())
+    /// Connecting and issuing LISTEN, by one thread at a time, holding no lock while the
+    /// server answers (the notification handler, on the connection's event loop, never
+    /// waits for it).
+    private let connecting = SingleAttempt<Void>()
     /// Counts the notifications received (and the reconnections): a reader whose last
     /// read found fewer rows than it asked for needs no new query while this count has
     /// not moved, since whatever commits later is notified later (see
@@ -54,6 +55,8 @@ final class PostgresNotifier: Sendable {
     /// meanwhile: then this one is closed.
     private func install(_ connection: PostgresConnection) {
         let installed = state.withLock { state -> Bool in
+            // Closed meanwhile: close() has taken what it found, so this one is closed here.
+            if state.closed { return false }
             if let current = state.connection, !current.isClosed { return false }
             state.connection = connection
             return true
@@ -88,11 +91,12 @@ final class PostgresNotifier: Sendable {
             defer { state.connection = nil }
             return state.connection
         }
+        connecting.abandon(WormholeError(.databaseError, "the PostgreSQL back end for \(session.server) was closed"))
         PostgresSession.closeConnection(connection)
     }
 
     private func ensureListening() throws(WormholeError) {
-        try connecting.withLock { (_: inout Void) throws(WormholeError) in
+        try connecting.run { () throws(WormholeError) in
             let (closed, current) = state.withLock { ($0.closed, $0.connection) }
             if closed { throw WormholeError(.databaseError, "the PostgreSQL back end for \(session.server) was closed") }
             if let current, !current.isClosed { return }
@@ -139,37 +143,41 @@ final class PostgresNotifier: Sendable {
     /// The LISTEN connection closed: unless the notifier was closed, connect again on a
     /// thread of its own (connecting waits; the event loop must not).
     private func lost(_ connection: PostgresConnection) {
-        let reconnect = state.withLock { state -> Bool in
+        let start = state.withLock { state -> Bool in
             guard !state.closed, state.connection === connection, !state.reconnecting else { return false }
             state.connection = nil
             state.reconnecting = true
             return true
         }
-        guard reconnect else { return }
-        Thread.detachNewThread { [self] in
-            var pause = 0.05
-            var warned = false
-            while !state.withLock({ $0.closed }) {
-                do throws(WormholeError) {
-                    try ensureListening()
-                    break
-                } catch {
-                    if !warned {
-                        session.logger.warning("lost the LISTEN connection to \(session.server); reconnecting: \(error)")
-                        warned = true
-                    }
-                    Thread.sleep(forTimeInterval: pause)
-                    pause = min(pause * 2, 2)
+        guard start else { return }
+        Thread.detachNewThread { [self] in reconnect(pause: 0.05, warned: false) }
+    }
+
+    /// One attempt to listen again (on a thread that may wait for the server); after a
+    /// failure, the next is `pause` seconds later, on the library's one timer service
+    /// (no thread sleeps meanwhile), twice as long each time, up to 2 s.
+    private func reconnect(pause: Double, warned: Bool) {
+        if !state.withLock({ $0.closed }) {
+            do throws(WormholeError) {
+                try ensureListening()
+            } catch {
+                if !warned {
+                    session.logger.warning("lost the LISTEN connection to \(session.server); reconnecting: \(error)")
                 }
+                RetryClock.shared.schedule(after: pause) { [self] in
+                    // Off the clock's thread: connecting waits.
+                    Thread.detachNewThread { [self] in reconnect(pause: min(pause * 2, 2), warned: true) }
+                }
+                return
             }
-            notifications.add(1, ordering: .releasing)
-            let handlers = state.withLock { state in
-                state.reconnecting = false
-                return state.observers.values.flatMap(\.values)
-            }
-            // Whatever was passed while nobody listened is in the table: read it.
-            self.wake(handlers)
         }
+        notifications.add(1, ordering: .releasing)
+        let handlers = state.withLock { state in
+            state.reconnecting = false
+            return state.observers.values.flatMap(\.values)
+        }
+        // Whatever was passed while nobody listened is in the table: read it.
+        self.wake(handlers)
     }
 
     /// The channel of a container: `wormhole_` and a 64-bit FNV-1a hash of its name in

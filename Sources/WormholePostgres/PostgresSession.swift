@@ -20,7 +20,8 @@ final class PostgresSession: Sendable {
     let server: PostgresServer
     let logger: Logger
     private let connection = Mutex<PostgresConnection?>(nil)
-    private let connecting = Mutex(())
+    /// Connecting, by one thread at a time, holding no lock while the server answers.
+    private let connecting = SingleAttempt<PostgresConnection>()
     private let connectionIDs = Atomic<Int>(1)
     private let closed = Atomic<Bool>(false)
     /// Called with each new connection before it is used (re-establishing state that
@@ -41,14 +42,13 @@ final class PostgresSession: Sendable {
 
     /// The open connection, connecting first when there is none.
     func open() throws(WormholeError) -> PostgresConnection {
-        if closed.load(ordering: .acquiring) {
-            throw WormholeError(.databaseError, "the PostgreSQL back end for \(server) was closed")
-        }
+        if closed.load(ordering: .acquiring) { throw closedError }
         if let current = connection.withLock({ $0 }), !current.isClosed { return current }
         // Threads that need a connection at the same moment wait for one instead of
-        // opening one each. `connection` itself is never held while waiting for the
-        // server: callbacks on the connection's event loop may need it meanwhile.
-        return try connecting.withLock { (_: inout Void) throws(WormholeError) -> PostgresConnection in
+        // opening one each. No lock is held while waiting for the server: callbacks on
+        // the connection's event loop may need `connection` meanwhile, and ``close()``
+        // ends the others' wait.
+        return try connecting.run { () throws(WormholeError) -> PostgresConnection in
             if let current = connection.withLock({ $0 }), !current.isClosed { return current }
             let fresh = try connect()
             if let (setUp, doing) = onConnect.withLock({ $0 })?() {
@@ -59,9 +59,23 @@ final class PostgresSession: Sendable {
                     throw Self.describe(error, doing: doing)
                 }
             }
-            connection.withLock { $0 = fresh }
+            // Kept unless the session was closed meanwhile (close() marks it closed
+            // before it takes the connection).
+            let kept = connection.withLock { current -> Bool in
+                guard !closed.load(ordering: .acquiring) else { return false }
+                current = fresh
+                return true
+            }
+            guard kept else {
+                Self.closeConnection(fresh)
+                throw closedError
+            }
             return fresh
         }
+    }
+
+    private var closedError: WormholeError {
+        WormholeError(.databaseError, "the PostgreSQL back end for \(server) was closed")
     }
 
     /// A new connection of its own (the notifier's LISTEN connection uses one).
@@ -169,6 +183,9 @@ final class PostgresSession: Sendable {
             defer { current = nil }
             return current
         }
+        // Threads waiting for a connection being made return now; the one making it
+        // closes it when it comes.
+        connecting.abandon(closedError)
         Self.closeConnection(current)
     }
 

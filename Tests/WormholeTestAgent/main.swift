@@ -36,6 +36,7 @@ let commands: [String: () throws -> Void] = [
     "flood": floodCommand,
     "listen": listenCommand,
     "starved": starvedCommand,
+    "timers": timersCommand,
     "observe": observeCommand,
     "peak": peakCommand,
     "cycles": cyclesCommand,

@@ -1,5 +1,6 @@
 #if Postgres
 import Foundation
+import Logging
 import PostgresNIO
 import Testing
 @_spi(Backend) @testable import Wormhole
@@ -87,6 +88,60 @@ struct PostgresBackendTests {
                 "the killed writer's statement was not committed")
         let late = try #require(try await wormhole.record(withIdentifier: "late"))
         #expect(late.payload.starts(with: Data("killed:1:".utf8)) && Agent.isWhole(late.payload), "\(late.payload.count) bytes")
+    }
+
+    @Test("a connection being made to a server that does not answer holds no lock: another thread waiting for a connection of the session returns once the session is closed, not when the server answers",
+          .timeLimit(.minutes(1)))
+    func closeEndsTheWaitForASilentServer() async throws {
+        // A server that takes connections (the kernel queues them) and never answers.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && listen(listener, 8) == 0 && getsockname(listener, $0, &length) == 0 }
+        }
+        try #require(bound)
+        var closedListener = false
+        defer { if !closedListener { close(listener) } }
+        let port = UInt16(bigEndian: address.sin_port)
+        let session = PostgresSession(server: try PostgresServer(url: "postgres://nobody@127.0.0.1:\(port)/none?sslmode=disable"),
+                                      logger: Logger(label: "silent"))
+        /// Opens a connection on a thread of its own; `done` is signalled when it returns.
+        func opening(_ done: MonotonicEvent) -> Task<WormholeError?, Never> {
+            Task {
+                await withCheckedContinuation { continuation in
+                    Thread {
+                        var failure: WormholeError?
+                        do throws(WormholeError) { _ = try session.open() } catch { failure = error }
+                        done.signal()
+                        continuation.resume(returning: failure)
+                    }.start()
+                }
+            }
+        }
+        let firstDone = MonotonicEvent(), secondDone = MonotonicEvent()
+        let first = opening(firstDone)
+        // The first has connected (the server's queue holds it) and waits for an answer.
+        var pending = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+        try #require(poll(&pending, 1, 10_000) == 1)
+        let second = opening(secondDone)
+        // A window in which nothing may happen: neither gets a connection.
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(!firstDone.wait(timeout: 0) && !secondDone.wait(timeout: 0))
+        session.close()
+        let returned = await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: secondDone.wait(timeout: 5)) }.start()
+        }
+        #expect(returned, "the second waited for the first's connection after the session was closed")
+        // The server goes: the first's connection is reset.
+        close(listener)
+        closedListener = true
+        let secondError = await second.value
+        #expect(secondError?.message.contains("was closed") == true, "\(String(describing: secondError))")
+        #expect(await first.value != nil)
     }
 
     @Test("released wormholes close their connections", .timeLimit(.minutes(1)))

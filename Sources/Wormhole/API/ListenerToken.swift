@@ -424,7 +424,7 @@ private final class OnDemandObservation: WormholeTransitingObservation {
         var cancelled = false
     }
     private let make: @Sendable () throws(WormholeError) -> any WormholeTransitingObservation
-    private let state = Locked(State())
+    private let state = Locked(State(), rank: .observationHolds)
 
     init(_ make: @escaping @Sendable () throws(WormholeError) -> any WormholeTransitingObservation) {
         self.make = make

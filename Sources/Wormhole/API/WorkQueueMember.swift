@@ -104,13 +104,14 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
     private let onCancel: @Sendable () -> Void
     private let state: ListenerState
     private let observation = Locked<(any WormholeTransitingObservation)?>(nil)
-    private let timer: Locked<DispatchTimer?>
-
-    /// A dispatch source, whose calls are safe from any thread though its type does not
-    /// say `Sendable`: held behind the lock for `cancel()`.
-    private struct DispatchTimer: @unchecked Sendable {
-        let source: any DispatchSourceTimer
+    /// The redelivery timer's next run on the ``RetryClock`` (the library's one timer
+    /// service: a Dispatch timer would make libdispatch's epoll instance, which stops a
+    /// process out of descriptors), and whether ``cancel()`` ended it.
+    private struct RedeliveryTimer {
+        var scheduled: RetryClock.Scheduled?
+        var cancelled = false
     }
+    private let timer = Locked(RedeliveryTimer())
 
     /// - Parameter drainsOnWakingThread: Drain on the thread that delivered the wake-up
     ///   (the inotify reader thread) instead of hopping to `work`.
@@ -143,18 +144,10 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
             throw error
         }
         self.observation.withLock { $0 = observation }
-        let timer = DispatchSource.makeTimerSource(queue: work)
-        // Handed to the lock once it is set up (for cancel()); not touched here after that.
-        self.timer = Locked(nil)
         // A failure before the relay was connected: nothing wakes this member again, but
         // its timer takes on (and looks at the file at the log's name each time).
         if let failure = relay.connect(self) { onError(failure) }
-        timer.schedule(deadline: .now() + options.redeliveryInterval, repeating: options.redeliveryInterval,
-                       leeway: .milliseconds(Int(options.redeliveryInterval * 250)))
-        // Already on `work`: the timer's drain starts here.
-        timer.setEventHandler { [weak self] in self?.beginScheduledDrain(asked: true) }
-        timer.resume()
-        self.timer.withLock { $0 = DispatchTimer(source: timer) }
+        armRedeliveryTimer()
         // What the queue holds already is taken on `work`: the caller's thread is not
         // made to run the handler.
         if state.withLock({ $0.scheduleDrain() }) { scheduleDrain() }
@@ -175,8 +168,17 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
         let thread = UInt(pthread_self())
         let action = state.withLock { $0.cancel(from: thread) }
         guard action != .none else { return }
-        observation.withLock { $0?.cancel(); $0 = nil }
-        timer.withLock { $0?.source.cancel(); $0 = nil }
+        // Taken out under the locks, ended after them.
+        observation.withLock { observation in
+            defer { observation = nil }
+            return observation
+        }?.cancel()
+        let scheduled = timer.withLock { timer in
+            timer.cancelled = true
+            defer { timer.scheduled = nil }
+            return timer.scheduled
+        }
+        if let scheduled { RetryClock.shared.cancel(scheduled) }
         switch action {
         case .closeReader:
             if let pending = unacknowledged {
@@ -218,6 +220,26 @@ public final class WorkQueueMember: Sendable, TransitingEventReceiver {
             defer { activity?.end(handled: false) }
             drain(invalidate: invalidate)
         }
+    }
+
+    /// Schedules the redelivery timer's next drain, ``WorkQueueOptions/redeliveryInterval``
+    /// from now, unless ``cancel()`` came first.
+    private func armRedeliveryTimer() {
+        let next = RetryClock.shared.schedule(after: options.redeliveryInterval) { [weak self] in self?.redeliveryDue() }
+        let stale = timer.withLock { timer -> Bool in
+            guard !timer.cancelled else { return true }
+            timer.scheduled = next
+            return false
+        }
+        if stale { RetryClock.shared.cancel(next) }
+    }
+
+    /// The redelivery timer ran out: its drain runs on `work` (never on the clock's
+    /// thread, which other timers share), and the next is scheduled.
+    private func redeliveryDue() {
+        guard !isCancelled else { return }
+        work.async { [weak self] in self?.beginScheduledDrain(asked: true) }
+        armRedeliveryTimer()
     }
 
     /// A drain for a wake-up (or the first, at joining), counted from now until it ends

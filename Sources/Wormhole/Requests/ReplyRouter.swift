@@ -1,129 +1,51 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import Dispatch
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
-@_spi(Backend) import WormholeCore
-@_spi(Backend) import WormholeFiles
-
-/// What a request ended with: the reply's record, or why there is none.
-typealias ReplyOutcome = Result<WormholeRecord, WormholeError>
-
-/// One request waiting for its reply: completed once, by the reply, its timeout or a
-/// failure of the listener; waited for by a thread (``wait()``) or a task
-/// (``value()``).
-final class PendingReply: Sendable {
-    let correlation: UInt64
-    /// Seconds the requester waits, when it began and when that ends
-    /// (``MonotonicCondition/now()``).
-    let timeout: Double
-    let began: UInt64
-    let deadline: UInt64
-    private struct State {
-        var outcome: ReplyOutcome?
-        var continuation: CheckedContinuation<ReplyOutcome, Never>?
-        /// The thread blocked in ``ReplyRouter/wait(for:with:)`` and what wakes it.
-        var waiter: (thread: UInt, wake: @Sendable () -> Void)?
-    }
-    private let state = Locked(State())
-    private let done = MonotonicEvent()
-
-    init(correlation: UInt64, timeout: Double) {
-        self.correlation = correlation
-        self.timeout = timeout
-        self.began = MonotonicCondition.now()
-        self.deadline = MonotonicCondition.deadline(after: timeout)
-    }
-
-    /// Completes the request; later calls do nothing. Returns whether this call did.
-    @discardableResult
-    func complete(_ outcome: ReplyOutcome) -> Bool {
-        let (first, continuation, wake) = state.withLock { state -> (Bool, CheckedContinuation<ReplyOutcome, Never>?, (@Sendable () -> Void)?) in
-            guard state.outcome == nil else { return (false, nil, nil) }
-            state.outcome = outcome
-            defer { state.continuation = nil }
-            // The waiting thread completing its own request needs no wake-up.
-            let wake = state.waiter.flatMap { $0.thread == UInt(pthread_self()) ? nil : $0.wake }
-            return (true, state.continuation, wake)
-        }
-        guard first else { return false }
-        // Resumed outside the lock.
-        continuation?.resume(returning: outcome)
-        wake?()
-        done.signal()
-        return true
-    }
-
-    /// The outcome, once complete.
-    var outcome: ReplyOutcome? { state.withLock { $0.outcome } }
-
-    /// Makes ``complete(_:)`` call `wake` (unless called on `thread`, the waiting one),
-    /// until ``detach()``.
-    func attach(thread: UInt, wake: @escaping @Sendable () -> Void) {
-        state.withLock { $0.waiter = (thread, wake) }
-    }
-
-    func detach() {
-        state.withLock { $0.waiter = nil }
-    }
-
-    /// Blocks the calling thread until the request is complete.
-    func wait() -> ReplyOutcome {
-        _ = done.wait(timeout: nil)
-        return state.withLock { $0.outcome! }
-    }
-
-    /// Suspends until the request is complete.
-    func value() async -> ReplyOutcome {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> ReplyOutcome? in
-                if let outcome = state.outcome { return outcome }
-                state.continuation = continuation
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
-    }
-}
-
 /// The requests of one wormhole to one identifier, and the one listener of its reply
 /// identifier that completes them by correlation. Replies to other requesters (the reply
 /// identifier is shared) and late replies to requests that timed out are ignored.
 ///
-/// Timeouts are swept, not timed one by one: one sweep is scheduled on the retry clock
-/// for the earliest deadline of the requests waiting, and fails those whose time is up.
-/// A request answered in time costs the clock nothing (a timer per request woke the
-/// clock's thread at each request, and kept every answered request's timer until its
-/// deadline).
+/// Its parts, each with one job: ``ReplyTable`` (the requests waiting, and their
+/// timeouts), ``ReplyIdleFollowing`` (the reader thread follows the log while the router
+/// is idle), ``ReplySpinPolicy`` (whether a blocked requester polls), and the waits of
+/// `ReplyRouter+Waiting.swift` and `ReplyRouter+Nested.swift`; ``ReplyRouters`` keeps a
+/// wormhole's routers.
 final class ReplyRouter: Sendable {
     let identifier: String
     let repliesIdentifier: String
-    private let pending = Locked<[UInt64: PendingReply]>([:])
-    private let token = Locked<ListenerToken?>(nil)
+    /// The requests waiting for their replies.
+    let table: ReplyTable
+    private let listener: Locked<ListenerToken?>
     /// The reply log, on the shared directory: blocked requesters watch it themselves.
-    private let logPath: String?
-    /// The deadline of the sweep scheduled, when one is.
-    private let sweepAt = Locked<UInt64?>(nil)
-    /// The error of a request that timed out (`nil` once the wormhole is gone).
-    private let timedOut: @Sendable (Double) -> WormholeError?
+    let logPath: String?
+    let spin: ReplySpinPolicy
+    private let idle: ReplyIdleFollowing
 
     init(identifier: String, wormhole: Wormhole) {
         self.identifier = identifier
         self.repliesIdentifier = Requests.repliesIdentifier(of: identifier)
         let files = wormhole.transiting as? FileTransiting
         logPath = files.map { $0.directory + "/" + LogFile.name(Requests.repliesIdentifier(of: identifier)) }
-        timedOut = { [weak wormhole] timeout in
+        spin = ReplySpinPolicy(spinTime: files?.configuration.replySpinTime ?? 0)
+        let table = ReplyTable(timedOut: { [weak wormhole] timeout in
             wormhole.map { Requests.timedOut(identifier, after: timeout, wormhole: $0) }
-        }
+        })
+        self.table = table
+        let listener = Locked<ListenerToken?>(nil)
+        self.listener = listener
+        idle = ReplyIdleFollowing(token: { listener.withLock { $0 } }, noneWaiting: { table.isEmpty })
     }
+
+    /// How long an idle router waits before the reader thread follows its log.
+    static var idleDelay: Double { ReplyIdleFollowing.idleDelay }
+    /// Whether a requester may poll at all (``ReplySpinPolicy``).
+    static var mayRunOnAnotherCPU: Bool { ReplySpinPolicy.mayRunOnAnotherCPU }
+    /// How many requests polled for their reply.
+    var polledRequests: Int { spin.polledRequests }
+
+    /// The reply listener, while there is one.
+    var token: ListenerToken? { listener.withLock { $0 } }
 
     /// Whether the router still listens (a `stopListeningForMessage` of the reply
     /// identifier, or a failed listener, ends it: a new one is then made).
-    var isListening: Bool { token.withLock { $0.map { !$0.isCancelled } ?? false } }
+    var isListening: Bool { token.map { !$0.isCancelled } ?? false }
 
     /// Starts listening to the reply identifier, from now on. On the shared directory the
     /// listener is woken by the process's reader thread only while a request needs it
@@ -136,81 +58,7 @@ final class ReplyRouter: Sendable {
         }) { [weak self] record in
             self?.route(record)
         }
-        token.withLock { $0 = made }
-    }
-
-    /// Makes the reader thread deliver the replies until ``releaseReaderThread()``, as it
-    /// must for a request that no thread of its own reads the replies for: an
-    /// asynchronous one, one blocked beyond the process's waiters, or one made on the
-    /// reader thread itself.
-    func holdReaderThread() throws(WormholeError) {
-        guard let token = token.withLock({ $0 }), try token.holdObservation() else { return }
-        token.drainOnCallingThread(replaced: true)
-    }
-
-    func releaseReaderThread() {
-        token.withLock { $0 }?.releaseObservation()
-    }
-
-    /// Whether the reader thread follows the log because the router is idle, and the
-    /// check of that. A listener that nobody drains keeps its claim (Protocol §12) on the
-    /// replies it has not read, which holds back the compaction of a log that the
-    /// identifier's other requesters go on using: once no request of this router is
-    /// pending for ``idleDelay``, the reader thread follows the log again, until the next
-    /// request.
-    private struct Idle {
-        var following = false
-        var checkScheduled = false
-        var lastEnded: UInt64 = 0
-    }
-    private let idle = Locked(Idle())
-    static let idleDelay = 1.0
-
-    /// A request ended (answered, failed or timed out).
-    private func ended() {
-        let now = MonotonicCondition.now()
-        let schedule = idle.withLock { idle -> Bool in
-            idle.lastEnded = now
-            guard !idle.checkScheduled, !idle.following else { return false }
-            idle.checkScheduled = true
-            return true
-        }
-        if schedule { scheduleIdleCheck(after: Self.idleDelay) }
-    }
-
-    private func scheduleIdleCheck(after seconds: Double) {
-        RetryClock.shared.schedule(after: seconds) { [weak self] in self?.checkIdle() }
-    }
-
-    /// Follows the log from the reader thread when no request was pending for
-    /// ``idleDelay``; looks again later when one ended meanwhile.
-    private func checkIdle() {
-        let now = MonotonicCondition.now()
-        let (again, began) = idle.withLock { idle -> (Double?, Bool) in
-            idle.checkScheduled = false
-            guard !idle.following, pending.withLock({ $0.isEmpty }) else { return (nil, false) }
-            let waited = Double(now &- idle.lastEnded) / 1e9
-            if waited < Self.idleDelay {
-                idle.checkScheduled = true
-                return (Self.idleDelay - waited, false)
-            }
-            // Taken under this lock, so that the next request's release comes after it. A
-            // hold that fails (inotify out of watches) is tried again at the next idle.
-            guard let began = try? token.withLock({ $0 })?.holdObservation() else { return (nil, false) }
-            idle.following = true
-            return (nil, began)
-        }
-        if let again { scheduleIdleCheck(after: again) }
-        if began { token.withLock { $0 }?.drainOnCallingThread(replaced: true) }
-    }
-
-    /// A request begins: the reader thread no longer follows the log for an idle router.
-    private func leaveIdle() {
-        idle.withLock { idle in
-            guard idle.following else { return }
-            idle.following = false
-            token.withLock { $0 }?.releaseObservation()
-        }
+        listener.withLock { $0 = made }
     }
 
     /// ``start(_:)`` for asynchronous callers: a back end that waits on a server
@@ -221,27 +69,46 @@ final class ReplyRouter: Sendable {
         }) { [weak self] record in
             self?.route(record)
         }
-        token.withLock { $0 = made }
+        listener.withLock { $0 = made }
     }
 
     func stop() {
-        token.withLock { $0?.cancel(); $0 = nil }
+        listener.withLock { listener in
+            defer { listener = nil }
+            return listener
+        }?.cancel()
+    }
+
+    /// Makes the reader thread deliver the replies until ``releaseReaderThread()``, as it
+    /// must for a request that no thread of its own reads the replies for: an
+    /// asynchronous one, one blocked beyond the process's waiters, or one made on the
+    /// reader thread itself.
+    func holdReaderThread() throws(WormholeError) {
+        guard let token, try token.holdObservation() else { return }
+        token.drainOnCallingThread(replaced: true)
+    }
+
+    func releaseReaderThread() {
+        token?.releaseObservation()
     }
 
     /// A new request's pending reply, with a fresh correlation, waiting for its reply
     /// until `timeout` seconds have passed.
     func begin(timeout: Double) -> PendingReply {
-        let reply = PendingReply(correlation: Requests.newCorrelation(), timeout: timeout)
-        pending.withLock { $0[reply.correlation] = reply }
-        leaveIdle()
-        armSweep(at: reply.deadline)
+        let reply = table.add(timeout: timeout)
+        idle.leave()
         return reply
     }
 
     /// A request that could not be passed: it fails with `error`.
     func abandon(_ reply: PendingReply, _ error: WormholeError) {
-        finish(reply.correlation, .failure(error))
+        table.finish(reply.correlation, .failure(error))
         ended()
+    }
+
+    /// A request ended (answered, failed or timed out).
+    func ended() {
+        idle.ended()
     }
 
     /// Suspends until `reply`, a request no thread waits for, is complete (the reader
@@ -253,181 +120,19 @@ final class ReplyRouter: Sendable {
         return outcome
     }
 
-    /// What a blocked requester waits with, acquired by ``prepareWait()`` before its
-    /// request is passed: what can fail (an inotify instance or watch) fails then, when
-    /// the request can still be left unpassed, and not once a responder may be running it.
-    enum WaitMeans {
-        /// No log to watch (another back end): the reader thread or the back end's
-        /// listener completes the request.
-        case plain
-        /// On the reader thread, which serves the process's events while it waits.
-        case nested
-        /// The reader thread delivers the reply (no waiter was free, or none could be made).
-        case held
-        /// A waiter of the calling thread watching the reply log, and whether it watched
-        /// it before.
-        case waiter(ReplyWaiter, watchedBefore: Bool)
-    }
-
-    /// Acquires what the calling thread will wait for its reply with, before the request
-    /// is passed. Throws when neither a waiter nor the reader thread can follow the reply
-    /// log (no inotify instance or watch left): the request must not be passed then.
-    func prepareWait() throws(WormholeError) -> WaitMeans {
-        guard let logPath, token.withLock({ $0 }) != nil else { return .plain }
-        if InotifyEngine.shared.isOnReaderThread && Self.servesNested {
-            try holdReaderThread()
-            return .nested
-        }
-        if let taken = ReplyWaiter.take(watching: logPath) { return .waiter(taken.waiter, watchedBefore: taken.watchedBefore) }
-        try holdReaderThread()
-        return .held
-    }
-
-    /// For the benchmark only (`Benchmarks/run --sections clever`): when the environment
-    /// has `WORMHOLE_BENCH_NO_NESTED_SERVING` (read once), a request made on the reader
-    /// thread waits as any other thread does (a ``ReplyWaiter``), without serving the
-    /// process's events meanwhile.
-    private static let servesNested = getenv("WORMHOLE_BENCH_NO_NESTED_SERVING") == nil
-
-    /// Gives back what ``prepareWait()`` acquired, for a request that was not passed.
-    func giveBack(_ means: WaitMeans) {
-        switch means {
-        case .plain: break
-        case .nested, .held: releaseReaderThread()
-        case .waiter(let waiter, _): ReplyWaiter.giveBack(waiter)
-        }
-    }
-
-    /// Blocks the calling thread until `reply` is complete, waiting with `means`
-    /// (``prepareWait()``, which this gives back). On the shared directory the
-    /// thread watches the reply log itself and reads the reply when the append wakes it
-    /// (``ReplyWaiter``); the reader thread, woken too, completes it when it gets there
-    /// first, and the request's timeout is swept as for any request. On the reader thread
-    /// itself (a listener or responder without a queue asking another service), the
-    /// thread goes on serving the process's events while it waits, the reply's among
-    /// them.
-    func wait(for reply: PendingReply, with means: WaitMeans) -> ReplyOutcome {
-        defer { ended() }
-        defer { giveBack(means) }
-        guard let token = token.withLock({ $0 }) else { return reply.wait() }
-        let thread = UInt(pthread_self())
-        defer { reply.detach() }
-        let (waiter, watchedBefore): (ReplyWaiter, Bool)
-        switch means {
-        case .plain, .held:
-            return reply.wait()
-        case .nested:
-            let engine = InotifyEngine.shared
-            reply.attach(thread: thread) { engine.wakeReaderThread() }
-            engine.serveNested { reply.outcome != nil }
-            return reply.wait()
-        case .waiter(let taken, let before):
-            (waiter, watchedBefore) = (taken, before)
-        }
-        // A waiter that was watching the log before this request was passed has its
-        // reply's append as an event in its queue, so its first read waits for one. A
-        // waiter watching it only now reads first (the reply may have come before).
-        let taken = (waiter: waiter, watchedBefore: watchedBefore)
-        reply.attach(thread: thread) { waiter.wake() }
-        var (read, replaced) = (!taken.watchedBefore, false)
-        while true {
-            if read { token.drainOnCallingThread(replaced: replaced) }
-            read = true
-            if let outcome = reply.outcome { return outcome }
-            // Bounded: a replaced log whose new watch was missed is read at its name then
-            // (the reader thread reads it at once in any case).
-            replaced = waiter.wait(milliseconds: 100)
-        }
-    }
-
-    /// Schedules a sweep at `deadline` unless one is scheduled at or before it.
-    private func armSweep(at deadline: UInt64) {
-        let arm = sweepAt.withLock { scheduled -> Bool in
-            if let scheduled, scheduled <= deadline { return false }
-            scheduled = deadline
-            return true
-        }
-        guard arm else { return }
-        let now = MonotonicCondition.now()
-        RetryClock.shared.schedule(after: Double(deadline > now ? deadline - now : 0) / 1e9) { [weak self] in
-            self?.sweep(scheduledAt: deadline)
-        }
-    }
-
-    /// Fails the requests whose deadline passed, then schedules the next sweep.
-    private func sweep(scheduledAt deadline: UInt64) {
-        sweepAt.withLock { if $0 == deadline { $0 = nil } }
-        let now = MonotonicCondition.now()
-        let (expired, next) = pending.withLock { pending -> ([PendingReply], UInt64?) in
-            let expired = pending.values.filter { $0.deadline <= now }
-            for reply in expired { pending.removeValue(forKey: reply.correlation) }
-            return (expired, pending.values.map(\.deadline).min())
-        }
-        if let next { armSweep(at: next) }
-        guard !expired.isEmpty else { return }
-        // The error says whether anyone serves the identifier, which asks the back end:
-        // off the clock's thread, so that a slow answer delays no other timer.
-        Self.timeoutQueue.async { [timedOut] in
-            for reply in expired {
-                guard let error = timedOut(reply.timeout) else { return }
-                reply.complete(.failure(error))
-            }
-        }
-    }
-
-    /// Where timed-out requests look up their responders (a serial queue, not a global
-    /// one: see ``ListenerToken``'s start queue).
-    private static let timeoutQueue = DispatchQueue(label: "Wormhole.request.timeout")
-
     /// Completes `correlation`'s request with `outcome`, unless its reply came first.
     func finish(_ correlation: UInt64, _ outcome: ReplyOutcome) {
-        pending.withLock { $0.removeValue(forKey: correlation) }?.complete(outcome)
+        table.finish(correlation, outcome)
     }
 
     private func route(_ record: WormholeRecord) {
         guard record.role == .reply || record.role == .errorReply else { return }
-        finish(record.correlation, .success(record))
+        table.finish(record.correlation, .success(record))
     }
 
     /// The reply listener stopped for good: nothing will complete the requests waiting.
     private func failAll(_ error: WormholeError) {
         guard !isListening else { return }
-        let all = pending.withLock { pending -> [PendingReply] in
-            defer { pending = [:] }
-            return Array(pending.values)
-        }
-        for reply in all { reply.complete(.failure(error)) }
-    }
-}
-
-/// The reply routers of one wormhole, one per request identifier, made at its first
-/// request.
-final class ReplyRouters: Sendable {
-    private let routers = Locked<[String: ReplyRouter]>([:])
-
-    func router(for identifier: String, in wormhole: Wormhole) throws(WormholeError) -> ReplyRouter {
-        try routers.withLock { (routers) throws(WormholeError) -> ReplyRouter in
-            if let router = routers[identifier], router.isListening { return router }
-            let router = ReplyRouter(identifier: identifier, wormhole: wormhole)
-            try router.start(wormhole)
-            routers[identifier] = router
-            return router
-        }
-    }
-
-    /// ``router(for:in:)`` for asynchronous callers: the router is started outside the
-    /// lock, while the caller is suspended; of two started at the same moment, the first
-    /// kept is used and the other stopped.
-    func router(for identifier: String, in wormhole: Wormhole) async throws(WormholeError) -> ReplyRouter {
-        if let router = routers.withLock({ $0[identifier] }), router.isListening { return router }
-        let made = ReplyRouter(identifier: identifier, wormhole: wormhole)
-        try await made.start(wormhole)
-        let kept = routers.withLock { routers -> ReplyRouter in
-            if let router = routers[identifier], router.isListening { return router }
-            routers[identifier] = made
-            return made
-        }
-        if kept !== made { made.stop() }
-        return kept
+        table.failAll(error)
     }
 }

@@ -29,8 +29,19 @@ package final class MonotonicCondition: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    package func lock() { pthread_mutex_lock(mutex) }
-    package func unlock() { pthread_mutex_unlock(mutex) }
+    package func lock(file: StaticString = #fileID, line: UInt = #line) {
+        #if DEBUG
+        LockDiscipline.willLock(.leaf, file, line)
+        #endif
+        pthread_mutex_lock(mutex)
+    }
+
+    package func unlock() {
+        pthread_mutex_unlock(mutex)
+        #if DEBUG
+        LockDiscipline.didUnlock()
+        #endif
+    }
     /// Wakes one waiter; call it with the mutex held.
     package func signal() { pthread_cond_signal(condition) }
     /// Wakes every waiter; call it with the mutex held.

@@ -74,7 +74,7 @@ package final class ContainerDirectory: Sendable {
     package var access: ContainerAccess { state.withLock { $0.access } }
 
     deinit {
-        state.withLock { try? $0.descriptor.close() }
+        try? state.withLock { $0.descriptor }.close()
     }
 
     /// The descriptor and its generation. The descriptor stays open until the directory
@@ -95,24 +95,29 @@ package final class ContainerDirectory: Sendable {
         if status == nil && !create { return nil }
         if status == nil, let revoked = revocation() { throw revoked }
         let (descriptor, opened, access) = try Self.open(location, create: create, createParents: create)
-        let generation = state.withLock { state -> UInt64? in
+        let changed = state.withLock { state -> (generation: UInt64, old: FileDescriptor)? in
             // Another thread opened this same directory meanwhile: one generation per
             // directory, or what is made again in a new one (a claim) is made twice.
             if UInt64(opened.deviceID.rawValue) == state.device && UInt64(opened.inode.rawValue) == state.inode {
                 return nil
             }
-            // Descriptors of the old directory may be in use by another thread's call:
-            // it is kept open until this object goes (at most one per refresh).
-            retired.withLock { $0.append(state.descriptor) }
+            let old = state.descriptor
             state.descriptor = descriptor
             state.access = access
             state.device = UInt64(opened.deviceID.rawValue)
             state.inode = UInt64(opened.inode.rawValue)
             state.generation += 1
-            return state.generation
+            return (state.generation, old)
         }
-        if generation == nil { try? descriptor.close() }
-        return generation
+        guard let changed else {
+            try? descriptor.close()
+            return nil
+        }
+        // Descriptors of the old directory may be in use by another thread's call: it is
+        // kept open until this object goes (at most one per refresh). Kept after the
+        // state's lock, not under it: no lock is taken under another.
+        retired.withLock { $0.append(changed.old) }
+        return changed.generation
     }
 
     private let retired = Locked<[FileDescriptor]>([])

@@ -43,7 +43,7 @@ package struct CompactionPolicy {
 /// that call alone.
 package final class LogWriter: Sendable {
     package let identifier: String
-    private let state = Locked(State())
+    private let state = Locked(State(), rank: .logWriter)
 
     private struct State {
         var log: LogFile?

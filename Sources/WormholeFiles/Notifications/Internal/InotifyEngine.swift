@@ -119,7 +119,7 @@ package final class InotifyEngine: Sendable {
         var table = WatchTable<Handler>()
     }
 
-    private let state = Locked(State())
+    private let state = Locked(State(), rank: .inotifyTable)
     /// The reader thread (`pthread_self`) while it runs; 0 when none does.
     private let readerThread = Atomic<UInt>(0)
 
