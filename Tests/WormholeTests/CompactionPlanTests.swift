@@ -1,5 +1,7 @@
 import Testing
-@testable import Wormhole
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 
 /// What a compaction keeps, decided from the whole records its walk found: the plan alone,
 /// without a file (DamagedLengthTests and KeptPromisesTests run it on real logs).

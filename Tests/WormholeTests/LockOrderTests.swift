@@ -1,7 +1,9 @@
 import Dispatch
 import Foundation
 import Testing
-@testable import Wormhole
+@_spi(Backend) @testable import Wormhole
+@_spi(Backend) @testable import WormholeCore
+@_spi(Backend) @testable import WormholeFiles
 import WormholeTestSupport
 
 /// The lock order of Architecture.md: no lock of the library is taken under another of
@@ -29,7 +31,7 @@ struct LockOrderTests {
     func requestsAndQueuesNestNoLock() async throws {
         let directory = TemporaryDirectory()
         let wormhole = try Wormhole(directory: directory.path)
-        let responder = try wormhole.respond(toIdentifier: "square", as: Int.self) { $0 * $0 }
+        let responder = try wormhole.respondToRequests(withIdentifier: "square", as: Int.self) { $0 * $0 }
         defer { responder.cancel() }
         // Routers made for several identifiers at the same moment, from threads that block.
         try await withThrowingTaskGroup(of: Int.self) { group in

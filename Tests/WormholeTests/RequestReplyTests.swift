@@ -234,14 +234,14 @@ struct RequestReplyTests {
         }
         #expect(answers == (1...40).map { $0 })
         // The process's engine holds one; the blocking requests, of this test and of others
-        // running meanwhile, at most ReplyWaiter.maximumInUse.
+        // running meanwhile, at most LogWaiter.maximumInUse.
         let instances = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").filter { fd in
             (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")) == "anon_inode:inotify"
         }
-        #expect(instances.count <= 1 + ReplyWaiter.maximumInUse, "\(instances.count) inotify instances after blocking requests to 40 identifiers")
+        #expect(instances.count <= 1 + LogWaiter.maximumInUse, "\(instances.count) inotify instances after blocking requests to 40 identifiers")
         // More threads blocked at once than there are waiters: those beyond are woken by
         // the reader thread, and every one is answered.
-        let threads = ReplyWaiter.maximumInUse + 4
+        let threads = LogWaiter.maximumInUse + 4
         let concurrent = Collector<Int>()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             let remaining = Locked(threads)

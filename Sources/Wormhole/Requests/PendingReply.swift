@@ -1,6 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// What a request ended with: the reply's record, or why there is none.
 typealias ReplyOutcome = Result<WormholeRecord, WormholeError>

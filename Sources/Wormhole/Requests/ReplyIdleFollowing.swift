@@ -1,3 +1,5 @@
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 /// Makes the process's reader thread follow a router's reply log while the router is
 /// idle, so that its listener's claim does not hold back the log's compaction.
 ///

@@ -1,3 +1,5 @@
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 /// A blocking request made on the reader thread itself: the thread serves the process's
 /// events while it waits.
 ///
@@ -11,16 +13,16 @@ extension ReplyRouter {
     /// ``WaitMeans/nested`` when the calling thread is the reader thread (the reader
     /// thread then delivers the replies: held until the request ends); `nil` elsewhere.
     func prepareNestedWait() throws(WormholeError) -> WaitMeans? {
-        guard InotifyEngine.shared.isOnReaderThread else { return nil }
+        guard transiting.isOnWakingThread else { return nil }
         try holdReaderThread()
         return .nested
     }
 
     /// Waits for `reply` on the reader thread (`thread`), serving the process's events.
     func waitServingNested(for reply: PendingReply, thread: UInt) -> ReplyOutcome {
-        let engine = InotifyEngine.shared
-        reply.attach(thread: thread) { engine.wakeReaderThread() }
-        engine.serveNested { reply.outcome != nil }
+        let transiting = self.transiting
+        reply.attach(thread: thread) { transiting.wakeWakingThread() }
+        transiting.serveWakeUps { reply.outcome != nil }
         return reply.wait()
     }
 }

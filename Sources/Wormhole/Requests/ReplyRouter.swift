@@ -1,10 +1,12 @@
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 /// The requests of one wormhole to one identifier, and the one listener of its reply
 /// identifier that completes them by correlation. Replies to other requesters (the reply
 /// identifier is shared) and late replies to requests that timed out are ignored.
 ///
 /// Its parts, each with one job: ``ReplyTable`` (the requests waiting, and their
 /// timeouts), ``ReplyIdleFollowing`` (the reader thread follows the log while the router
-/// is idle), ``ReplySpinPolicy`` (whether a blocked requester polls), and the waits of
+/// is idle), and the waits of
 /// `ReplyRouter+Waiting.swift` and `ReplyRouter+Nested.swift`; ``ReplyRouters`` keeps a
 /// wormhole's routers.
 final class ReplyRouter: Sendable {
@@ -13,17 +15,15 @@ final class ReplyRouter: Sendable {
     /// The requests waiting for their replies.
     let table: ReplyTable
     private let listener: Locked<ListenerToken?>
-    /// The reply log, on the shared directory: blocked requesters watch it themselves.
-    let logPath: String?
-    let spin: ReplySpinPolicy
+    /// The back end: blocked requesters wait with its change waiters, where it has them
+    /// (the shared directory's watch the reply log themselves).
+    let transiting: any WormholeTransiting
     private let idle: ReplyIdleFollowing
 
     init(identifier: String, wormhole: Wormhole) {
         self.identifier = identifier
         self.repliesIdentifier = Requests.repliesIdentifier(of: identifier)
-        let files = wormhole.transiting as? FileTransiting
-        logPath = files.map { $0.directory + "/" + LogFile.name(Requests.repliesIdentifier(of: identifier)) }
-        spin = ReplySpinPolicy(spinTime: files?.configuration.replySpinTime ?? 0)
+        transiting = wormhole.transiting
         let table = ReplyTable(timedOut: { [weak wormhole] timeout in
             wormhole.map { Requests.timedOut(identifier, after: timeout, wormhole: $0) }
         })
@@ -35,10 +35,6 @@ final class ReplyRouter: Sendable {
 
     /// How long an idle router waits before the reader thread follows its log.
     static var idleDelay: Double { ReplyIdleFollowing.idleDelay }
-    /// Whether a requester may poll at all (``ReplySpinPolicy``).
-    static var mayRunOnAnotherCPU: Bool { ReplySpinPolicy.mayRunOnAnotherCPU }
-    /// How many requests polled for their reply.
-    var polledRequests: Int { spin.polledRequests }
 
     /// The reply listener, while there is one.
     var token: ListenerToken? { listener.withLock { $0 } }
@@ -53,7 +49,7 @@ final class ReplyRouter: Sendable {
     /// read the replies.
     func start(_ wormhole: Wormhole) throws(WormholeError) {
         let made = try wormhole.makeListener(identifier: repliesIdentifier, start: .now, durableName: nil,
-                                             observeOnDemand: logPath != nil, queue: nil, onError: { [weak self] error in
+                                             observeOnDemand: transiting.offersChangeWaiters, queue: nil, onError: { [weak self] error in
             self?.failAll(error)
         }) { [weak self] record in
             self?.route(record)

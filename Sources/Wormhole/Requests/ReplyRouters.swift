@@ -1,3 +1,5 @@
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 /// The reply routers of one wormhole, one per request identifier, made at its first
 /// request.
 ///

@@ -1,4 +1,6 @@
 import Dispatch
+@_spi(Backend) import WormholeCore
+@_spi(Backend) import WormholeFiles
 
 /// The requests of one router waiting for their replies, by correlation, and the sweep
 /// that fails those whose timeout passed.

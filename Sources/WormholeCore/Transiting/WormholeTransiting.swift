@@ -112,6 +112,45 @@ import Foundation
     /// The error that says the container can no longer be used (an administrator revoked
     /// its share), or `nil`: the default, for a back end without one.
     func containerRevocation() -> WormholeError?
+
+    /// Whether ``takeChangeWaiter(identifier:)`` gives waiters: then a reply listener is
+    /// woken only while a request needs it, since the threads blocked in requests read
+    /// their replies themselves. The default is `false`.
+    var offersChangeWaiters: Bool { get }
+
+    /// A waiter for the calling thread, blocked in a request, on `identifier`'s records (the
+    /// replies), and whether it watched them before this call (then a change since is in
+    /// its queue); `nil` when the back end has none, or none is free now (the back end's
+    /// waking thread then delivers the reply). The default is `nil`.
+    func takeChangeWaiter(identifier: String) -> (waiter: any WormholeChangeWaiter, watchedBefore: Bool)?
+
+    /// Whether the calling thread is the one this back end calls observation handlers on
+    /// (where listeners without a queue run): a blocking request made there must serve the
+    /// back end's wake-ups while it waits (``serveWakeUps(until:)``). The default is `false`.
+    var isOnWakingThread: Bool { get }
+
+    /// Serves the back end's wake-ups on the calling thread, its waking thread, until
+    /// `done` returns `true`; ``wakeWakingThread()`` makes it look at `done` again. The
+    /// default returns at once.
+    func serveWakeUps(until done: () -> Bool)
+
+    /// Wakes the waking thread, serving in ``serveWakeUps(until:)``, to look at its
+    /// condition again. The default does nothing.
+    func wakeWakingThread()
+}
+
+/// What a thread blocked in a request waits on so that the change of the records it waits
+/// for wakes it itself (``WormholeTransiting/takeChangeWaiter(identifier:)``): the file
+/// back end's watches the reply log with an inotify instance of its own.
+@_spi(Backend) public protocol WormholeChangeWaiter: AnyObject, Sendable {
+    /// Waits until the records change, ``wake()`` is called, or `milliseconds` pass.
+    /// Returns whether what holds them may have been replaced: read them again at their
+    /// name.
+    func wait(milliseconds: Int32) -> Bool
+    /// Wakes the thread waiting in ``wait(milliseconds:)``, from another thread.
+    func wake()
+    /// Gives the waiter back, once its request has its outcome.
+    func giveBack()
 }
 
 /// Defaults: a batch passed one message at a time; a message for every listener.
@@ -163,6 +202,11 @@ import Foundation
     }
 
     public func containerRevocation() -> WormholeError? { nil }
+    public var offersChangeWaiters: Bool { false }
+    public func takeChangeWaiter(identifier: String) -> (waiter: any WormholeChangeWaiter, watchedBefore: Bool)? { nil }
+    public var isOnWakingThread: Bool { false }
+    public func serveWakeUps(until done: () -> Bool) {}
+    public func wakeWakingThread() {}
 }
 
 /// A position in one identifier's records. Used by one consumer at a time.

@@ -489,6 +489,20 @@ import Synchronization
 
     public var containerDirectory: String? { directory }
 
+    public var offersChangeWaiters: Bool { true }
+
+    /// A waiter with an inotify instance of its own on the log, from the process's few.
+    public func takeChangeWaiter(identifier: String) -> (waiter: any WormholeChangeWaiter, watchedBefore: Bool)? {
+        LogWaiter.take(watching: directory + "/" + LogFile.name(identifier)).map { ($0.waiter, $0.watchedBefore) }
+    }
+
+    /// The process's inotify reader thread.
+    public var isOnWakingThread: Bool { InotifyEngine.shared.isOnReaderThread }
+
+    public func serveWakeUps(until done: () -> Bool) { InotifyEngine.shared.serveNested(until: done) }
+
+    public func wakeWakingThread() { InotifyEngine.shared.wakeReaderThread() }
+
     /// What a listener hears of its log: writes (appends, and the cut of a torn tail) and
     /// the file at the name coming and going (created, replaced by compaction, deleted).
     package static let logChanges: FileChanges = [.written, .entry]

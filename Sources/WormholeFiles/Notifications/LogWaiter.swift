@@ -3,9 +3,9 @@ import Glibc
 #endif
 import SystemPackage
 @_spi(Backend) import WormholeCore
-@_spi(Backend) import WormholeFiles
 
-/// What a thread blocked in a request waits on, so that the reply's append wakes that
+/// The file back end's change waiter (``WormholeTransiting/takeChangeWaiter(identifier:)``):
+/// what a thread blocked in a request waits on, so that the reply's append wakes that
 /// thread itself: an inotify instance of its own watching the reply log, and a
 /// ``WakeChannel`` on which a reply delivered by another thread wakes it.
 ///
@@ -19,7 +19,7 @@ import SystemPackage
 /// than ``maximumInUse`` (the requests blocked beyond that wait for the reader thread, as
 /// asynchronous ones do), and at most ``maximumKept`` idle ones are kept, each watching
 /// the log of its last request. Three descriptors each.
-final class ReplyWaiter: Sendable {
+final class LogWaiter: WormholeChangeWaiter {
     private let inotify: Inotify
     private let channel: WakeChannel
     /// The log watched and its watch; replaced when the log was (compaction renames a new
@@ -47,13 +47,13 @@ final class ReplyWaiter: Sendable {
 
     static let maximumInUse = 8
     static let maximumKept = 4
-    private static let pool = Locked<(idle: [ReplyWaiter], inUse: Int)>(([], 0))
+    private static let pool = Locked<(idle: [LogWaiter], inUse: Int)>(([], 0))
 
     /// A waiter watching the log at `path`, and whether it was already watching it before
     /// this call (then an append since is an event in its queue); `nil` when
     /// ``maximumInUse`` are in use, or the kernel gives no instance, channel or watch.
-    static func take(watching path: String) -> (waiter: ReplyWaiter, watchedBefore: Bool)? {
-        let (kept, allowed) = pool.withLock { pool -> (ReplyWaiter?, Bool) in
+    static func take(watching path: String) -> (waiter: LogWaiter, watchedBefore: Bool)? {
+        let (kept, allowed) = pool.withLock { pool -> (LogWaiter?, Bool) in
             guard pool.inUse < maximumInUse else { return (nil, false) }
             pool.inUse += 1
             let index = pool.idle.lastIndex { $0.path == path } ?? pool.idle.indices.last
@@ -61,32 +61,32 @@ final class ReplyWaiter: Sendable {
         }
         guard allowed else { return nil }
         if let kept, kept.path == path { return (kept, true) }
-        guard let waiter = kept ?? ReplyWaiter(), waiter.watch(path) else {
+        guard let waiter = kept ?? LogWaiter(), waiter.watch(path) else {
             pool.withLock { $0.inUse -= 1 }
             return nil
         }
         return (waiter, false)
     }
 
-    /// Gives back a waiter taken with ``take(watching:)``.
-    static func giveBack(_ waiter: ReplyWaiter) {
-        pool.withLock { pool in
+    /// Gives this waiter, taken with ``take(watching:)``, back to the process's pool.
+    package func giveBack() {
+        Self.pool.withLock { pool in
             pool.inUse -= 1
-            if pool.idle.count < maximumKept { pool.idle.append(waiter) }
+            if pool.idle.count < Self.maximumKept { pool.idle.append(self) }
         }
     }
 
     // MARK: - Waiting
 
     /// Wakes the thread waiting in ``wait(milliseconds:)``, from another thread.
-    func wake() { channel.wake() }
+    package func wake() { channel.wake() }
 
     /// Waits until the log is written, ``wake()`` is called, or `milliseconds` pass; then
     /// empties what woke it, so that the next wait blocks. Events are read before the
     /// caller reads the log: an append after that read wakes the next wait. Returns
     /// whether the log may have been replaced (an event other than a write, or none
     /// within the time: a replacement whose watch was missed): read it at its name.
-    func wait(milliseconds: Int32) -> Bool {
+    package func wait(milliseconds: Int32) -> Bool {
         let outcome = channel.wait(alongside: inotify.descriptor, milliseconds: milliseconds)
         guard case .success(let ready) = outcome else { return true }
         if ready.woken { channel.drain() }
