@@ -12,7 +12,7 @@ import Synchronization
 @_spi(Backend) import WormholeFiles
 
 /// One listener of a ``Wormhole``; returned by
-/// ``Wormhole/listenForMessage(withIdentifier:as:startingFrom:queue:onError:listener:)``.
+/// ``Wormhole/listenForMessage(withIdentifier:as:durableName:startingFrom:queue:onError:listener:)``.
 ///
 /// The listener runs until ``cancel()`` is called, its wormhole stops listening to its
 /// identifier (``Wormhole/stopListeningForMessage(withIdentifier:)``), or the wormhole is

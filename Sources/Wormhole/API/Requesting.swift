@@ -26,7 +26,7 @@ extension Wormhole {
     /// ```
     ///
     /// - Parameters:
-    ///   - request: The request, encoded as ``passMessage(_:identifier:)-2w6mt`` encodes.
+    ///   - request: The request, encoded as ``passMessage(_:identifier:timeToLive:)-6gmz7`` encodes.
     ///   - identifier: What the responders serve.
     ///   - type: What to decode the reply as.
     ///   - timeout: Seconds to wait for the reply, on the monotonic clock.
@@ -46,7 +46,7 @@ extension Wormhole {
             .decode(as: Reply.self, using: jsonCoding)
     }
 
-    /// ``request(_:identifier:as:timeout:)-i10e`` for a caller that may block its thread
+    /// ``request(_:identifier:as:timeout:)-1vwec`` for a caller that may block its thread
     /// meanwhile (not one of Swift concurrency's pool).
     ///
     /// On the shared directory the blocked thread watches the reply log itself (an
@@ -71,7 +71,7 @@ extension Wormhole {
         return try Self.reply(await router.value(of: pending), identifier: identifier)
     }
 
-    /// ``requestRecord(payload:kind:identifier:timeout:)-5o5yo`` blocking the calling thread.
+    /// ``requestRecord(payload:kind:identifier:timeout:)-2iwmv`` blocking the calling thread.
     @available(*, noasync, message: "in an async context, await the async form: it waits for the reply without blocking a thread of the cooperative pool")
     public func requestRecord(payload: Data, kind: WormholePayloadKind, identifier: String, timeout: Double = 5) throws(WormholeError) -> WormholeRecord {
         try Self.checkRequest(payload, kind: kind, identifier: identifier, timeout: timeout)

@@ -49,7 +49,7 @@ extension Wormhole {
     /// - Returns: The member; ``WorkQueueMember/cancel()`` leaves the queue.
     /// - Throws: ``WormholeError`` for an invalid identifier or name (`responders`
     ///   included: ``WormholeError/Code/invalidIdentifier``), a back end without
-    ///   work queues (``FileTransiting`` and the PostgreSQL back end have them), or a
+    ///   work queues (`FileTransiting` and the PostgreSQL back end have them), or a
     ///   container that cannot hold the queue (its files, or its rows).
     @discardableResult
     public func listenForMessage<Message: Decodable & Sendable>(

@@ -204,13 +204,13 @@ public final class Wormhole: Sendable {
     /// ```
     ///
     /// A listener then decodes the message as it would one passed with
-    /// ``passMessage(_:identifier:)-2w6mt``: a `.json` payload as any `Decodable` type, `.text`
+    /// ``passMessage(_:identifier:timeToLive:)-6gmz7``: a `.json` payload as any `Decodable` type, `.text`
     /// as `String`, any kind as `Data`.
     ///
     /// - Returns: The message's sequence number in the identifier's order.
     /// - Throws: ``WormholeError/Code/encodingFailed`` when the bytes are not what `kind`
     ///   says (`.text` that is not UTF-8, `.json` that is not one JSON value), and
-    ///   otherwise as ``passMessage(_:identifier:timeToLive:)-2bd1y``; nothing is stored then.
+    ///   otherwise as ``passMessage(_:identifier:timeToLive:)-6gmz7``; nothing is stored then.
     @discardableResult @available(*, noasync, message: "in an async context, await the async passPayload, which does not block a thread of the cooperative pool")
     public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String, timeToLive: Double? = nil) throws(WormholeError) -> UInt64 {
         try Identifier.validate(identifier)
@@ -227,11 +227,11 @@ public final class Wormhole: Sendable {
     /// ```
     ///
     /// Each message is its own record: listeners receive them one by one, in order, as if
-    /// each had been passed by ``passMessage(_:identifier:)-2w6mt``; none of another
+    /// each had been passed by ``passMessage(_:identifier:timeToLive:)-6gmz7``; none of another
     /// writer's messages falls between them.
     ///
     /// - Returns: The messages' sequence numbers (an empty range for no messages).
-    /// - Throws: As ``passMessage(_:identifier:)-2w6mt``, with nothing stored, when any
+    /// - Throws: As ``passMessage(_:identifier:timeToLive:)-6gmz7``, with nothing stored, when any
     ///   message cannot be encoded or is too large. When the write fails part-way (a
     ///   full disk), the messages written before stay passed and the error says how many.
     @discardableResult
@@ -247,7 +247,7 @@ public final class Wormhole: Sendable {
     }
 
     /// ``passMessages(_:identifier:)`` for bytes already encoded, each marked with
-    /// its kind (as ``passPayload(_:kind:identifier:)-5tjp6``).
+    /// its kind (as ``passPayload(_:kind:identifier:timeToLive:)-9iedl``).
     @discardableResult
     public func passPayloads(_ payloads: [(payload: Data, kind: WormholePayloadKind)], identifier: String) throws(WormholeError) -> Range<UInt64> {
         try Identifier.validate(identifier)
@@ -282,7 +282,7 @@ public final class Wormhole: Sendable {
         return record
     }
 
-    /// Removes the messages of `identifier`: ``message(withIdentifier:as:)-5o1yf`` returns
+    /// Removes the messages of `identifier`: ``message(withIdentifier:as:)-6yg5b`` returns
     /// `nil` after this, and listeners that start from history see nothing older.
     /// Listeners do not hear of it; sequence numbers go on.
     @available(*, noasync, message: "in an async context, await the async form, which does not block a thread of the cooperative pool")
@@ -312,39 +312,39 @@ public final class Wormhole: Sendable {
     // so that a wait for another process's lock, or for a server, never holds a thread of
     // the cooperative pool. The synchronous forms are `noasync`.
 
-    /// ``passMessage(_:identifier:timeToLive:)-2bd1y`` from an asynchronous context.
+    /// ``passMessage(_:identifier:timeToLive:)-6gmz7`` from an asynchronous context.
     @discardableResult
     public func passMessage<Message: Encodable & Sendable>(_ message: Message, identifier: String, timeToLive: Double? = nil) async throws(WormholeError) -> UInt64 {
         try await BlockingWork.run { [self] () throws(WormholeError) in try passMessage(message, identifier: identifier, timeToLive: timeToLive) }
     }
 
-    /// ``passPayload(_:kind:identifier:timeToLive:)-4b8ed`` from an asynchronous context.
+    /// ``passPayload(_:kind:identifier:timeToLive:)-9iedl`` from an asynchronous context.
     @discardableResult
     public func passPayload(_ payload: Data, kind: WormholePayloadKind, identifier: String, timeToLive: Double? = nil) async throws(WormholeError) -> UInt64 {
         try await BlockingWork.run { [self] () throws(WormholeError) in try passPayload(payload, kind: kind, identifier: identifier, timeToLive: timeToLive) }
     }
 
-    /// ``message(withIdentifier:as:)-5o1yf`` from an asynchronous context.
+    /// ``message(withIdentifier:as:)-6yg5b`` from an asynchronous context.
     public func message<Message: Decodable>(withIdentifier identifier: String, as type: Message.Type = Message.self) async throws(WormholeError) -> Message? {
         try await record(withIdentifier: identifier)?.decode(as: type, using: jsonCoding)
     }
 
-    /// ``record(withIdentifier:)-10a8l`` from an asynchronous context.
+    /// ``record(withIdentifier:)-8a1`` from an asynchronous context.
     public func record(withIdentifier identifier: String) async throws(WormholeError) -> WormholeRecord? {
         try await BlockingWork.run { [self] () throws(WormholeError) in try record(withIdentifier: identifier) }
     }
 
-    /// ``clearMessageContents(forIdentifier:)-w7e4`` from an asynchronous context.
+    /// ``clearMessageContents(forIdentifier:)-le71`` from an asynchronous context.
     public func clearMessageContents(forIdentifier identifier: String) async throws(WormholeError) {
         try await BlockingWork.run { [self] () throws(WormholeError) in try clearMessageContents(forIdentifier: identifier) }
     }
 
-    /// ``clearAllMessageContents()-35r5s`` from an asynchronous context.
+    /// ``clearAllMessageContents()-6oy7d`` from an asynchronous context.
     public func clearAllMessageContents() async throws(WormholeError) {
         try await BlockingWork.run { [self] () throws(WormholeError) in try clearAllMessageContents() }
     }
 
-    /// ``summaries()-34py6`` from an asynchronous context.
+    /// ``summaries()-on3z`` from an asynchronous context.
     public func summaries() async throws(WormholeError) -> [WormholeIdentifierSummary] {
         try await BlockingWork.run { [self] () throws(WormholeError) in try summaries() }
     }

@@ -62,7 +62,7 @@ public struct WormholeError: Error, Sendable, Hashable, CustomStringConvertible 
         /// and numbering goes on after the highest sequence number known to have been
         /// handed out, so that no number is used twice for different messages.
         public static let logChangedOutsideWormhole = Code("logChangedOutsideWormhole")
-        /// A request (``Wormhole/request(_:identifier:as:timeout:)-i10e``) had no reply within its
+        /// A request (``Wormhole/request(_:identifier:as:timeout:)-1vwec``) had no reply within its
         /// timeout; the message says whether any responder serves its identifier.
         public static let timedOut = Code("timedOut")
         /// A responder answered a request with an error: the message carries what it said.

@@ -17,7 +17,7 @@ public struct WormholeConfiguration: Sendable, Hashable {
     /// How many payload bytes per identifier are kept for history. Default 16 MiB.
     /// The latest message is always kept, whatever its size.
     public var retainedByteCount: Int = 16 << 20
-    /// The largest message ``Wormhole/passMessage(_:identifier:)-2w6mt`` accepts, in bytes.
+    /// The largest message ``Wormhole/passMessage(_:identifier:timeToLive:)-6gmz7`` accepts, in bytes.
     /// Default 8 MiB; at most 1 GiB.
     public var maximumMessageSize: Int = 8 << 20
     /// The most messages per identifier that are kept for live listeners that have not

@@ -29,7 +29,7 @@ import Foundation
 /// adding 978307200 to get seconds since 1970.
 ///
 /// Give a wormhole your own encoder and decoder to choose another form, such as snake-case
-/// keys; start from ``standardEncoder()`` and ``standardDecoder()`` to keep the rest:
+/// keys; start from `standardEncoder()` and `standardDecoder()` to keep the rest:
 ///
 /// ```swift
 /// let encoder = Wormhole.JSONCoding.standardEncoder()
@@ -62,8 +62,8 @@ import Foundation
 /// as `1.0` or `1e2` read as an integer, a number that overflows or rounds to zero, JSON
 /// that is not strict RFC 8259 or names a member twice, and every failure. The bytes
 /// stored are the same either way: the on-disk protocol does not change. A coding given
-/// an encoder or decoder, even one made by ``standardEncoder()`` or
-/// ``standardDecoder()``, always uses Foundation's for that side; settings changed later
+/// an encoder or decoder, even one made by `standardEncoder()` or
+/// `standardDecoder()`, always uses Foundation's for that side; settings changed later
 /// on a standard coding's ``encoder`` or ``decoder`` are not seen by its own coder.
 public struct WormholeJSONCoding: Sendable {
     /// Encodes every message that is neither `Data` nor `String`.
@@ -81,8 +81,8 @@ public struct WormholeJSONCoding: Sendable {
     /// one.
     ///
     /// - Parameters:
-    ///   - encoder: Encodes messages passed with ``Wormhole/passMessage(_:identifier:)-2w6mt``.
-    ///   - decoder: Decodes messages for ``Wormhole/message(withIdentifier:as:)-5o1yf``,
+    ///   - encoder: Encodes messages passed with ``Wormhole/passMessage(_:identifier:timeToLive:)-6gmz7``.
+    ///   - decoder: Decodes messages for ``Wormhole/message(withIdentifier:as:)-6yg5b``,
     ///     listeners and message sequences.
     public init(encoder: JSONEncoder? = nil, decoder: JSONDecoder? = nil) {
         self.encoder = encoder ?? Self.standardEncoder()

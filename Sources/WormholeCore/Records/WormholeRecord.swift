@@ -23,7 +23,7 @@ public enum WormholePayloadKind: UInt8, Sendable, Hashable, CustomStringConverti
     }
 }
 
-/// What a record is for: a message (every record passed by ``Wormhole/passMessage(_:identifier:)-2w6mt``),
+/// What a record is for: a message (every record passed by ``Wormhole/passMessage(_:identifier:timeToLive:)-6gmz7``),
 /// or a part of a request and its reply.
 public enum WormholeRecordRole: UInt8, Sendable, Hashable, CustomStringConvertible {
     /// A message, for every listener.
@@ -47,7 +47,7 @@ public enum WormholeRecordRole: UInt8, Sendable, Hashable, CustomStringConvertib
 
 /// One message as the store keeps it: its bytes and what the store knows about it.
 ///
-/// Listen for records (``Wormhole/listenForRecords(withIdentifier:startingFrom:queue:onError:listener:)``)
+/// Listen for records (``Wormhole/listenForRecords(withIdentifier:durableName:startingFrom:queue:onError:listener:)``)
 /// when you need the sequence number, the time or the sending process as well as the
 /// message.
 public struct WormholeRecord: Sendable, Hashable {
@@ -124,7 +124,7 @@ extension Date {
     }
 }
 
-/// Retained contents of one identifier, as ``WormholeTransiting/summaries()-342tx`` lists them.
+/// Retained contents of one identifier, as ``Wormhole/summaries()-on3z`` lists them.
 public struct WormholeIdentifierSummary: Sendable, Hashable {
     /// The identifier.
     public let identifier: String
@@ -154,7 +154,7 @@ public struct WormholeListenerStatus: Sendable, Hashable {
     /// The durable listener's name; `nil` for a listener without one.
     public let durableName: String?
     /// The process of a running listener (for a durable name, of the last one that ran),
-    /// as numbered in the PID namespace ``pidNamespace``.
+    /// as numbered in the PID namespace `pidNamespace`.
     public let processID: Int32?
     /// The PID namespace of ``processID`` (the inode number of the process's
     /// `/proc/self/ns/pid`); `nil` when unknown (written by an older version, or by the

@@ -3,7 +3,7 @@ public struct WormholeWorkQueueStatus: Sendable, Hashable {
     /// A live member: a process that holds its member file's lock now (or, in
     /// PostgreSQL, whose database session is connected).
     public struct Member: Sendable, Hashable {
-        /// Its process id, as numbered in the PID namespace ``pidNamespace`` (in
+        /// Its process id, as numbered in the PID namespace `pidNamespace` (in
         /// PostgreSQL, on the member's machine).
         public let processID: Int32
         /// The PID namespace of ``processID``; `nil` when unknown.

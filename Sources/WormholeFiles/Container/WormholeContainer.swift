@@ -20,7 +20,7 @@ import SystemPackage
 /// 2. `$WORMHOLE_APP_GROUPS_DIRECTORY/<group>` when that environment variable is set
 ///    (sandboxes and tests point every group somewhere else with it);
 /// 3. `/run/wormhole/app-groups/<group>` when it exists: the group's shared container,
-///    made by `wormhole share` for the members of a Unix group (``share(applicationGroupIdentifier:unixGroup:)``);
+///    made by `wormhole share` for the members of a Unix group (`share(applicationGroupIdentifier:unixGroup:)`);
 /// 4. the user's own container that exists already, in this order:
 ///    `/run/user/<uid>/app-groups/<group>`, then `/dev/shm/app-groups-<uid>/<group>`;
 /// 5. when none exists, a new one: `/run/user/<uid>/app-groups/<group>` when
