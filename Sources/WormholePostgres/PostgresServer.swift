@@ -17,7 +17,7 @@ import PostgresNIO
 /// server offers it, unverified, as libpq), `require` (TLS, unverified) or `verify-full`
 /// (TLS with the certificate and host name verified against the system's roots).
 /// `connect_timeout` takes seconds; `application_name` names the connections in the
-/// server's `pg_stat_activity`. `synchronous_commit` sets ``synchronousCommit``, the
+/// server's `pg_stat_activity`. `synchronous_commit` sets the
 /// durability of passes alone (`off`: a pass returns before its commit reaches the disk;
 /// Docs/Scaling.md, "Asynchronous commit").
 public struct PostgresServer: Sendable, CustomStringConvertible {
