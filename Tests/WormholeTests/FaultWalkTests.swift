@@ -54,7 +54,9 @@ struct FaultWalkTests {
             let durable = Collector<String>()
             let stopped = try wormhole.listenForMessage(withIdentifier: "walk", as: String.self, durableName: "d",
                                                         startingFrom: .history) { durable.append($0) }
-            guard await durable.wait(for: 2).count == 2, await received.wait(for: 4).count == 4 else {
+            // Waits for the setting, not a measure: generous, as three tests beside it on two
+            // cores (CI) can hold the reader thread back for seconds.
+            guard await durable.wait(for: 2, seconds: 60).count == 2, await received.wait(for: 4, seconds: 60).count == 4 else {
                 throw WormholeError(.systemError, "the setting did not come up")
             }
             stopped.cancel()

@@ -107,7 +107,9 @@ struct PostgresBackendTests {
         var closedListener = false
         defer { if !closedListener { close(listener) } }
         let port = UInt16(bigEndian: address.sin_port)
-        let session = PostgresSession(server: try PostgresServer(url: "postgres://nobody@127.0.0.1:\(port)/none?sslmode=disable"),
+        // A connect timeout longer than the test: on a loaded machine the first attempt's
+        // default 10 s could end before the checks below, and the test would see it done.
+        let session = PostgresSession(server: try PostgresServer(url: "postgres://nobody@127.0.0.1:\(port)/none?sslmode=disable&connect_timeout=120"),
                                       logger: Logger(label: "silent"))
         /// Opens a connection on a thread of its own; `done` is signalled when it returns.
         func opening(_ done: MonotonicEvent) -> Task<WormholeError?, Never> {
