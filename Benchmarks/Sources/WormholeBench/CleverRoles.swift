@@ -118,7 +118,7 @@ enum CleverRoles {
         let wormhole = try Wormhole(directory: directory)
         var inner: WorkQueueMember?
         if options.flag("local") {
-            inner = try wormhole.respondToRecords(toIdentifier: RequestRoles.requestIdentifier) { record in (record.payload, record.kind) }
+            inner = try wormhole.respondToRecords(withIdentifier: RequestRoles.requestIdentifier) { record in (record.payload, record.kind) }
         }
         defer { inner?.cancel() }
         let done = DispatchSemaphore(value: 0)

@@ -29,7 +29,7 @@ import Foundation
 /// adding 978307200 to get seconds since 1970.
 ///
 /// Give a wormhole your own encoder and decoder to choose another form, such as snake-case
-/// keys; start from `standardEncoder()` and `standardDecoder()` to keep the rest:
+/// keys; start from ``standardEncoder()`` and ``standardDecoder()`` to keep the rest:
 ///
 /// ```swift
 /// let encoder = Wormhole.JSONCoding.standardEncoder()
@@ -97,7 +97,7 @@ public struct WormholeJSONCoding: Sendable {
 
     /// A new encoder of the standard form: keys sorted, slashes unescaped, dates as
     /// ISO 8601 text in UTC, rounded to the millisecond.
-    package static func standardEncoder() -> JSONEncoder {
+    public static func standardEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
@@ -109,7 +109,7 @@ public struct WormholeJSONCoding: Sendable {
 
     /// A new decoder of the standard form: dates as ISO 8601 text, or as the number of
     /// seconds since 1 January 2001 that earlier versions wrote.
-    package static func standardDecoder() -> JSONDecoder {
+    public static func standardDecoder() -> JSONDecoder {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let container = try decoder.singleValueContainer()

@@ -45,7 +45,7 @@ import SystemPackage
 public enum WormholeContainer {
     /// The environment variable that moves every application group's container under
     /// one directory.
-    public static let environmentOverride = "WORMHOLE_APP_GROUPS_DIRECTORY"
+    package static let environmentOverride = "WORMHOLE_APP_GROUPS_DIRECTORY"
 
     /// The directory under which `wormhole share` makes shared containers: root's, mode
     /// 0755 (every user sees which groups are shared; only members see inside one).

@@ -42,7 +42,7 @@ import SystemPackage
 /// and one reader thread.
 public final class DarwinNotificationCenter: Sendable {
     /// The directory that is this center's namespace of names.
-    public let directory: String
+    package let directory: String
     package let container: ContainerDirectory
 
     /// The suffix of the file that stands for a name.
