@@ -93,33 +93,6 @@ public final class ListenerToken: Sendable, Hashable, TransitingEventReceiver {
                   queue: queue, onError: onError, listener: listener, activity: activity, onCancel: onCancel)
     }
 
-    /// The listener for asynchronous callers: watching and finding the starting position
-    /// run on a thread of ``BlockingWork``'s while the caller is suspended.
-    static func make(
-        transiting: any WormholeTransiting,
-        identifier: String,
-        start: Wormhole.StartingPoint,
-        queue: DispatchQueue?,
-        onError: @escaping @Sendable (WormholeError) -> Void,
-        listener: @escaping @Sendable (WormholeRecord) -> Void,
-        activity: HandlingActivity? = nil,
-        onCancel: @escaping @Sendable () -> Void
-    ) async throws(WormholeError) -> ListenerToken {
-        let relay = EventRelay()
-        let opened = try await BlockingWork.run { () throws(WormholeError) -> HandedOver<(any WormholeTransitingObservation, any WormholeTransitingReader)> in
-            let observation = try transiting.observe(identifier: identifier) { relay.forward($0) }
-            do throws(WormholeError) {
-                return HandedOver((observation, try transiting.makeReader(identifier: identifier, startingFrom: start)))
-            } catch {
-                observation.cancel()
-                throw error
-            }
-        }
-        let (observation, reader) = opened.value
-        return ListenerToken(identifier: identifier, relay: relay, observation: observation, reader: reader, isDurable: false,
-                             queue: queue, onError: onError, listener: listener, activity: activity, onCancel: onCancel)
-    }
-
     private init(
         identifier: String,
         relay: EventRelay,

@@ -453,22 +453,6 @@ public final class Wormhole: Sendable {
         return token
     }
 
-    /// ``makeListener(identifier:start:durableName:observeOnDemand:makeReader:queue:onError:listener:)`` for
-    /// asynchronous callers (a listener from now on or a starting point, not durable).
-    func makeListener(identifier: String, start: StartingPoint, queue: DispatchQueue?,
-                      onError: @escaping @Sendable (WormholeError) -> Void,
-                      listener: @escaping @Sendable (WormholeRecord) -> Void) async throws(WormholeError) -> ListenerToken {
-        try Identifier.validate(identifier)
-        let id = makeRegistrationID()
-        let token = try await ListenerToken.make(
-            transiting: transiting, identifier: identifier, start: start, queue: queue,
-            onError: onError, listener: handlingActivity.counting(listener), activity: handlingActivity,
-            onCancel: { [weak self] in self?.unregister(id) })
-        register(id, identifier) { token.cancel() }
-        if token.isCancelled { unregister(id) }
-        return token
-    }
-
     /// Stops every listener and message sequence of this wormhole for `identifier`, as
     /// MMWormhole's `stopListeningForMessageWithIdentifier:`. Other wormholes and other
     /// processes go on listening.

@@ -57,17 +57,6 @@ final class ReplyRouter: Sendable {
         listener.withLock { $0 = made }
     }
 
-    /// ``start(_:)`` for asynchronous callers: a back end that waits on a server
-    /// suspends the caller instead of blocking its thread.
-    func start(_ wormhole: Wormhole) async throws(WormholeError) {
-        let made = try await wormhole.makeListener(identifier: repliesIdentifier, start: .now, queue: nil, onError: { [weak self] error in
-            self?.failAll(error)
-        }) { [weak self] record in
-            self?.route(record)
-        }
-        listener.withLock { $0 = made }
-    }
-
     func stop() {
         listener.withLock { listener in
             defer { listener = nil }

@@ -17,15 +17,6 @@ final class ReplyRouters: Sendable {
         return keep(made)
     }
 
-    /// ``router(for:in:)`` for asynchronous callers: the router is started while the
-    /// caller is suspended.
-    func router(for identifier: String, in wormhole: Wormhole) async throws(WormholeError) -> ReplyRouter {
-        if let router = listening(identifier) { return router }
-        let made = ReplyRouter(identifier: identifier, wormhole: wormhole)
-        try await made.start(wormhole)
-        return keep(made)
-    }
-
     /// The identifier's router, if it still listens.
     private func listening(_ identifier: String) -> ReplyRouter? {
         guard let router = routers.withLock({ $0[identifier] }), router.isListening else { return nil }
