@@ -7,9 +7,9 @@
  *   rr_floor call  --dir D [--count C] [--size S] [--spin-us U] [--pause-us P] [--work-us W]
  *
  * Requester, per round trip: the request's append to D/rr.requests (flock, fstat,
- * pwritev, flock); then, as the library's ReplyWaiter, poll on an inotify instance of its
+ * pwritev, flock); then, as the library's LogWaiter, poll on an inotify instance of its
  * own watching D/rr.replies and on an eventfd, read, and one pread of the reply log.
- * With --spin-us, as the library did until its replySpinTime was removed, the
+ * With --spin-us, as the library's default (WormholeConfiguration.replySpinTime), the
  * first wait polls with no timeout, yielding the CPU between polls (sched_yield), until U
  * microseconds after the request's pass, and only then sleeps in poll.
  *

@@ -259,6 +259,75 @@ struct RequestReplyTests {
         for responder in responders { responder.cancel() }
     }
 
+    @Test("a blocked requester polls for its reply only when replies come fast and it ran since its last request: not for a slow responder, not after a sleep, never with replySpinTime 0; every reply is its own; a replySpinTime out of range is refused",
+          .timeLimit(.minutes(1)))
+    func requestersPollOnlyWhenItPays() async throws {
+        let store = try Backend.file.makeStore()
+        let responder = try store.wormhole()
+        let fast = try responder.respondToRequests(withIdentifier: "fast", as: Int.self) { $0 + 1 }
+        let slow = try responder.respondToRequests(withIdentifier: "slow", as: Int.self, queue: DispatchQueue(label: "slow responder")) { number in
+            Thread.sleep(forTimeInterval: 0.005)
+            return number + 1
+        }
+        defer { fast.cancel(); slow.cancel() }
+        /// `count` blocking requests of `identifier` from one thread, `pause` seconds
+        /// apart: whether each reply was its request's, and how many of them polled.
+        func ask(_ identifier: String, count: Int, pause: Double = 0, spinTime: Double) async throws -> (answered: Bool, polled: Int) {
+            var configuration = Wormhole.Configuration()
+            configuration.replySpinTime = spinTime
+            let requester = try store.wormhole(configuration: configuration)
+            let (answers, polled) = await withCheckedContinuation { (done: CheckedContinuation<([Int], Int), Never>) in
+                Thread.detachNewThread {
+                    let answers = (0..<count).map { number in
+                        if pause > 0, number > 0 { Thread.sleep(forTimeInterval: pause) }
+                        return (try? requester.request(number, identifier: identifier, as: Int.self, timeout: 10)) ?? -1
+                    }
+                    let router = try? requester.replyRouters.router(for: identifier, in: requester)
+                    done.resume(returning: (answers, router?.polledRequests ?? -1))
+                }
+            }
+            return (answers == (1...count).map { $0 }, polled)
+        }
+        // 1 ms, so that replies slowed down by a loaded machine still count as fast, while
+        // the polling takes little CPU from the other tests of this process.
+        if ReplyRouter.mayRunOnAnotherCPU {
+            // Most poll; a few may not, on a loaded machine: a thread preempted between two
+            // requests has not run for most of the time since the last. Other test
+            // processes sharing the two cores can preempt a whole series, so up to three
+            // series are asked; at least one must poll for most of its requests.
+            var series: [Int] = []
+            for _ in 0..<3 where (series.max() ?? 0) < 10 {
+                let backToBack = try await ask("fast", count: 50, spinTime: 0.001)
+                #expect(backToBack.answered)
+                series.append(backToBack.polled)
+            }
+            #expect((series.max() ?? 0) >= 10, "of 49 back-to-back requests, \(series) polled in each series")
+            print("reply polling: of 49 back-to-back requests, \(series) polled in each series")
+        }
+        let asleepBetween = try await ask("fast", count: 6, pause: 0.02, spinTime: 0.01)
+        #expect(asleepBetween.answered)
+        #expect(asleepBetween.polled == 0, "\(asleepBetween.polled) requests polled after 20 ms asleep")
+        let slowReplies = try await ask("slow", count: 6, spinTime: 0.0001)
+        #expect(slowReplies.answered)
+        #expect(slowReplies.polled == 0, "\(slowReplies.polled) requests polled for replies that take 5 ms")
+        let never = try await ask("fast", count: 20, spinTime: 0)
+        #expect(never.answered)
+        #expect(never.polled == 0)
+        // Asynchronous requests suspend; they never poll, back to back or not.
+        var configuration = Wormhole.Configuration()
+        configuration.replySpinTime = 0.01
+        let suspending = try store.wormhole(configuration: configuration)
+        for number in 0..<20 { #expect(try await suspending.request(number, identifier: "fast", as: Int.self, timeout: 10) == number + 1) }
+        #expect(try suspending.replyRouters.router(for: "fast", in: suspending).polledRequests == 0)
+        for wrong in [-0.001, 0.02, .nan] {
+            var configuration = Wormhole.Configuration()
+            configuration.replySpinTime = wrong
+            let error = #expect(throws: WormholeError.self) { _ = try store.wormhole(configuration: configuration) }
+            #expect(error?.code == .invalidConfiguration)
+            #expect(error?.message.contains("replySpinTime must be between 0 and 0.01 seconds") == true, "\(error?.message ?? "")")
+        }
+    }
+
     @Test("a reply over the message size limit reaches the requester as an error reply that says so, and its request is run once, not again for each failed reply",
           .timeLimit(.minutes(1)))
     func replyTooLargeIsAnErrorReplyAndRunsOnce() async throws {

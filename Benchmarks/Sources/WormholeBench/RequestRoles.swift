@@ -46,10 +46,11 @@ enum RequestRoles {
     }
 
     /// `rr-call --mechanism wormhole|socket --count C [--size S] [--dir D]
-    /// [--pause-us P] [--work-us W]`: 20 warm-up round trips,
+    /// [--reply-spin-time SECONDS] [--pause-us P] [--work-us W]`: 20 warm-up round trips,
     /// then C back to back, or each after a sleep of P or W microseconds of busy work
     /// (neither timed), each timed from before the request is passed to after its reply
     /// (checked: the request's bytes) is in hand.
+    /// `--reply-spin-time` sets `WormholeConfiguration.replySpinTime`.
     static func call(_ options: Options) throws -> Int32 {
         let count = try options.int("count", default: 2000)
         let size = max(Frame.minimumSize, try options.int("size", default: 16))
@@ -70,7 +71,9 @@ enum RequestRoles {
             }
             return try timeRoundTrips(count: count, pause: pause, work: work, roundTrip)
         default:
-            let wormhole = try Wormhole(directory: try options.string("dir"))
+            var configuration = Wormhole.Configuration()
+            configuration.replySpinTime = try options.double("reply-spin-time", default: configuration.replySpinTime)
+            let wormhole = try Wormhole(directory: try options.string("dir"), configuration: configuration)
             roundTrip = { index in
                 Frame.write(stamp: Monotonic.now(), index: index, into: buffer)
                 let request = Data(bytes: buffer, count: size)

@@ -23,8 +23,8 @@ import Foundation
 ///   `WORMHOLE_BENCH_NO_NESTED_SERVING`): its responder in another process, and in the
 ///   same one.
 ///
-/// The requester's polling for its reply (`replySpinTime`, removed after these runs) was
-/// measured by the requests section, which ran its requesters with it and without it.
+/// The requester's polling (`replySpinTime`) is measured by the requests section, which
+/// runs its requesters with it and without it, interleaved.
 extension Suite {
     mutating func clever(_ runner: Runner, _ fileSystem: String) throws(BenchError) {
         let directory = runner.base + "/clever"

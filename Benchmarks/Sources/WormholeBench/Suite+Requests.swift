@@ -8,10 +8,12 @@ import Foundation
 /// same run and interleaved over the rounds.
 extension Suite {
     /// The mechanisms of the requests section.
-    /// The floor's rows come twice: with the requester polling for its reply up to 100 us
-    /// after the pass, and sleeping at once (the library's requester sleeps at once).
+    /// The Wormhole rows and the floor's come twice: with the requester polling for its
+    /// reply up to 100 us after the pass (the library's default,
+    /// `WormholeConfiguration.replySpinTime`), and sleeping at once (`replySpinTime` 0).
     enum RoundTrip: String, CaseIterable {
         case wormhole = "Wormhole request/reply (respondToRecords, requestRecord)"
+        case wormholeSleeping = "Wormhole request/reply, the requester sleeping at once (replySpinTime 0)"
         case floor = "C floor: the same system calls in C, one thread each (rr_floor)"
         case floorSleeping = "C floor, the requester sleeping at once (rr_floor)"
         case dbus = "D-Bus method call via dbus-daemon"
@@ -42,6 +44,9 @@ extension Suite {
         }
         if let dbus = p50Of("requests", .dbus) {
             var figures = String(format: "%.1f us vs D-Bus %.1f us: %.2fx; %d failed", p50, dbus, p50 / dbus, ours.lost ?? 0)
+            if let sleeping = p50Of("requests", .wormholeSleeping) {
+                figures += String(format: " (the requester sleeping at once: %.1f us, %.2fx)", sleeping, sleeping / dbus)
+            }
             for (section, what) in [("requests-paced", "after 1 ms asleep"), ("requests-working", "after 100 us of work")] {
                 if let spaced = p50Of(section, .wormhole), let spacedDBus = p50Of(section, .dbus) {
                     figures += String(format: "; %@: %.1f us vs %.1f us, %.2fx", what, spaced, spacedDBus, spaced / spacedDBus)
@@ -97,10 +102,11 @@ extension Suite {
         let counted = ["--count", String(count)] + spacing
         let server: Child, caller: Child
         switch mechanism {
-        case .wormhole:
+        case .wormhole, .wormholeSleeping:
             server = try Child(["rr-serve", "--mechanism", "wormhole", "--dir", directory])
             _ = try server.expect("READY", timeout: 60)
-            caller = try Child(["rr-call", "--mechanism", "wormhole", "--dir", directory] + counted)
+            let spin = mechanism == .wormhole ? [] : ["--reply-spin-time", "0"]
+            caller = try Child(["rr-call", "--mechanism", "wormhole", "--dir", directory] + spin + counted)
         case .floor, .floorSleeping:
             guard let floor = peers.roundTripFloor else { throw BenchError("the C floor of a round trip is not built (Benchmarks/run builds it)") }
             server = try Child(path: floor, ["serve", "--dir", directory])

@@ -72,14 +72,18 @@ extension ReplyRouter {
         // reply's append as an event in its queue, so its first read waits for one. A
         // waiter watching it only now reads first (the reply may have come before).
         reply.attach(thread: thread) { waiter.wake() }
+        let spinEnd = spin.spinEnd(of: reply, thread: thread)
         var (read, replaced) = (!watchedBefore, false)
         while true {
             if read { token.drainOnCallingThread(replaced: replaced) }
             read = true
-            if let outcome = reply.outcome { return outcome }
+            if let outcome = reply.outcome {
+                spin.noteWait(of: reply, thread: thread)
+                return outcome
+            }
             // Bounded: a replaced log whose new watch was missed is read at its name then
             // (the reader thread reads it at once in any case).
-            replaced = waiter.wait(milliseconds: 100)
+            replaced = waiter.wait(milliseconds: 100, spinningUntil: spinEnd)
         }
     }
 }

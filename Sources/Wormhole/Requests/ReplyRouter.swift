@@ -6,7 +6,7 @@
 ///
 /// Its parts, each with one job: ``ReplyTable`` (the requests waiting, and their
 /// timeouts), ``ReplyIdleFollowing`` (the reader thread follows the log while the router
-/// is idle), and the waits of
+/// is idle), ``ReplySpinPolicy`` (whether a blocked requester polls), and the waits of
 /// `ReplyRouter+Waiting.swift` and `ReplyRouter+Nested.swift`; ``ReplyRouters`` keeps a
 /// wormhole's routers.
 final class ReplyRouter: Sendable {
@@ -18,12 +18,15 @@ final class ReplyRouter: Sendable {
     /// The back end: blocked requesters wait with its change waiters, where it has them
     /// (the shared directory's watch the reply log themselves).
     let transiting: any WormholeTransiting
+    /// Whether a blocked requester polls for its reply before it sleeps.
+    let spin: ReplySpinPolicy
     private let idle: ReplyIdleFollowing
 
     init(identifier: String, wormhole: Wormhole) {
         self.identifier = identifier
         self.repliesIdentifier = Requests.repliesIdentifier(of: identifier)
         transiting = wormhole.transiting
+        spin = ReplySpinPolicy(spinTime: transiting.offersChangeWaiters ? transiting.configuration.replySpinTime : 0)
         let table = ReplyTable(timedOut: { [weak wormhole] timeout in
             wormhole.map { Requests.timedOut(identifier, after: timeout, wormhole: $0) }
         })
@@ -35,6 +38,11 @@ final class ReplyRouter: Sendable {
 
     /// How long an idle router waits before the reader thread follows its log.
     static var idleDelay: Double { ReplyIdleFollowing.idleDelay }
+
+    /// Whether a requester may poll at all (``ReplySpinPolicy``).
+    static var mayRunOnAnotherCPU: Bool { ReplySpinPolicy.mayRunOnAnotherCPU }
+    /// How many requests polled for their reply.
+    var polledRequests: Int { spin.polledRequests }
 
     /// The reply listener, while there is one.
     var token: ListenerToken? { listener.withLock { $0 } }

@@ -1,6 +1,6 @@
 /// Limits that every process sharing a directory should agree on
-/// (``Wormhole/Configuration``), and a tuning of the process's own that needs no
-/// agreement (``maximumOpenLogCount``).
+/// (``Wormhole/Configuration``), and two tunings of the process's own that need no
+/// agreement (``maximumOpenLogCount``, ``replySpinTime``).
 ///
 /// It belongs to the store: back ends take it without knowing the ``Wormhole`` type.
 ///
@@ -39,6 +39,22 @@ public struct WormholeConfiguration: Sendable, Hashable {
     /// A pass that finds no descriptor left (EMFILE) still closes the idle cached logs and
     /// tries once more.
     public var maximumOpenLogCount: Int?
+    /// Seconds that a thread blocked in a request (the blocking `request` and
+    /// `requestRecord`) polls for its reply before it sleeps, counted from the request's
+    /// pass. Default 0.0001 (100 µs); 0 never polls; at most 0.01. On the shared directory
+    /// only, and only where the process may run on more than one CPU.
+    ///
+    /// A reply that comes while the thread polls costs no wake-up, on either side. The
+    /// thread polls only when the identifier's recent replies came within this time (a
+    /// slow responder costs its requesters no polling) and the thread ran, rather than
+    /// slept, since its last request of the identifier: requests back to back, or with
+    /// work between them. There polling halves the round trip on a machine where waking a
+    /// thread on another CPU is dear (a virtual machine that halts idle vCPUs), for at
+    /// most this much CPU a request (when the reply comes quickly, about what the sleep
+    /// and the wake-up it saves would cost); after a sleep it would not help
+    /// (Performance.md, "Requests and work queues"). Asynchronous requests never poll:
+    /// they suspend.
+    public var replySpinTime: Double = 0.0001
 
     public init() {}
 
@@ -68,6 +84,9 @@ public struct WormholeConfiguration: Sendable, Hashable {
         }
         if let maximumOpenLogCount, maximumOpenLogCount < 1 {
             throw WormholeError(.invalidConfiguration, "maximumOpenLogCount must be at least 1, not \(maximumOpenLogCount)")
+        }
+        guard replySpinTime >= 0, replySpinTime <= 0.01 else {
+            throw WormholeError(.invalidConfiguration, "replySpinTime must be between 0 and 0.01 seconds, not \(replySpinTime)")
         }
         guard (1...(1 << 30)).contains(maximumMessageSize) else {
             throw WormholeError(.invalidConfiguration, "maximumMessageSize must be between 1 byte and 1 GiB, not \(maximumMessageSize)")

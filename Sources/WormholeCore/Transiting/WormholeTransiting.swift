@@ -143,11 +143,12 @@ import Foundation
 /// for wakes it itself (``WormholeTransiting/takeChangeWaiter(identifier:)``): the file
 /// back end's watches the reply log with an inotify instance of its own.
 @_spi(Backend) public protocol WormholeChangeWaiter: AnyObject, Sendable {
-    /// Waits until the records change, ``wake()`` is called, or `milliseconds` pass.
-    /// Returns whether what holds them may have been replaced: read them again at their
-    /// name.
-    func wait(milliseconds: Int32) -> Bool
-    /// Wakes the thread waiting in ``wait(milliseconds:)``, from another thread.
+    /// Waits until the records change, ``wake()`` is called, or `milliseconds` pass; until
+    /// `spinEnd` (nanoseconds on the monotonic clock; 0: not at all) it polls for the change
+    /// instead of sleeping. Returns whether what holds them may have been replaced: read
+    /// them again at their name.
+    func wait(milliseconds: Int32, spinningUntil spinEnd: UInt64) -> Bool
+    /// Wakes the thread waiting in ``wait(milliseconds:spinningUntil:)``, from another thread.
     func wake()
     /// Gives the waiter back, once its request has its outcome.
     func giveBack()

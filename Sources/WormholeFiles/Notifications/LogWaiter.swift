@@ -78,7 +78,7 @@ final class LogWaiter: WormholeChangeWaiter {
 
     // MARK: - Waiting
 
-    /// Wakes the thread waiting in ``wait(milliseconds:)``, from another thread.
+    /// Wakes the thread waiting in ``wait(milliseconds:spinningUntil:)``, from another thread.
     package func wake() { channel.wake() }
 
     /// Waits until the log is written, ``wake()`` is called, or `milliseconds` pass; then
@@ -86,8 +86,20 @@ final class LogWaiter: WormholeChangeWaiter {
     /// caller reads the log: an append after that read wakes the next wait. Returns
     /// whether the log may have been replaced (an event other than a write, or none
     /// within the time: a replacement whose watch was missed): read it at its name.
-    package func wait(milliseconds: Int32) -> Bool {
-        let outcome = channel.wait(alongside: inotify.descriptor, milliseconds: milliseconds)
+    ///
+    /// Until `spinEnd` (``MonotonicCondition/now()``; 0: not at all) it polls instead of
+    /// sleeping, yielding its CPU between polls to any thread waiting for one there: an
+    /// append meanwhile finds no thread to wake, and this one none to be woken.
+    package func wait(milliseconds: Int32, spinningUntil spinEnd: UInt64) -> Bool {
+        var outcome = channel.wait(alongside: inotify.descriptor, milliseconds: spinEnd == 0 ? milliseconds : 0)
+        while spinEnd != 0, case .success(let ready) = outcome, !ready.events, !ready.woken {
+            guard MonotonicCondition.now() < spinEnd else {
+                outcome = channel.wait(alongside: inotify.descriptor, milliseconds: milliseconds)
+                break
+            }
+            sched_yield()
+            outcome = channel.wait(alongside: inotify.descriptor, milliseconds: 0)
+        }
         guard case .success(let ready) = outcome else { return true }
         if ready.woken { channel.drain() }
         guard ready.events else { return !ready.woken }
