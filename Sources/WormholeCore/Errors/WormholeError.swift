@@ -127,7 +127,7 @@ extension WormholeError {
         errno == .tooManyOpenFiles || errno == .tooManyOpenFilesInSystem || errno == .noMemory
     }
 
-    package static func system(_ operation: String, _ errno: Errno, path: String? = nil) -> WormholeError {
+    @usableFromInline package static func system(_ operation: String, _ errno: Errno, path: String? = nil) -> WormholeError {
         let subject = path.map { " '\($0)'" } ?? ""
         return WormholeError(.systemError, "cannot \(operation)\(subject): \(errno.description)", path: path, errno: errno)
     }

@@ -18,17 +18,17 @@ import Glibc
 /// continuation, block, or take another lock while holding it (Architecture.md, "Lock
 /// order"). Debug builds check the last: ``LockDiscipline`` records every lock taken
 /// while the same thread holds one.
-package final class Locked<Value>: @unchecked Sendable {
+@_spi(Backend) public final class Locked<Value>: @unchecked Sendable {
     /// The mutex and the value, in one allocation of their own. Reached through a
     /// pointer, an access to the value is not checked for exclusivity at run time (the
     /// mutex is what makes it exclusive); a stored property's was, at every `withLock`
     /// (`swift_beginAccess`: about 80 instructions, a dozen times on a round trip).
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let value: UnsafeMutablePointer<Value>
+    @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    @usableFromInline let value: UnsafeMutablePointer<Value>
     /// Which locks may be taken while this one is held: only those of a lower rank.
-    package let rank: LockRank
+    public let rank: LockRank
 
-    package init(_ value: sending Value, rank: LockRank = .leaf) {
+    public init(_ value: sending Value, rank: LockRank = .leaf) {
         self.rank = rank
         let offset = Self.valueOffset
         let memory = UnsafeMutableRawPointer.allocate(byteCount: offset + MemoryLayout<Value>.stride,
@@ -52,8 +52,15 @@ package final class Locked<Value>: @unchecked Sendable {
 
     /// Runs `body` with exclusive access to the value. `file` and `line` name the call
     /// in what a debug build's ``LockDiscipline`` records.
-    @inline(__always)
-    package func withLock<Result, Failure: Error>(_ body: (inout sending Value) throws(Failure) -> sending Result,
+    ///
+    /// Inlinable, as ``withLockIfAvailable(_:file:line:)`` is, and so public under the
+    /// `Backend` SPI: the back end and the API are other modules, and the compiler
+    /// specializes a generic of another module only when it is public and inlinable (a
+    /// `package` one stays a call through a reabstraction thunk and a closure context:
+    /// about 1,100 instructions more a message passed, measured with callgrind when the
+    /// library became three targets).
+    @inlinable @inline(__always)
+    public func withLock<Result, Failure: Error>(_ body: (inout sending Value) throws(Failure) -> sending Result,
                                           file: StaticString = #fileID, line: UInt = #line) throws(Failure) -> sending Result {
         #if DEBUG
         LockDiscipline.willLock(rank, file, line)
@@ -67,7 +74,8 @@ package final class Locked<Value>: @unchecked Sendable {
     /// Runs `body` with exclusive access to the value if no other thread holds the lock;
     /// `nil` without running it otherwise. For work that may be skipped, taken while
     /// another lock is held (where waiting could deadlock).
-    package func withLockIfAvailable<Result>(_ body: (inout sending Value) -> sending Result,
+    @inlinable
+    public func withLockIfAvailable<Result>(_ body: (inout sending Value) -> sending Result,
                                      file: StaticString = #fileID, line: UInt = #line) -> sending Result? {
         guard pthread_mutex_trylock(mutex) == 0 else { return nil }
         #if DEBUG
@@ -84,7 +92,7 @@ package final class Locked<Value>: @unchecked Sendable {
 /// The library's lock order (Architecture.md, "Lock order"): a lock may be taken while
 /// the same thread holds others only if its rank is lower than each of theirs. Nearly
 /// every lock is a ``leaf``: nothing is taken under it.
-package enum LockRank: Int, Comparable, Sendable {
+@_spi(Backend) public enum LockRank: Int, Comparable, Sendable {
     /// Nothing is taken under it: decide under the lock, act after it.
     case leaf = 0
     /// The inotify engine's watch table: the kernel's watches are added and removed
@@ -99,7 +107,7 @@ package enum LockRank: Int, Comparable, Sendable {
     /// the fault table's leaves, and the engine's table, are taken under it.
     case logWriter = 3
 
-    package static func < (lhs: LockRank, rhs: LockRank) -> Bool { lhs.rawValue < rhs.rawValue }
+    public static func < (lhs: LockRank, rhs: LockRank) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
 #if DEBUG
@@ -110,7 +118,7 @@ package enum LockRank: Int, Comparable, Sendable {
 /// So no two threads can wait for each other's lock, and no lock is held for longer than
 /// its own short decision. A lock taken out of order is recorded, not trapped, so that a
 /// test names every one (``violations``) rather than only the first.
-package enum LockDiscipline {
+@_spi(Backend) public enum LockDiscipline {
     /// One thread's held locks, outermost first.
     private final class Held {
         var sites: [(file: StaticString, line: UInt, rank: LockRank)] = []
@@ -137,7 +145,7 @@ package enum LockDiscipline {
     }
 
     /// The calling thread is about to take the lock at `file`:`line`.
-    package static func willLock(_ rank: LockRank, _ file: StaticString, _ line: UInt, trying: Bool = false) {
+    public static func willLock(_ rank: LockRank, _ file: StaticString, _ line: UInt, trying: Bool = false) {
         let held = held
         // Formatted only when recorded: a lock taken in order costs no string.
         if !trying, let outer = held.sites.last(where: { $0.rank <= rank }) {
@@ -150,7 +158,7 @@ package enum LockDiscipline {
     }
 
     /// The calling thread released the lock it took last.
-    package static func didUnlock() {
+    public static func didUnlock() {
         _ = held.sites.popLast()
     }
 

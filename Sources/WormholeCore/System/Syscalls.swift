@@ -404,7 +404,8 @@ package enum Syscalls {
 
 extension Result where Failure == Errno {
     /// Unwraps, turning the errno into a ``WormholeError`` that names the operation.
-    @inline(__always)
+    /// (Inlinable: its callers are in other modules.)
+    @inlinable @inline(__always)
     package func orThrow(_ operation: @autoclosure () -> String, path: String? = nil) throws(WormholeError) -> Success {
         switch self {
         case .success(let value): return value

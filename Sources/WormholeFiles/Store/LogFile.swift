@@ -247,7 +247,10 @@ package struct LogFile {
     }
 
     /// Decides what the item at `local` of `bytes` (read at the walk's position; `atEnd`
-    /// when the read was short) is and what the walk does next, visiting it.
+    /// when the read was short) is and what the walk does next, visiting it. (Inlined into
+    /// the walk's loop, as it was before it was a function of its own: a call per record
+    /// cost compaction's walk 2.4 times the instructions.)
+    @inline(__always)
     private func step(_ walk: inout Walk, _ bytes: UnsafeRawBufferPointer, at local: Int, atEnd: Bool, request: Int,
                       buffer: ReadBuffer, _ visit: (Item) -> Bool) throws(WormholeError) -> WalkStep {
         let header = walk.header
