@@ -110,10 +110,29 @@ struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
 
         private func start(_ sequence: WormholeMessages) async throws(WormholeError) {
             let signal = self.signal
-            let replaced = self.replaced
             let transiting = wormhole.transiting
             let (identifier, start, durableName) = (sequence.identifier, sequence.start, sequence.durableName)
-            let opened = try await BlockingWork.run { () throws(WormholeError) -> HandedOver<(any WormholeTransitingObservation, any WormholeTransitingReader)> in
+            // Registered before the reader exists: a `stopListeningForMessage` made once it
+            // holds its claim, while this task has not resumed yet, ends the sequence (it
+            // found no registration before, and the sequence waited on for good).
+            wormhole.register(registration, sequence.identifier) { signal.finish() }
+            let opened: HandedOver<(any WormholeTransitingObservation, any WormholeTransitingReader)>
+            do throws(WormholeError) {
+                opened = try await open(transiting, identifier, start, durableName)
+            } catch {
+                wormhole.unregister(registration)
+                throw error
+            }
+            observation = opened.value.0
+            reader = opened.value.1
+        }
+
+        /// Watches `identifier`, then opens its reader, on a thread of ``BlockingWork``'s.
+        private func open(_ transiting: any WormholeTransiting, _ identifier: String, _ start: Wormhole.StartingPoint,
+                          _ durableName: String?) async throws(WormholeError) -> HandedOver<(any WormholeTransitingObservation, any WormholeTransitingReader)> {
+            let signal = self.signal
+            let replaced = self.replaced
+            return try await BlockingWork.run { () throws(WormholeError) -> HandedOver<(any WormholeTransitingObservation, any WormholeTransitingReader)> in
                 let observation = try transiting.observe(identifier: identifier) { event in
                     switch event {
                     case .wake: signal.signal()
@@ -136,9 +155,6 @@ struct WormholeMessages<Message: Sendable>: AsyncSequence, Sendable {
                     throw error
                 }
             }
-            observation = opened.value.0
-            reader = opened.value.1
-            wormhole.register(registration, sequence.identifier) { signal.finish() }
         }
 
         /// The last element handed out, not yet acknowledged.
