@@ -53,12 +53,11 @@ import Glibc
     /// Runs `body` with exclusive access to the value. `file` and `line` name the call
     /// in what a debug build's ``LockDiscipline`` records.
     ///
-    /// Inlinable, as ``withLockIfAvailable(_:file:line:)`` is, and so public under the
-    /// `Backend` SPI: the back end and the API are other modules, and the compiler
-    /// specializes a generic of another module only when it is public and inlinable (a
-    /// `package` one stays a call through a reabstraction thunk and a closure context:
-    /// about 1,100 instructions more a message passed, measured with callgrind when the
-    /// library became three targets).
+    /// Inlinable, as ``withLockIfAvailable(_:file:line:)`` is, and public under the
+    /// `Backend` SPI: the back end and the API are other modules. While it was `package`,
+    /// their calls were not specialized: each went through a reabstraction thunk and a
+    /// closure context, about 1,100 instructions more a message passed (callgrind, when
+    /// the library became three targets); public and inlinable, they are.
     @inlinable @inline(__always)
     public func withLock<Result, Failure: Error>(_ body: (inout sending Value) throws(Failure) -> sending Result,
                                           file: StaticString = #fileID, line: UInt = #line) throws(Failure) -> sending Result {
