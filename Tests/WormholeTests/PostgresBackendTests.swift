@@ -111,39 +111,48 @@ struct PostgresBackendTests {
         // default 10 s could end before the checks below, and the test would see it done.
         let session = PostgresSession(server: try PostgresServer(url: "postgres://nobody@127.0.0.1:\(port)/none?sslmode=disable&connect_timeout=120"),
                                       logger: Logger(label: "silent"))
-        /// Opens a connection on a thread of its own; `done` is signalled when it returns.
-        func opening(_ done: MonotonicEvent) -> Task<WormholeError?, Never> {
-            Task {
+        /// Opens a connection on a thread of its own, started at once (not from a task: with
+        /// the cooperative pool's threads held by tests beside this one, the connection was
+        /// not made within the 10 s below); `done` is signalled when it returns, and
+        /// `failure` is set before.
+        struct Opening {
+            let done = MonotonicEvent()
+            let failure = Locked<WormholeError?>(nil)
+            /// Whether it returned within `seconds`, and its error; waited for on a thread.
+            func outcome(within seconds: Double) async -> (returned: Bool, failure: WormholeError?) {
                 await withCheckedContinuation { continuation in
                     Thread {
-                        var failure: WormholeError?
-                        do throws(WormholeError) { _ = try session.open() } catch { failure = error }
-                        done.signal()
-                        continuation.resume(returning: failure)
+                        let returned = done.wait(timeout: seconds)
+                        continuation.resume(returning: (returned, failure.withLock { $0 }))
                     }.start()
                 }
             }
         }
-        let firstDone = MonotonicEvent(), secondDone = MonotonicEvent()
-        let first = opening(firstDone)
+        func opening() -> Opening {
+            let opening = Opening()
+            Thread {
+                do throws(WormholeError) { _ = try session.open() } catch { opening.failure.withLock { $0 = error } }
+                opening.done.signal()
+            }.start()
+            return opening
+        }
+        let first = opening()
         // The first has connected (the server's queue holds it) and waits for an answer.
         var pending = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
         try #require(poll(&pending, 1, 10_000) == 1)
-        let second = opening(secondDone)
+        let second = opening()
         // A window in which nothing may happen: neither gets a connection.
         try await Task.sleep(for: .milliseconds(300))
-        #expect(!firstDone.wait(timeout: 0) && !secondDone.wait(timeout: 0))
+        #expect(!first.done.wait(timeout: 0) && !second.done.wait(timeout: 0))
         session.close()
-        let returned = await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: secondDone.wait(timeout: 5)) }.start()
-        }
-        #expect(returned, "the second waited for the first's connection after the session was closed")
+        let secondOutcome = await second.outcome(within: 5)
+        #expect(secondOutcome.returned, "the second waited for the first's connection after the session was closed")
         // The server goes: the first's connection is reset.
         close(listener)
         closedListener = true
-        let secondError = await second.value
-        #expect(secondError?.message.contains("was closed") == true, "\(String(describing: secondError))")
-        #expect(await first.value != nil)
+        #expect(secondOutcome.failure?.message.contains("was closed") == true, "\(String(describing: secondOutcome.failure))")
+        let firstOutcome = await first.outcome(within: 30)
+        #expect(firstOutcome.returned && firstOutcome.failure != nil, "the first: \(firstOutcome)")
     }
 
     @Test("released wormholes close their connections", .timeLimit(.minutes(1)))
