@@ -38,8 +38,10 @@ struct WormholeTapTests {
         }
         defer { tap.cancel() }
         #expect(tap.identifiers == identifiers)
-        // What is open is the writer's one cached log, none of the tap's.
-        #expect(Self.openLogs(in: container).count <= 1, "\(Self.openLogs(in: container))")
+        // What stays open is the writer's one cached log, none of the tap's (the tap's
+        // first read of each log, on its reader thread, opens and closes it: a check at
+        // that instant saw two under load).
+        #expect(await eventually { Self.openLogs(in: container).count <= 1 }, "\(Self.openLogs(in: container))")
         #expect(try wormhole.listeners().isEmpty)
 
         var expected: [String] = []
